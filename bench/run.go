@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/procinfo"
+	"github.com/redis/go-redis/v9"
+)
+
+type benchConfig struct {
+	requests, rounds, conns, flood int
+	bin                            string
+	skipCaddy                      bool
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+// Cores: the server under test gets core 1 to itself; everything else shares core 0.
+const (
+	coreEnv  = "0"
+	coreTest = "1"
+)
+
+func start(dir, core, name string, argv ...string) (*proc, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("taskset", append([]string{"-c", core}, argv...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &proc{name: name, cmd: cmd}, nil
+}
+
+func (p *proc) stop() {
+	if p != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+func waitTCP(addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not accept connections within 15s", addr)
+}
+
+type scenario struct {
+	name   string
+	target string
+	replay bool
+	redis  bool
+	group  string // "proxy" or "caddy": what the ratio is against
+	rps    []float64
+	lat    []time.Duration
+	bad    int // answers of the wrong kind (not 201, or replayed when it should not be, …)
+	cmds   int64
+	reqs   int64
+}
+
+func run(cfg benchConfig) error {
+	dir, err := os.MkdirTemp("", "idemproxy-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	idemproxy := filepath.Join(cfg.bin, "idemproxy")
+	caddyBin := filepath.Join(cfg.bin, "caddy")
+	for _, b := range []string{idemproxy, caddyBin} {
+		if _, err := os.Stat(b); err != nil && !(cfg.skipCaddy && b == caddyBin) {
+			return fmt.Errorf("%s missing: run `make build caddy` first", b)
+		}
+	}
+	redisBin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
+	}
+
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	launch := func(core, name, addr string, argv ...string) (string, error) {
+		p, err := start(dir, core, name, argv...)
+		if err != nil {
+			return "", err
+		}
+		procs = append(procs, p)
+		if err := waitTCP(addr); err != nil {
+			b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+			return "", fmt.Errorf("%s: %v\n%s", name, err, b)
+		}
+		return "http://" + addr, nil
+	}
+
+	redisAddr := procinfo.FreeAddr()
+	_, port, _ := net.SplitHostPort(redisAddr)
+	if _, err := launch(coreEnv, "redis", redisAddr, redisBin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
+		return err
+	}
+	up := procinfo.FreeAddr()
+	upURL, err := launch(coreEnv, "upstream", up, self, "upstream", "--listen", up)
+	if err != nil {
+		return err
+	}
+	direct := procinfo.FreeAddr()
+	directURL, err := launch(coreTest, "upstream-direct", direct, self, "upstream", "--listen", direct)
+	if err != nil {
+		return err
+	}
+	bare := procinfo.FreeAddr()
+	bareURL, err := launch(coreTest, "bareproxy", bare, self, "bareproxy", "--listen", bare, "--upstream", upURL)
+	if err != nil {
+		return err
+	}
+	// Request logs off (--log-level warn): one JSON line per request is a cost
+	// the bare proxy does not pay. Metrics stay on.
+	mem := procinfo.FreeAddr()
+	memURL, err := launch(coreTest, "idemproxy-memory", mem, idemproxy, "--listen", mem, "--upstream", upURL, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	red := procinfo.FreeAddr()
+	redURL, err := launch(coreTest, "idemproxy-redis", red, idemproxy, "--listen", red, "--upstream", upURL,
+		"--store", "redis://"+redisAddr+"/0?pool_size=64", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	scenarios := []*scenario{
+		{name: "upstream directly", target: directURL, group: "ref"},
+		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base"},
+		{name: "idemproxy memory: first executions", target: memURL, group: "proxy"},
+		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy"},
+		{name: "idemproxy Redis: first executions", target: redURL, redis: true, group: "proxy"},
+		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, group: "proxy"},
+	}
+	if !cfg.skipCaddy {
+		c1, c2 := procinfo.FreeAddr(), procinfo.FreeAddr()
+		for _, c := range []struct {
+			addr, name string
+			module     bool
+		}{{c1, "caddy", false}, {c2, "caddy-idempotency", true}} {
+			conf := filepath.Join(dir, c.name+".json")
+			if err := os.WriteFile(conf, []byte(caddyConfig(c.addr, up, c.module)), 0o644); err != nil {
+				return err
+			}
+			if _, err := launch(coreTest, c.name, c.addr, caddyBin, "run", "--config", conf); err != nil {
+				return err
+			}
+		}
+		scenarios = append(scenarios,
+			&scenario{name: "Caddy reverse_proxy", target: "http://" + c1, group: "caddy-base"},
+			&scenario{name: "Caddy + idempotency: first executions", target: "http://" + c2, group: "caddy"},
+			&scenario{name: "Caddy + idempotency: replays", target: "http://" + c2, replay: true, group: "caddy"},
+		)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	client := newClient(cfg.conns)
+	replayKey := func(i int) string { return "replay-" + strconv.Itoa(i%256) }
+
+	fmt.Printf("warming up %d scenarios…\n", len(scenarios))
+	for si, s := range scenarios {
+		load(client, s.target, cfg.conns, 256, replayKey) // first pass stores the replay keys
+		load(client, s.target, cfg.conns, 2000, func(i int) string { return fmt.Sprintf("warm-%d-%d", si, i) })
+	}
+	for round := 0; round < cfg.rounds; round++ {
+		for si, s := range scenarios {
+			key := func(i int) string { return fmt.Sprintf("u-%d-%d-%d", round, si, i) }
+			if s.replay {
+				key = replayKey
+			}
+			if s.redis {
+				rdb.ConfigResetStat(context.Background())
+			}
+			res := load(client, s.target, cfg.conns, cfg.requests, key)
+			if s.redis {
+				s.cmds += scriptCalls(rdb)
+				s.reqs += int64(len(res.latencies))
+			}
+			s.rps = append(s.rps, res.rps())
+			s.lat = append(s.lat, res.latencies...)
+			s.bad += res.errors + len(res.latencies) - res.statuses[201]
+			if s.group == "proxy" || s.group == "caddy" {
+				if s.replay {
+					s.bad += len(res.latencies) - res.replayed
+				} else {
+					s.bad += res.replayed
+				}
+			}
+			fmt.Printf("round %d  %-40s %9.0f req/s\n", round+1, s.name, res.rps())
+		}
+	}
+	conflictCmds := measureConflict(client, redURL, rdb)
+	report(cfg, scenarios, conflictCmds)
+	if cfg.flood > 0 {
+		if err := flood(cfg, dir, idemproxy, upURL, client); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scriptCalls is the number of EVALSHA/EVAL commands since the last CONFIG RESETSTAT.
+func scriptCalls(rdb *redis.Client) int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "calls="); ok {
+						c, _ := strconv.ParseInt(v, 10, 64)
+						n += c
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// measureConflict holds one key in flight (a slow upstream call) and sends
+// duplicates of it, counting Redis commands per duplicate.
+func measureConflict(client *http.Client, target string, rdb *redis.Client) float64 {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest("POST", target+"?delay=1500", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "held")
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	rdb.ConfigResetStat(context.Background())
+	res := load(client, target+"?delay=1500", 8, 400, func(int) string { return "held" })
+	cmds := scriptCalls(rdb)
+	<-done
+	if res.statuses[409] == 0 {
+		return -1
+	}
+	return float64(cmds) / float64(len(res.latencies))
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
+	var bare, caddyBase *scenario
+	for _, s := range scenarios {
+		switch s.group {
+		case "proxy-base":
+			bare = s
+		case "caddy-base":
+			caddyBase = s
+		}
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+	fmt.Printf("\n%d rounds × %d requests per scenario, %d connections; server under test on core 1, load generator + upstream + Redis on core 0\n\n",
+		cfg.rounds, cfg.requests, cfg.conns)
+	fmt.Println("| scenario | req/s (median) | p50 ms | p99 ms | p99.9 ms | throughput ratio | p99 ratio | Redis cmds/req | wrong answers |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	type row struct{ rps, p99 float64 }
+	rows := map[*scenario]row{}
+	for _, s := range scenarios {
+		lat := sortedCopy(s.lat)
+		r := row{median(s.rps), float64(percentile(lat, 0.99))}
+		rows[s] = r
+		base := bare
+		if s.group == "caddy" || s.group == "caddy-base" {
+			base = caddyBase
+		}
+		ratio, p99ratio := "", ""
+		if base != nil && s != base && s.group != "ref" {
+			bl := sortedCopy(base.lat)
+			ratio = fmt.Sprintf("%.2f× %s", r.rps/median(base.rps), baseName(base))
+			p99ratio = fmt.Sprintf("%.2f×", r.p99/float64(percentile(bl, 0.99)))
+		}
+		cmds := ""
+		if s.redis && s.reqs > 0 {
+			cmds = fmt.Sprintf("%.2f", float64(s.cmds)/float64(s.reqs))
+		}
+		fmt.Printf("| %s | %.0f | %s | %s | %s | %s | %s | %s | %d |\n", s.name, r.rps, ms(percentile(lat, 0.5)),
+			ms(percentile(lat, 0.99)), ms(percentile(lat, 0.999)), ratio, p99ratio, cmds, s.bad)
+	}
+	if conflictCmds >= 0 {
+		fmt.Printf("\nRedis commands per conflict (409): %.2f\n", conflictCmds)
+	}
+}
+
+func baseName(s *scenario) string {
+	if s.group == "caddy-base" {
+		return "Caddy"
+	}
+	return "bare"
+}
+
+// flood sends unique keys to an idemproxy bounded to 100k records / 64 MiB and
+// samples its RSS: memory must stay bounded however many keys arrive.
+func flood(cfg benchConfig, dir, idemproxy, upURL string, client *http.Client) error {
+	addr := procinfo.FreeAddr()
+	p, err := start(dir, coreTest, "idemproxy-flood", idemproxy, "--listen", addr, "--upstream", upURL,
+		"--log-level", "warn", "--memory-max-records", "100000", "--memory-max-bytes", "64MiB")
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	if err := waitTCP(addr); err != nil {
+		return err
+	}
+	pid := p.cmd.Process.Pid
+	var mu sync.Mutex
+	var samples []int64
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				// taskset execs the program in place, so the pid is idemproxy's.
+				if rss := procinfo.RSSKiB(pid); rss > 0 {
+					mu.Lock()
+					samples = append(samples, rss)
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	startRSS := procinfo.RSSKiB(pid)
+	var after100k int64
+	sent := 0
+	for sent < cfg.flood {
+		n := min(50000, cfg.flood-sent)
+		base := sent
+		load(client, "http://"+addr, cfg.conns, n, func(i int) string { return "flood-" + strconv.Itoa(base+i) })
+		sent += n
+		if sent == 100000 {
+			after100k = procinfo.RSSKiB(pid)
+		}
+	}
+	close(stop)
+	endRSS := procinfo.RSSKiB(pid)
+	mu.Lock()
+	peak := slices.Max(append(samples, endRSS))
+	mu.Unlock()
+	fmt.Printf("\nMemory flood: %d unique keys into --memory-max-records 100000 --memory-max-bytes 64MiB\n", cfg.flood)
+	fmt.Printf("RSS: at start %.1f MiB, after 100k keys %.1f MiB, peak %.1f MiB, after %d keys %.1f MiB\n",
+		float64(startRSS)/1024, float64(after100k)/1024, float64(peak)/1024, cfg.flood, float64(endRSS)/1024)
+	return nil
+}
+
+func caddyConfig(listen, upstream string, module bool) string {
+	handlers := `{"handler":"reverse_proxy","upstreams":[{"dial":"` + upstream + `"}]}`
+	if module {
+		handlers = `{"handler":"idempotency","store":{"type":"memory"}},` + handlers
+	}
+	return `{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"WARN"}}},
+"apps":{"http":{"servers":{"bench":{"listen":["` + listen + `"],"automatic_https":{"disable":true},
+"routes":[{"handle":[` + handlers + `]}]}}}}}`
+}

@@ -1,0 +1,91 @@
+// Package cache defines what idemproxy stores and the contract every store meets.
+//
+// A record lives under an opaque store key (the middleware passes a hash of the
+// request's scope and its Idempotency-Key). It is first claimed as an in-flight lock
+// with a lease, then either completed with the response or released. Writes after the
+// claim are fenced by the lock token returned at claim time, so a holder whose lease
+// lapsed can never overwrite a newer holder.
+package cache
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors that callers branch on. Stores wrap them with %w; compare with errors.Is.
+var (
+	// ErrLockLost: the token no longer holds the key (lease lapsed, record deleted,
+	// or already completed/released).
+	ErrLockLost = errors.New("idempotency lock lost")
+	// ErrNotFound: no live record under the key (Get and Delete only).
+	ErrNotFound = errors.New("idempotency record not found")
+	// ErrFull: the store is at its configured bound and nothing may be evicted
+	// to make room (only in-flight locks are left).
+	ErrFull = errors.New("idempotency store full")
+	// ErrCorrupt: the value under a key is not a record this version can read.
+	ErrCorrupt = errors.New("idempotency record corrupt")
+)
+
+// Lock is what a caller asks for when it claims a key.
+type Lock struct {
+	// Token fences every later write; it must be unique per claim (e.g. 128 random bits).
+	Token string
+	// Fingerprint identifies the request; it is stored with the lock so duplicates
+	// that arrive while the first is in flight can be told apart from misuse.
+	Fingerprint string
+	// Lease is how long the lock lives unless it is extended or completed.
+	Lease time.Duration
+}
+
+// Store is the storage contract. Every method is safe for concurrent use, and the
+// atomicity promised below holds across every process that shares the store.
+type Store interface {
+	// LockOrGet claims key if no live record exists: it stores an in-flight record
+	// with lock.Fingerprint and returns (nil, false, nil), and the caller now holds the
+	// lease. Otherwise it returns the existing record (in flight or completed) with
+	// loaded=true and changes nothing. Check and claim are one atomic step.
+	LockOrGet(ctx context.Context, key string, lock Lock) (rec *Record, loaded bool, err error)
+
+	// Complete replaces the caller's in-flight lock with the completed record rec,
+	// which then lives for ttl. It fails with ErrLockLost unless token still holds
+	// the key.
+	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
+
+	// Release deletes the caller's in-flight lock so the key can be claimed again.
+	// It fails with ErrLockLost unless token still holds the key.
+	Release(ctx context.Context, key, token string) error
+
+	// Extend renews the caller's lease to lease from now. It fails with ErrLockLost
+	// unless token still holds the key.
+	Extend(ctx context.Context, key, token string, lease time.Duration) error
+
+	// Get returns the live record under key, or ErrNotFound. For operators.
+	Get(ctx context.Context, key string) (*Record, error)
+
+	// Delete removes the record under key whatever its state, or returns
+	// ErrNotFound. For operators: a deleted in-flight lock lets the key run again.
+	Delete(ctx context.Context, key string) error
+
+	// Ping reports whether the store is reachable.
+	Ping(ctx context.Context) error
+}
+
+// Notifier is implemented by stores that can announce that a key's record changed
+// (completed, released or deleted), so duplicates waiting for an in-flight request
+// are woken without polling. Notifications are a latency optimisation: a waiter
+// must re-read the store after waking, and must also poll, since a notification
+// can be lost (a dropped pub/sub connection, another process's store).
+type Notifier interface {
+	// Subscribe returns a channel that is closed at the key's next change, and a
+	// function to call when the caller no longer waits. Subscribe before reading the
+	// record, so a change between the read and the wait is not missed.
+	Subscribe(key string) (changed <-chan struct{}, cancel func())
+}
+
+// InProcess is implemented by stores whose operations never block on I/O (the
+// memory store). The middleware then skips per-call timeouts, which would only
+// cost allocations.
+type InProcess interface {
+	InProcess()
+}

@@ -1,0 +1,225 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/cachetest"
+	"github.com/idemproxy/idemproxy/cache/memstore"
+)
+
+func TestConformance(t *testing.T) {
+	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
+		clk := cachetest.NewClock()
+		s, err := memstore.New(memstore.WithClock(clk.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return cachetest.Harness{Store: s, Clock: clk}
+	})
+}
+
+func newStore(t *testing.T, opts ...memstore.Option) (*memstore.Store, *cachetest.Clock) {
+	t.Helper()
+	clk := cachetest.NewClock()
+	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clk.Now), memstore.WithSweepInterval(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func lockFor(tok string) cache.Lock {
+	return cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}
+}
+
+func complete(t *testing.T, s cache.Store, key string, body []byte) {
+	t.Helper()
+	ctx := context.Background()
+	tok := cachetest.Token()
+	if _, loaded, err := s.LockOrGet(ctx, key, lockFor(tok)); err != nil || loaded {
+		t.Fatalf("claim %s: loaded=%v err=%v", key, loaded, err)
+	}
+	rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200, Body: body}}
+	if err := s.Complete(ctx, key, tok, rec, time.Hour); err != nil {
+		t.Fatalf("complete %s: %v", key, err)
+	}
+}
+
+func TestMaxRecordsEvictsOldestCompleted(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxRecords(3), memstore.WithShards(1))
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		complete(t, s, fmt.Sprint("k", i), []byte("x"))
+	}
+	complete(t, s, "k3", []byte("x"))
+	if got := s.Len(); got != 3 {
+		t.Fatalf("Len = %d, want 3", got)
+	}
+	if _, err := s.Get(ctx, "k0"); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("oldest record k0 not evicted: err = %v", err)
+	}
+	for _, k := range []string{"k1", "k2", "k3"} {
+		if _, err := s.Get(ctx, k); err != nil {
+			t.Fatalf("%s evicted: %v", k, err)
+		}
+	}
+}
+
+func TestInFlightNeverEvicted(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxRecords(2), memstore.WithShards(4))
+	ctx := context.Background()
+	a, b := cachetest.Token(), cachetest.Token()
+	if _, _, err := s.LockOrGet(ctx, "a", lockFor(a)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.LockOrGet(ctx, "b", lockFor(b)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := s.LockOrGet(ctx, "c", lockFor(cachetest.Token()))
+	if !errors.Is(err, cache.ErrFull) {
+		t.Fatalf("third lock with two in flight: err = %v, want ErrFull", err)
+	}
+	if _, err := s.Get(ctx, "c"); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("refused lock left a record behind: %v", err)
+	}
+	for k, tok := range map[string]string{"a": a, "b": b} {
+		if err := s.Extend(ctx, k, tok, time.Minute); err != nil {
+			t.Fatalf("in-flight lock %s lost: %v", k, err)
+		}
+	}
+	// Once one completes, a new lock evicts it (completed first), never the other lock.
+	if err := s.Complete(ctx, "a", a, &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.LockOrGet(ctx, "c", lockFor(cachetest.Token())); err != nil {
+		t.Fatalf("lock after a completion: %v", err)
+	}
+	if _, err := s.Get(ctx, "a"); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("completed a should have been evicted: %v", err)
+	}
+	if err := s.Extend(ctx, "b", b, time.Minute); err != nil {
+		t.Fatalf("in-flight b evicted: %v", err)
+	}
+}
+
+func TestMaxBytesEvicts(t *testing.T) {
+	const limit = 64 << 10
+	s, _ := newStore(t, memstore.WithMaxBytes(limit), memstore.WithShards(8))
+	body := make([]byte, 4<<10)
+	for i := 0; i < 100; i++ {
+		complete(t, s, fmt.Sprint("k", i), body)
+		if b := s.Bytes(); b > limit {
+			t.Fatalf("after %d records: %d bytes held, bound %d", i+1, b, limit)
+		}
+	}
+	if n := s.Len(); n < 10 || n > 16 {
+		t.Fatalf("Len = %d, want the bound's worth (10-16) of 4 KiB records", n)
+	}
+	// The newest record always survives its own insertion.
+	if _, err := s.Get(context.Background(), "k99"); err != nil {
+		t.Fatalf("newest record evicted: %v", err)
+	}
+}
+
+func TestRecordLargerThanBound(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxBytes(1<<10))
+	ctx := context.Background()
+	tok := cachetest.Token()
+	if _, _, err := s.LockOrGet(ctx, "big", lockFor(tok)); err != nil {
+		t.Fatal(err)
+	}
+	rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200, Body: make([]byte, 4<<10)}}
+	if err := s.Complete(ctx, "big", tok, rec, time.Hour); !errors.Is(err, cache.ErrFull) {
+		t.Fatalf("Complete of a record above the bound: err = %v, want ErrFull", err)
+	}
+	// The lock is untouched, so the caller can still release it.
+	if err := s.Release(ctx, "big", tok); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func TestSweepRemovesExpired(t *testing.T) {
+	s, clk := newStore(t)
+	ctx := context.Background()
+	complete(t, s, "done", []byte("x"))
+	if _, _, err := s.LockOrGet(ctx, "lock", lockFor(cachetest.Token())); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep()
+	if s.Len() != 2 {
+		t.Fatalf("Sweep removed live records: Len = %d", s.Len())
+	}
+	clk.Advance(2 * time.Minute) // lease lapsed, record (1h) still live
+	s.Sweep()
+	if s.Len() != 1 {
+		t.Fatalf("Len after lease lapse = %d, want 1", s.Len())
+	}
+	clk.Advance(2 * time.Hour)
+	s.Sweep()
+	if s.Len() != 0 || s.Bytes() != 0 {
+		t.Fatalf("after TTL: Len = %d, Bytes = %d, want 0, 0", s.Len(), s.Bytes())
+	}
+}
+
+func TestBackgroundSweeperAndClose(t *testing.T) {
+	clk := cachetest.NewClock()
+	s, err := memstore.New(memstore.WithClock(clk.Now), memstore.WithSweepInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(t, s, "k", []byte("x"))
+	clk.Advance(2 * time.Hour)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("background sweeper did not remove an expired record within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for name, opt := range map[string]memstore.Option{
+		"records": memstore.WithMaxRecords(0),
+		"bytes":   memstore.WithMaxBytes(-1),
+		"shards":  memstore.WithShards(0),
+		"clock":   memstore.WithClock(nil),
+	} {
+		if _, err := memstore.New(opt); err == nil {
+			t.Errorf("%s: New accepted a bad option", name)
+		}
+	}
+}
+
+func ExampleStore() {
+	s, err := memstore.New(memstore.WithMaxRecords(100_000))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_, loaded, _ := s.LockOrGet(ctx, "key", cache.Lock{Token: "t1", Fingerprint: "fp", Lease: 30 * time.Second})
+	fmt.Println("first claim loaded:", loaded)
+	rec, loaded, _ := s.LockOrGet(ctx, "key", cache.Lock{Token: "t2", Fingerprint: "fp", Lease: 30 * time.Second})
+	fmt.Println("second claim loaded:", loaded, rec.State)
+	_ = s.Complete(ctx, "key", "t1", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201}}, time.Hour)
+	rec, _ = s.Get(ctx, "key")
+	fmt.Println(rec.State, rec.Response.Status)
+	// Output:
+	// first claim loaded: false
+	// second claim loaded: true in_flight
+	// completed 201
+}

@@ -1,0 +1,134 @@
+package cache
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// FormatVersion is the version of the encoded record written by this package.
+// Decode rejects any other version with ErrCorrupt rather than guessing.
+const FormatVersion = 1
+
+// State is where a record is in its life.
+type State uint8
+
+// Record states.
+const (
+	StateInFlight  State = 1 // claimed; the first request is still running
+	StateCompleted State = 2 // the first request finished; Response holds its outcome
+)
+
+func (s State) String() string {
+	switch s {
+	case StateInFlight:
+		return "in_flight"
+	case StateCompleted:
+		return "completed"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Record is one idempotency record. Records returned by a store are the caller's
+// own copy: the store keeps no reference to them.
+type Record struct {
+	Version     uint8     `msgpack:"v"`
+	State       State     `msgpack:"s"`
+	Fingerprint string    `msgpack:"f"`
+	CreatedAt   time.Time `msgpack:"c"`
+	// ExpiresAt is when the lease (in flight) or the record (completed) lapses.
+	// Stores fill it in on read; it is informational.
+	ExpiresAt time.Time `msgpack:"e,omitempty"`
+	// Response is set on completed records.
+	Response *Response `msgpack:"r,omitempty"`
+}
+
+// Response is the stored outcome of the first request.
+type Response struct {
+	Status int         `msgpack:"s"`
+	Header http.Header `msgpack:"h,omitempty"`
+	Body   []byte      `msgpack:"b,omitempty"`
+	// Oversize is set when the body exceeded the configured limit: the operation is
+	// remembered as done but cannot be replayed (Header and Body are empty).
+	Oversize bool `msgpack:"o,omitempty"`
+	// BodySize is the length of the original body, also when Oversize.
+	BodySize int64 `msgpack:"n,omitempty"`
+}
+
+// Encode returns the msgpack encoding of rec, stamped with FormatVersion.
+func Encode(rec *Record) ([]byte, error) {
+	v := *rec
+	v.Version = FormatVersion
+	b, err := msgpack.Marshal(&v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding record: %w", err)
+	}
+	return b, nil
+}
+
+// Decode parses an encoded record. Anything that is not a record of FormatVersion
+// is an error wrapping ErrCorrupt, never a panic.
+func Decode(b []byte) (*Record, error) {
+	var rec Record
+	if err := unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := rec.validate(); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// EncodeResponse and DecodeResponse encode only the response, for stores that keep
+// the other fields apart (the Redis store keeps them as hash fields).
+func EncodeResponse(resp *Response) ([]byte, error) {
+	b, err := msgpack.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("encoding response: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeResponse is the inverse of EncodeResponse; bad input wraps ErrCorrupt.
+func DecodeResponse(b []byte) (*Response, error) {
+	var resp Response
+	if err := unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)
+	}
+	if resp.Status < 100 || resp.Status > 999 {
+		return nil, fmt.Errorf("%w: response status %d", ErrCorrupt, resp.Status)
+	}
+	return &resp, nil
+}
+
+func (rec *Record) validate() error {
+	if rec.Version != FormatVersion {
+		return fmt.Errorf("%w: format version %d, want %d", ErrCorrupt, rec.Version, FormatVersion)
+	}
+	switch rec.State {
+	case StateInFlight:
+	case StateCompleted:
+		if rec.Response == nil {
+			return fmt.Errorf("%w: completed record without response", ErrCorrupt)
+		}
+		if rec.Response.Status < 100 || rec.Response.Status > 999 {
+			return fmt.Errorf("%w: response status %d", ErrCorrupt, rec.Response.Status)
+		}
+	default:
+		return fmt.Errorf("%w: state %d", ErrCorrupt, rec.State)
+	}
+	return nil
+}
+
+// unmarshal is msgpack.Unmarshal that turns the decoder's panics on hostile input
+// (it panics on some malformed values, e.g. nil for a struct) into errors.
+func unmarshal(b []byte, v any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed msgpack: %v", p)
+		}
+	}()
+	return msgpack.Unmarshal(b, v)
+}

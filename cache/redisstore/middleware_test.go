@@ -1,0 +1,298 @@
+package redisstore_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/redis/go-redis/v9"
+)
+
+func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/charge", strings.NewReader(body))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// scriptInternal are the commands the store's scripts run inside Redis; INFO
+// commandstats counts them too, but they cost no round trip.
+var scriptInternal = map[string]bool{
+	"type": true, "hmget": true, "hset": true, "hdel": true, "del": true, "pexpire": true, "time": true, "publish": true,
+}
+
+// roundTrips reads INFO commandstats and returns the commands clients sent (the
+// EVALSHA/EVAL calls), not counting this helper's own INFO and CONFIG calls. Any
+// other command a client sent is reported as an error.
+func roundTrips(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		cmd := strings.TrimPrefix(name, "cmdstat_")
+		calls := 0
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				calls, _ = strconv.Atoi(v)
+			}
+		}
+		switch {
+		case cmd == "info" || strings.HasPrefix(cmd, "config"):
+		case cmd == "evalsha" || cmd == "eval":
+			total += calls
+		case !scriptInternal[cmd]:
+			t.Errorf("a client sent %d %s command(s): every operation must be one script", calls, cmd)
+		}
+	}
+	return total
+}
+
+func TestRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("needs a server of its own: command statistics are server-wide")
+	}
+	client := srv.Client()
+	admin := srv.Client()
+	ctx := context.Background()
+	release := make(chan struct{})
+	var calls atomic.Int64
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Query().Get("block") != "" {
+			<-release
+		}
+		w.WriteHeader(201)
+	})
+	h := newMiddleware(t, client).Wrap(api)
+	post(h, "warm-up", "") // loads the scripts and opens the connection
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	measure := func(what string, want int, fn func()) {
+		t.Helper()
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fn()
+		if got := roundTrips(t, admin); got != want {
+			t.Errorf("%s: %d Redis commands, want %d", what, got, want)
+		}
+	}
+	measure("first execution", 2, func() { post(h, "first", "x") })
+	measure("replay", 1, func() {
+		if w := post(h, "first", "x"); w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Errorf("not a replay: %d", w.Code)
+		}
+	})
+	measure("mismatch", 1, func() {
+		if w := post(h, "first", "other"); w.Code != 422 {
+			t.Errorf("mismatch answered %d", w.Code)
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := httptest.NewRequest("POST", "/charge?block=1", nil)
+		r.Header.Set("Idempotency-Key", "slow")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	waitUntil(t, func() bool { return calls.Load() == 3 })
+	measure("conflict", 1, func() {
+		r := httptest.NewRequest("POST", "/charge?block=1", nil)
+		r.Header.Set("Idempotency-Key", "slow")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 409 {
+			t.Errorf("conflict answered %d", w.Code)
+		}
+	})
+	close(release)
+	<-done
+}
+
+func newMiddleware(t *testing.T, c redis.UniversalClient, opts ...middleware.Option) *middleware.Handler {
+	t.Helper()
+	h, err := middleware.New(redisstore.New(c), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Two independent instances (separate clients) sharing one Redis: concurrent
+// duplicates split across them run once, and each replays what the other stored.
+func TestTwoInstancesShareRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	var calls atomic.Int64
+	release := make(chan struct{})
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-release
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte("paid"))
+	})
+	a := newMiddleware(t, srv.Client()).Wrap(api)
+	b := newMiddleware(t, srv.Client()).Wrap(api)
+
+	const n = 200
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		h := a
+		if i%2 == 1 {
+			h = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- post(h, "shared", "x").Code
+		}()
+	}
+	got := map[int]int{}
+	for i := 0; i < n-1; i++ {
+		got[<-codes]++
+	}
+	close(release)
+	wg.Wait()
+	got[<-codes]++
+	if calls.Load() != 1 || got[201] != 1 || got[409] != n-1 {
+		t.Fatalf("calls = %d, statuses %v; want one execution, one 201, %d 409s", calls.Load(), got, n-1)
+	}
+	for name, h := range map[string]http.Handler{"a": a, "b": b} {
+		w := post(h, "shared", "x")
+		if w.Code != 201 || w.Body.String() != "paid" || w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("instance %s replay: %d %q", name, w.Code, w.Body)
+		}
+	}
+	if w := post(b, "other-key", "x"); w.Code != 201 {
+		t.Fatal(w.Code)
+	}
+	if w := post(a, "other-key", "x"); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatal("a did not replay what b stored")
+	}
+}
+
+// Redis dies: fail closed with 503, never a second execution of a key; it comes
+// back: requests work again without a restart.
+func TestRedisOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("needs a server it can stop")
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	perKey := map[string]int{}
+	var mu sync.Mutex
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		perKey[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.WriteHeader(201)
+	})
+	h := newMiddleware(t, client, middleware.WithStoreTimeout(2*time.Second)).Wrap(api)
+	if w := post(h, "before", "x"); w.Code != 201 {
+		t.Fatal(w.Code)
+	}
+	srv.Stop()
+	for i := 0; i < 3; i++ {
+		for _, key := range []string{"before", "during"} {
+			if w := post(h, key, "x"); w.Code != 503 {
+				t.Fatalf("%s with Redis down: %d, want 503", key, w.Code)
+			}
+		}
+	}
+	srv.Restart() // empty: the restarted server kept nothing
+	waitUntil(t, func() bool { return post(h, "probe", "x").Code == 201 })
+	if w := post(h, "during", "x"); w.Code != 201 || w.Header().Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("after recovery: %d", w.Code)
+	}
+	if w := post(h, "during", "x"); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after recovery, a retry is not replayed: %d", w.Code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if perKey["during"] != 1 || perKey["before"] != 1 {
+		t.Fatalf("executions per key: %v; the outage must cause none", perKey)
+	}
+}
+
+// A duplicate on instance B waits for the first request running on instance A and
+// is woken by Redis pub/sub (polling is hourly here, so only a message can wake it).
+func TestWaitAcrossInstancesPubSub(t *testing.T) {
+	srv := redistest.Start(t)
+	gate, started := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			close(started)
+			<-gate
+		}
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte("done"))
+	})
+	storeA, storeB := redisstore.New(srv.Client()), redisstore.New(srv.Client())
+	t.Cleanup(func() { storeA.Close(); storeB.Close() })
+	mk := func(s *redisstore.Store) http.Handler {
+		h, err := middleware.New(s, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Wrap(api)
+	}
+	a, b := mk(storeA), mk(storeB)
+	firstDone := make(chan struct{})
+	go func() { defer close(firstDone); post(a, "wait", "x") }()
+	<-started
+	const n = 10
+	answers := make(chan *httptest.ResponseRecorder, n)
+	for i := 0; i < n; i++ {
+		go func() { answers <- post(b, "wait", "x") }()
+	}
+	time.Sleep(200 * time.Millisecond) // let the waiters subscribe (a late one re-reads anyway)
+	close(gate)
+	<-firstDone
+	for i := 0; i < n; i++ {
+		select {
+		case w := <-answers:
+			if w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != "done" {
+				t.Fatalf("waiter on B: %d %q", w.Code, w.Body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter on B was not woken by pub/sub")
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("calls = %d", calls.Load())
+	}
+}

@@ -1,0 +1,95 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+)
+
+// channel is the pub/sub channel on which this store's scripts announce changes.
+// Its payload is the changed Redis key.
+func (s *Store) channel() string { return s.prefix + "notify" }
+
+// subscriber is one pub/sub connection per Store, opened on the first Subscribe,
+// dispatching announcements to the local waiters of each key.
+type subscriber struct {
+	mu      sync.Mutex
+	waiters map[string][]chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// Subscribe implements cache.Notifier. Announcements come from every process
+// sharing the store; one may be lost (e.g. while the connection reconnects), so
+// waiters also poll.
+func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
+	full := s.prefix + key
+	ch := make(chan struct{})
+	s.sub.mu.Lock()
+	if s.sub.waiters == nil {
+		s.sub.waiters = make(map[string][]chan struct{})
+	}
+	if s.sub.stop == nil {
+		s.startSubscriber()
+	}
+	s.sub.waiters[full] = append(s.sub.waiters[full], ch)
+	s.sub.mu.Unlock()
+	return ch, func() {
+		s.sub.mu.Lock()
+		defer s.sub.mu.Unlock()
+		list := s.sub.waiters[full]
+		for i, c := range list {
+			if c == ch {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(s.sub.waiters, full)
+		} else {
+			s.sub.waiters[full] = list
+		}
+	}
+}
+
+// startSubscriber opens the subscription; s.sub.mu is held.
+func (s *Store) startSubscriber() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.sub.stop = cancel
+	s.sub.done = make(chan struct{})
+	ps := s.c.Subscribe(ctx, s.channel())
+	go func() {
+		defer close(s.sub.done)
+		defer ps.Close()
+		msgs := ps.Channel() // go-redis reconnects and resubscribes by itself
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				s.sub.mu.Lock()
+				for _, c := range s.sub.waiters[m.Payload] {
+					close(c)
+				}
+				delete(s.sub.waiters, m.Payload)
+				s.sub.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// Close stops the store's pub/sub subscription, if one was opened. It does not
+// close the client, which the caller owns.
+func (s *Store) Close() error {
+	s.sub.mu.Lock()
+	stop, done := s.sub.stop, s.sub.done
+	s.sub.stop = nil
+	s.sub.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+// Package redisstore is a cache.Store on Redis (go-redis v9), shared by every
+// instance that points at the same server, Sentinel group or Cluster.
+//
+// Each operation is one Lua script on one key: a claim, a replay or a conflict is one
+// round trip; a first execution is two (claim, complete) plus one per lease renewal.
+// Records are hashes under Prefix + key; the middleware passes keys that are already
+// SHA-256 hex digests, so a client's key never reaches Redis verbatim.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is prepended to every key.
+const DefaultPrefix = "idem:"
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the key prefix. Default DefaultPrefix.
+func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+
+// WithClock makes the store use this clock instead of the Redis server's TIME for
+// lease and record expiry (tests). Every process sharing the store must agree on
+// time, so production code leaves the server's clock in charge.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// Store is the Redis cache.Store. The caller owns the client and closes it.
+type Store struct {
+	c      redis.UniversalClient
+	prefix string
+	now    func() time.Time
+	sub    subscriber
+}
+
+var (
+	_ cache.Store    = (*Store)(nil)
+	_ cache.Notifier = (*Store)(nil)
+)
+
+// New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
+// failover client or a redis.UniversalClient.
+func New(c redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{c: c, prefix: DefaultPrefix}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func (s *Store) nowArg() int64 {
+	if s.now == nil {
+		return 0
+	}
+	return s.now().UnixMilli()
+}
+
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if m < 1 {
+		m = 1
+	}
+	return m
+}
+
+// LockOrGet implements cache.Store in one round trip.
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+	if lock.Token == "" {
+		return nil, false, errors.New("redisstore: empty lock token")
+	}
+	res, err := lockScript.Run(ctx, s.c, []string{s.prefix + key}, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg()).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("redisstore: claiming key: %w", err)
+	}
+	rec, found, err := parseRecord(res)
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, found, nil
+}
+
+// Complete implements cache.Store.
+func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
+	if rec == nil || rec.Response == nil {
+		return errors.New("redisstore: completing without a response")
+	}
+	blob, err := cache.EncodeResponse(rec.Response)
+	if err != nil {
+		return err
+	}
+	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel())
+}
+
+// Release implements cache.Store.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	return s.fenced(ctx, releaseScript, "releasing", key, token, s.nowArg(), s.channel())
+}
+
+// Extend implements cache.Store.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	return s.fenced(ctx, extendScript, "extending lease", key, token, ms(lease), s.nowArg())
+}
+
+func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, token string, args ...any) error {
+	if token == "" {
+		return cache.ErrLockLost
+	}
+	n, err := script.Run(ctx, s.c, []string{s.prefix + key}, append([]any{token}, args...)...).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: %s: %w", what, err)
+	}
+	if n != 1 {
+		return cache.ErrLockLost
+	}
+	return nil
+}
+
+// Get implements cache.Store.
+func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
+	res, err := getScript.Run(ctx, s.c, []string{s.prefix + key}, s.nowArg()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: reading key: %w", err)
+	}
+	rec, found, err := parseRecord(res)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, cache.ErrNotFound
+	}
+	return rec, nil
+}
+
+// Delete implements cache.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	n, err := deleteScript.Run(ctx, s.c, []string{s.prefix + key}, s.nowArg(), s.channel()).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: deleting key: %w", err)
+	}
+	if n != 1 {
+		return cache.ErrNotFound
+	}
+	return nil
+}
+
+// Ping implements cache.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redisstore: ping: %w", err)
+	}
+	return nil
+}
+
+// parseRecord reads a script answer: {0} absent, {-1} foreign value,
+// {1, v, st, fp, ca, ex, resp} a record.
+func parseRecord(res []any) (*cache.Record, bool, error) {
+	if len(res) == 0 {
+		return nil, false, fmt.Errorf("%w: empty script answer", cache.ErrCorrupt)
+	}
+	code, ok := res[0].(int64)
+	switch {
+	case !ok:
+		return nil, false, fmt.Errorf("%w: script answer %T", cache.ErrCorrupt, res[0])
+	case code == 0:
+		return nil, false, nil
+	case code == -1:
+		return nil, false, fmt.Errorf("%w: the value under this key is not an idempotency record", cache.ErrCorrupt)
+	case code != 1 || len(res) < 6:
+		return nil, false, fmt.Errorf("%w: script answer %v", cache.ErrCorrupt, res)
+	}
+	str := func(i int) string {
+		if i < len(res) {
+			if s, ok := res[i].(string); ok {
+				return s
+			}
+		}
+		return ""
+	}
+	st, err := strconv.Atoi(str(2))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: state %q", cache.ErrCorrupt, str(2))
+	}
+	created, err1 := strconv.ParseInt(str(4), 10, 64)
+	expires, err2 := strconv.ParseInt(str(5), 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, false, fmt.Errorf("%w: timestamps %q %q", cache.ErrCorrupt, str(4), str(5))
+	}
+	rec := &cache.Record{
+		Version:     cache.FormatVersion,
+		State:       cache.State(st),
+		Fingerprint: str(3),
+		CreatedAt:   time.UnixMilli(created),
+		ExpiresAt:   time.UnixMilli(expires),
+	}
+	switch rec.State {
+	case cache.StateInFlight:
+	case cache.StateCompleted:
+		resp, err := cache.DecodeResponse([]byte(str(6)))
+		if err != nil {
+			return nil, false, err
+		}
+		rec.Response = resp
+	default:
+		return nil, false, fmt.Errorf("%w: state %d", cache.ErrCorrupt, st)
+	}
+	return rec, true, nil
+}

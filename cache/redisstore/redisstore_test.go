@@ -1,0 +1,250 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/cachetest"
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// harness builds a fresh store (with an injected clock) over client per subtest.
+func harness(client redis.UniversalClient) func(t *testing.T) cachetest.Harness {
+	return func(t *testing.T) cachetest.Harness {
+		clk := cachetest.NewClock()
+		s := redisstore.New(client, redisstore.WithClock(clk.Now))
+		t.Cleanup(func() { s.Close() })
+		return cachetest.Harness{Store: s, Clock: clk}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	cachetest.Run(t, harness(client))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped under -short")
+	}
+	cl := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { client.Close() })
+	cachetest.Run(t, harness(client))
+	// The keys really spread over the nodes, and URL-opened cluster clients work.
+	uc, err := redisstore.NewClient(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	s := redisstore.New(uc)
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		if _, _, err := s.LockOrGet(ctx, cachetest.Key(t, "spread"), cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+			t.Fatalf("claim through URL client: %v", err)
+		}
+	}
+	for _, n := range cl.Nodes {
+		if size, err := n.Client().DBSize(ctx).Result(); err != nil || size == 0 {
+			t.Fatalf("node %s holds %d keys (err %v): keys did not spread", n.Addr, size, err)
+		}
+	}
+}
+
+// With the server's clock (no injection), PEXPIRE and the in-script check expire
+// leases and records in real time.
+func TestServerClockExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := redisstore.New(client)
+	ctx := context.Background()
+	key := cachetest.Key(t, "k")
+	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 40 * time.Millisecond}); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	if ttl := client.PTTL(ctx, "idem:"+key).Val(); ttl <= 0 || ttl > 40*time.Millisecond {
+		t.Fatalf("PTTL after claim = %v, want (0, 40ms]", ttl)
+	}
+	waitGone(t, client, "idem:"+key)
+	if err := s.Complete(ctx, key, "a", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); !errors.Is(err, cache.ErrLockLost) {
+		t.Fatalf("Complete after the lease lapsed: %v, want ErrLockLost", err)
+	}
+	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("re-claim after lapse: loaded=%v err=%v", loaded, err)
+	}
+	if err := s.Complete(ctx, key, "b", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, 40*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, client, "idem:"+key)
+	if _, err := s.Get(ctx, key); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("Get after TTL: %v", err)
+	}
+}
+
+func waitGone(t *testing.T, c *redis.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for c.Exists(context.Background(), key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not expire", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := redisstore.New(client)
+	ctx := context.Background()
+	flush := func() {
+		if err := client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := cachetest.Key(t, "k")
+	flush()
+	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		t.Fatalf("LockOrGet after SCRIPT FLUSH: %v", err)
+	}
+	flush()
+	if err := s.Extend(ctx, key, "t", time.Minute); err != nil {
+		t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
+	}
+	flush()
+	if err := s.Complete(ctx, key, "t", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+		t.Fatalf("Complete after SCRIPT FLUSH: %v", err)
+	}
+	flush()
+	if rec, err := s.Get(ctx, key); err != nil || rec.Response.Status != 201 {
+		t.Fatalf("Get after SCRIPT FLUSH: %v %v", rec, err)
+	}
+	flush()
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatalf("Delete after SCRIPT FLUSH: %v", err)
+	}
+	flush()
+	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "u", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if err := s.Release(ctx, key, "u"); err != nil {
+		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+	}
+}
+
+func TestForeignAndCorruptValues(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := redisstore.New(client)
+	ctx := context.Background()
+	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
+	cases := map[string]func(k string){
+		"string":       func(k string) { client.Set(ctx, k, "hello", 0) },
+		"list":         func(k string) { client.RPush(ctx, k, "a") },
+		"foreign hash": func(k string) { client.HSet(ctx, k, "name", "x") },
+		"bad version":  func(k string) { client.HSet(ctx, k, "v", "9", "st", "2", "ex", "99999999999999") },
+		"bad response": func(k string) {
+			client.HSet(ctx, k, "v", "1", "st", "2", "fp", "f", "ca", "1", "ex", "99999999999999", "resp", "\xc1junk")
+		},
+		"unknown state":   func(k string) { client.HSet(ctx, k, "v", "1", "st", "7", "fp", "f", "ca", "1", "ex", "99999999999999") },
+		"bad timestamps":  func(k string) { client.HSet(ctx, k, "v", "1", "st", "1", "fp", "f", "ca", "x", "ex", "99999999999999") },
+		"expiry not a ts": func(k string) { client.HSet(ctx, k, "v", "1", "st", "1", "ex", "soon") },
+	}
+	for name, plant := range cases {
+		key := cachetest.Key(t, name)
+		plant("idem:" + key)
+		if _, _, err := s.LockOrGet(ctx, key, lock); !errors.Is(err, cache.ErrCorrupt) && !strings.Contains(errString(err), "WRONGTYPE") {
+			t.Errorf("%s: LockOrGet err = %v, want a corruption error", name, err)
+		} else if err == nil {
+			t.Errorf("%s: LockOrGet treated a foreign value as a miss", name)
+		}
+		if _, err := s.Get(ctx, key); err == nil || errors.Is(err, cache.ErrNotFound) {
+			t.Errorf("%s: Get err = %v, want a corruption error", name, err)
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestKeyLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
+	ctx := context.Background()
+	key := cachetest.Key(t, "k")
+	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok", Fingerprint: "fp", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h := client.HGetAll(ctx, "myapp:idem:"+key).Val()
+	if h["v"] != "1" || h["st"] != "1" || h["tok"] != "tok" || h["fp"] != "fp" || h["ca"] == "" || h["ex"] == "" {
+		t.Fatalf("in-flight hash = %v", h)
+	}
+	if err := s.Complete(ctx, key, "tok", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200, Body: []byte("x")}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h = client.HGetAll(ctx, "myapp:idem:"+key).Val()
+	if h["st"] != "2" || h["resp"] == "" || h["tok"] != "" {
+		t.Fatalf("completed hash = %v (token must be gone)", h)
+	}
+	if ttl := client.TTL(ctx, "myapp:idem:"+key).Val(); ttl < 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("TTL = %v, want about an hour", ttl)
+	}
+}
+
+func TestRedisErrorsSurface(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("needs a server it can stop")
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+	defer client.Close()
+	s := redisstore.New(client)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	srv.Stop()
+	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err == nil || errors.Is(err, cache.ErrCorrupt) {
+		t.Fatalf("LockOrGet with Redis down: err = %v, want a connection error", err)
+	}
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping with Redis down succeeded")
+	}
+	if err := s.Release(ctx, "k", "t"); err == nil || errors.Is(err, cache.ErrLockLost) {
+		t.Fatalf("Release with Redis down: err = %v, want a connection error, not ErrLockLost", err)
+	}
+}
+
+// Through Sentinel: the client asks the Sentinel for the master and the suite runs
+// against it, opened from a redis+sentinel:// URL as the proxy and Caddy open it.
+func TestConformanceSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sentinel test skipped under -short")
+	}
+	master := redistest.Start(t)
+	if master.External {
+		t.Skip("needs a master of its own")
+	}
+	sentinel := redistest.StartSentinel(t, master)
+	client, err := redisstore.NewClient("redis+sentinel://" + sentinel.Addr + "?master_name=mymaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cachetest.Run(t, harness(client))
+	// The records landed on the master the Sentinel named.
+	if n, err := master.Client().DBSize(context.Background()).Result(); err != nil || n == 0 {
+		t.Fatalf("master holds %d keys (%v)", n, err)
+	}
+}

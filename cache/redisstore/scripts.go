@@ -1,0 +1,102 @@
+package redisstore
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every operation is one script on one key, so it is atomic and needs no hash tags
+// in Cluster. A record is a hash:
+//
+//	v    format version ("1")
+//	st   state: "1" in flight, "2" completed
+//	fp   request fingerprint
+//	tok  lock token (in flight only)
+//	ca   created-at, Unix milliseconds
+//	ex   lease or record expiry, Unix milliseconds (checked on read)
+//	resp msgpack-encoded response (completed only)
+//
+// PEXPIRE removes the key when ex passes; ex is checked as well so that an injected
+// clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
+//
+// Token mismatches are answered with a value (0), never an error: Go does not match
+// on error text. A value under the key that is not one of our hashes answers -1.
+
+// nowLua sets `now`, in milliseconds, from ARGV[n] or the server clock.
+const nowLua = `
+local now = tonumber(ARGV[%d])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+// readLua reads the record into r = {v, st, fp, ca, ex, resp}; live is true when it
+// exists and has not expired. It answers -1 for a foreign value.
+const readLua = `
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'hash' then return {-1} end
+local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp')
+if kind == 'hash' and (r[1] ~= '1' or not tonumber(r[5])) then return {-1} end
+local live = kind == 'hash' and tonumber(r[5]) > now
+`
+
+// lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms.
+// Answers {0} when claimed, {1, v, st, fp, ca, ex, resp} when a live record exists.
+var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + `
+if live then return {1, r[1], r[2], r[3], r[4], r[5], r[6]} end
+if kind == 'hash' then redis.call('DEL', KEYS[1]) end
+redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {0}
+`)
+
+// heldLua answers 0 unless ARGV[1] holds a live in-flight lock on KEYS[1].
+const heldLua = `
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex')
+if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now then return 0 end
+`
+
+// Complete, release and delete announce the change on the store's notification
+// channel (the last ARGV), for duplicates waiting on the key: a PUBLISH inside the
+// script, so it costs no round trip.
+
+// completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel. Answers 1 or 0.
+var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + heldLua + `
+redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
+redis.call('HDEL', KEYS[1], 'tok')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[5], KEYS[1])
+return 1
+`)
+
+// releaseScript: KEYS[1]; ARGV token, now ms, channel. Answers 1 or 0.
+var releaseScript = redis.NewScript(fmt.Sprintf(nowLua, 2) + heldLua + `
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[3], KEYS[1])
+return 1
+`)
+
+// extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0.
+var extendScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + heldLua + `
+redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// getScript: KEYS[1]; ARGV now ms. Answers {0} when absent, {1, …} as lockScript.
+var getScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
+if live then return {1, r[1], r[2], r[3], r[4], r[5], r[6]} end
+return {0}
+`)
+
+// deleteScript: KEYS[1]; ARGV now ms, channel. Answers 1 when a live record was deleted.
+var deleteScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
+if kind == 'hash' then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+end
+if live then return 1 end
+return 0
+`)

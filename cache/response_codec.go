@@ -1,0 +1,173 @@
+package cache
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Response is encoded by hand: it is on every replay's path, and msgpack's
+// reflection cost more than the rest of a replay. The wire format is the plain
+// msgpack map the struct tags describe ({"s": status, "h": headers, "b": body,
+// "o": oversize, "n": body size}, empty fields left out), so either side can be
+// decoded by any msgpack reader.
+
+var (
+	_ msgpack.CustomEncoder = (*Response)(nil)
+	_ msgpack.CustomDecoder = (*Response)(nil)
+)
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 1
+	if len(r.Header) > 0 {
+		n++
+	}
+	if len(r.Body) > 0 {
+		n++
+	}
+	if r.Oversize {
+		n++
+	}
+	if r.BodySize != 0 {
+		n++
+	}
+	if err := enc.EncodeMapLen(n); err != nil {
+		return err
+	}
+	if err := encodeKey(enc, "s"); err != nil {
+		return err
+	}
+	if err := enc.EncodeInt(int64(r.Status)); err != nil {
+		return err
+	}
+	if len(r.Header) > 0 {
+		if err := encodeKey(enc, "h"); err != nil {
+			return err
+		}
+		if err := enc.EncodeMapLen(len(r.Header)); err != nil {
+			return err
+		}
+		for k, vs := range r.Header {
+			if err := enc.EncodeString(k); err != nil {
+				return err
+			}
+			if err := enc.EncodeArrayLen(len(vs)); err != nil {
+				return err
+			}
+			for _, v := range vs {
+				if err := enc.EncodeString(v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(r.Body) > 0 {
+		if err := encodeKey(enc, "b"); err != nil {
+			return err
+		}
+		if err := enc.EncodeBytes(r.Body); err != nil {
+			return err
+		}
+	}
+	if r.Oversize {
+		if err := encodeKey(enc, "o"); err != nil {
+			return err
+		}
+		if err := enc.EncodeBool(true); err != nil {
+			return err
+		}
+	}
+	if r.BodySize != 0 {
+		if err := encodeKey(enc, "n"); err != nil {
+			return err
+		}
+		if err := enc.EncodeInt(r.BodySize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeKey(enc *msgpack.Encoder, k string) error { return enc.EncodeString(k) }
+
+// DecodeMsgpack implements msgpack.CustomDecoder. Unknown keys are skipped, so a
+// newer writer's extra fields do not break an older reader.
+func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
+	*r = Response{}
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("response is nil")
+	}
+	for i := 0; i < n; i++ {
+		key, err := dec.DecodeString()
+		if err != nil {
+			return err
+		}
+		switch key {
+		case "s":
+			s, err := dec.DecodeInt()
+			if err != nil {
+				return err
+			}
+			r.Status = s
+		case "h":
+			hn, err := dec.DecodeMapLen()
+			if err != nil {
+				return err
+			}
+			if hn < 0 {
+				continue
+			}
+			if hn > 1<<16 {
+				return fmt.Errorf("%d headers", hn)
+			}
+			r.Header = make(http.Header, hn)
+			for j := 0; j < hn; j++ {
+				name, err := dec.DecodeString()
+				if err != nil {
+					return err
+				}
+				vn, err := dec.DecodeArrayLen()
+				if err != nil {
+					return err
+				}
+				if vn < 0 {
+					r.Header[name] = nil
+					continue
+				}
+				if vn > 1<<16 {
+					return fmt.Errorf("%d values for one header", vn)
+				}
+				vals := make([]string, vn)
+				for k := range vals {
+					if vals[k], err = dec.DecodeString(); err != nil {
+						return err
+					}
+				}
+				r.Header[name] = vals
+			}
+		case "b":
+			if r.Body, err = dec.DecodeBytes(); err != nil {
+				return err
+			}
+		case "o":
+			if r.Oversize, err = dec.DecodeBool(); err != nil {
+				return err
+			}
+		case "n":
+			if r.BodySize, err = dec.DecodeInt64(); err != nil {
+				return err
+			}
+		default:
+			if err := dec.Skip(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name    string
+		input   string
+		want    string // JSON of the handler; "" when wantErr
+		wantErr string
+	}{
+		{name: "empty block", input: `idempotency`, want: `{}`},
+		{name: "every subdirective", input: `idempotency {
+			store redis redis://127.0.0.1:6379/0 {
+				prefix app:
+			}
+			ttl 1h
+			lock_ttl 10s
+			methods post PUT
+			require_key
+			header X-Request-Key
+			scope {http.request.host} {http.request.header.X-Tenant}
+			fingerprint_headers X-Currency
+			max_request_body 1MiB
+			max_body 2MB
+			store_statuses 2xx !204
+			ignore_headers Set-Cookie
+			fail_open
+			handler_timeout 90s
+		}`, want: `{"store":{"prefix":"app:","type":"redis","url":"redis://127.0.0.1:6379/0"},"ttl":3600000000000,
+			"lock_ttl":10000000000,"methods":["POST","PUT"],"require_key":true,"header":"X-Request-Key",
+			"scope":["{http.request.host}","{http.request.header.X-Tenant}"],"fingerprint_headers":["X-Currency"],
+			"max_request_body":1048576,"max_body":2000000,"store_statuses":["2xx","!204"],"ignore_headers":["Set-Cookie"],
+			"fail_open":true,"handler_timeout":90000000000}`},
+		{name: "store URL directly", input: `idempotency {
+			store rediss://user:pw@cache:6380/1
+		}`, want: `{"store":{"type":"redis","url":"rediss://user:pw@cache:6380/1"}}`},
+		{name: "store cluster URL", input: `idempotency {
+			store redis+cluster://a:7000?addr=b:7000
+		}`, want: `{"store":{"type":"redis","url":"redis+cluster://a:7000?addr=b:7000"}}`},
+		{name: "memory store with bounds", input: `idempotency {
+			store memory {
+				max_records 1000
+				max_bytes 64MiB
+			}
+		}`, want: `{"store":{"max_bytes":67108864,"max_records":1000,"type":"memory"}}`},
+		{name: "wait", input: `idempotency {
+			wait 10s
+		}`, want: `{"wait":10000000000}`},
+		{name: "in_flight_only", input: `idempotency {
+			in_flight_only
+		}`, want: `{"in_flight_only":true}`},
+		{name: "wait without value", input: "idempotency {\nwait\n}", wantErr: "wrong argument count"},
+		{name: "day durations", input: `idempotency {
+			ttl 2d
+		}`, want: `{"ttl":172800000000000}`},
+
+		{name: "argument on the directive", input: `idempotency extra`, wantErr: "wrong argument count"},
+		{name: "duplicate subdirective", input: "idempotency {\nttl 1h\nttl 2h\n}", wantErr: `duplicate subdirective "ttl"`},
+		{name: "unknown subdirective", input: "idempotency {\nretries 3\n}", wantErr: `unknown subdirective "retries"`},
+		{name: "ttl without value", input: "idempotency {\nttl\n}", wantErr: "wrong argument count"},
+		{name: "ttl with two values", input: "idempotency {\nttl 1h 2h\n}", wantErr: "wrong argument count"},
+		{name: "bad duration", input: "idempotency {\nlock_ttl soon\n}", wantErr: `lock_ttl: bad duration "soon"`},
+		{name: "negative duration", input: "idempotency {\nttl -1h\n}", wantErr: "must not be negative"},
+		{name: "bad size", input: "idempotency {\nmax_body lots\n}", wantErr: `max_body: bad size "lots"`},
+		{name: "methods without values", input: "idempotency {\nmethods\n}", wantErr: "wrong argument count"},
+		{name: "scope without values", input: "idempotency {\nscope\n}", wantErr: "wrong argument count"},
+		{name: "require_key with a value", input: "idempotency {\nrequire_key yes\n}", wantErr: "wrong argument count"},
+		{name: "store without kind", input: "idempotency {\nstore\n}", wantErr: "wrong argument count"},
+		{name: "unknown store", input: "idempotency {\nstore mysql\n}", wantErr: `unknown store "mysql"`},
+		{name: "redis without URL", input: "idempotency {\nstore redis\n}", wantErr: "missing the Redis URL"},
+		{name: "unknown redis option", input: "idempotency {\nstore redis redis://h:1 {\n db 2\n}\n}", wantErr: `unknown redis store option "db"`},
+		{name: "unknown memory option", input: "idempotency {\nstore memory {\n size 2\n}\n}", wantErr: `unknown memory store option "size"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Handler
+			err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(&h)
+			if !jsonEqual(t, got, []byte(tc.want)) {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("bad JSON %s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("bad JSON %s: %v", b, err)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
+
+func TestValidate(t *testing.T) {
+	for name, h := range map[string]Handler{
+		"negative ttl":     {TTL: caddy.Duration(-time.Second)},
+		"negative lock":    {LockTTL: caddy.Duration(-time.Second)},
+		"negative body":    {MaxBody: -1},
+		"bad statuses":     {StoreStatuses: []string{"7xx"}},
+		"negative timeout": {HandlerTimeout: caddy.Duration(-time.Second)},
+		"negative wait":    {Wait: caddy.Duration(-time.Second)},
+		"wait + in-flight": {Wait: caddy.Duration(time.Second), InFlightOnly: true},
+	} {
+		if err := h.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", name)
+		}
+	}
+	if err := (&Handler{}).Validate(); err != nil {
+		t.Errorf("zero handler: %v", err)
+	}
+	if err := (&RedisStore{}).Validate(); err == nil {
+		t.Error("redis store without URL accepted")
+	}
+}

@@ -1,0 +1,160 @@
+package caddymodule
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestCaddyEndToEnd builds the example Caddy (examples/caddy: standard modules plus
+// this one), runs it with a Caddyfile in front of a counting upstream, and checks the
+// protocol, the placeholder, a config reload that keeps stored responses, and that
+// list-modules shows the modules.
+func TestCaddyEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "caddy")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/caddy").CombinedOutput(); err != nil {
+		t.Fatalf("building Caddy: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "list-modules").CombinedOutput()
+	for _, id := range []string{"http.handlers.idempotency", "http.handlers.idempotency.stores.memory", "http.handlers.idempotency.stores.redis"} {
+		if err != nil || !strings.Contains(string(out), id+"\n") {
+			t.Fatalf("list-modules lacks %s (err %v):\n%s", id, err, out)
+		}
+	}
+
+	var calls atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n int64
+		if r.Method == http.MethodPost {
+			n = calls.Add(1)
+		}
+		if r.URL.Path == "/slow" {
+			time.Sleep(700 * time.Millisecond)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"charge":%d}`, n)
+	}))
+	defer upstream.Close()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	caddyfile := func(extra string) string {
+		return fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	persist_config off
+}
+:%s {
+	idempotency {
+		store memory
+		lock_ttl 10s
+	}
+	header ?X-Idempotency-Result {http.idempotency.result}
+	%s
+	reverse_proxy %s
+}
+`, admin, site, extra, strings.TrimPrefix(upstream.URL, "http://"))
+	}
+	cfgPath := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("caddy log:\n%s", logs.String())
+		}
+	}()
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/")
+
+	post := func(path, key, body string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	r1, b1 := post("/pay", "e2e", "x")
+	r2, b2 := post("/pay", "e2e", "x")
+	if r1.StatusCode != 201 || r2.StatusCode != 201 || b1 != b2 || r2.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
+		t.Fatalf("replay through Caddy: %d %q / %d %q replayed=%q calls=%d", r1.StatusCode, b1, r2.StatusCode, b2, r2.Header.Get("Idempotent-Replayed"), calls.Load())
+	}
+	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "executing,replayed" {
+		t.Fatalf("result placeholder: %q, want executing,replayed", got)
+	}
+	if r, _ := post("/pay", "e2e", "other"); r.StatusCode != 422 {
+		t.Fatalf("mismatch through Caddy: %d", r.StatusCode)
+	}
+	done := make(chan int)
+	go func() { r, _ := post("/slow", "slow", ""); done <- r.StatusCode }()
+	time.Sleep(200 * time.Millisecond)
+	if r, _ := post("/slow", "slow", ""); r.StatusCode != 409 {
+		t.Fatalf("in flight through Caddy: %d", r.StatusCode)
+	}
+	if code := <-done; code != 201 {
+		t.Fatalf("slow first: %d", code)
+	}
+
+	// Reload with a changed config: the stored response is still replayed.
+	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
+	if out, err := exec.Command(bin, "reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin).CombinedOutput(); err != nil {
+		t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+	r3, b3 := post("/pay", "e2e", "x")
+	if r3.Header.Get("X-Reloaded") != "yes" {
+		t.Fatalf("the reload did not take effect: %v", r3.Header)
+	}
+	if r3.Header.Get("Idempotent-Replayed") != "true" || b3 != b1 || calls.Load() != 2 {
+		t.Fatalf("after reload: replayed=%q body %q calls %d; the stored response must survive", r3.Header.Get("Idempotent-Replayed"), b3, calls.Load())
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

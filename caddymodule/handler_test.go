@@ -1,0 +1,265 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// provision builds a handler from JSON in a fresh Caddy context, as Caddy would.
+func provision(t *testing.T, cfg string) (*Handler, caddy.Context, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	var h Handler
+	if err := json.Unmarshal([]byte(cfg), &h); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(ctx); err != nil {
+		cancel()
+		t.Fatalf("Provision: %v", err)
+	}
+	if err := h.Validate(); err != nil {
+		cancel()
+		t.Fatalf("Validate: %v", err)
+	}
+	t.Cleanup(cancel)
+	return &h, ctx, cancel
+}
+
+type call struct {
+	method, key, body string
+	header            http.Header
+}
+
+type answer struct {
+	code   int
+	body   string
+	header http.Header
+	err    error
+	result string
+}
+
+func serve(h *Handler, c call, next caddyhttp.Handler) answer {
+	if c.method == "" {
+		c.method = "POST"
+	}
+	r := httptest.NewRequest(c.method, "http://shop.example/charges", strings.NewReader(c.body))
+	if c.key != "" {
+		r.Header.Set("Idempotency-Key", c.key)
+	}
+	for k, v := range c.header {
+		r.Header[k] = v
+	}
+	repl := caddyhttp.NewTestReplacer(r)
+	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+	w := httptest.NewRecorder()
+	err := h.ServeHTTP(w, r, next)
+	res, _ := repl.GetString(ResultPlaceholder)
+	return answer{w.Code, w.Body.String(), w.Header(), err, res}
+}
+
+type counting struct {
+	calls atomic.Int64
+	fn    func(w http.ResponseWriter, r *http.Request) error
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	c.calls.Add(1)
+	if c.fn != nil {
+		return c.fn(w, r)
+	}
+	w.WriteHeader(201)
+	_, err := io.WriteString(w, "charged")
+	return err
+}
+
+func TestHandlerProtocol(t *testing.T) {
+	h, _, _ := provision(t, `{"store":{"type":"memory","max_records":1000}}`)
+	next := &counting{}
+	a := serve(h, call{key: "k", body: "a"}, next)
+	b := serve(h, call{key: "k", body: "a"}, next)
+	if a.code != 201 || a.result != "stored" || b.code != 201 || b.header.Get("Idempotent-Replayed") != "true" || b.body != "charged" || b.result != "replayed" {
+		t.Fatalf("replay: first %+v second %+v", a, b)
+	}
+	if c := serve(h, call{key: "k", body: "other"}, next); c.code != 422 || c.result != "mismatch" {
+		t.Fatalf("mismatch: %+v", c)
+	}
+	if c := serve(h, call{method: "GET", key: "k"}, next); c.code != 201 || c.result != "" {
+		t.Fatalf("GET passes through: %+v", c)
+	}
+	if next.calls.Load() != 2 {
+		t.Fatalf("calls = %d, want 2", next.calls.Load())
+	}
+
+	// 409 while in flight.
+	release, started := make(chan struct{}), make(chan struct{})
+	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		close(started)
+		<-release
+		w.WriteHeader(200)
+		return nil
+	}}
+	done := make(chan answer)
+	go func() { done <- serve(h, call{key: "slow"}, slow) }()
+	<-started
+	if c := serve(h, call{key: "slow"}, slow); c.code != 409 || c.header.Get("Retry-After") == "" || c.result != "conflict" {
+		t.Fatalf("in flight: %+v", c)
+	}
+	close(release)
+	<-done
+
+	// 5xx: not stored, the retry runs.
+	fail := &counting{fn: func(w http.ResponseWriter, r *http.Request) error { w.WriteHeader(502); return nil }}
+	serve(h, call{key: "5xx"}, fail)
+	if c := serve(h, call{key: "5xx"}, fail); c.code != 502 || fail.calls.Load() != 2 || c.result != "not_stored" {
+		t.Fatalf("5xx: %+v calls %d", c, fail.calls.Load())
+	}
+
+	// An error from next (reverse_proxy could not reach its upstream): returned
+	// unchanged for Caddy's error handling, and the key released.
+	boom := caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp: connection refused"))
+	erring := &counting{fn: func(w http.ResponseWriter, r *http.Request) error { return boom }}
+	for i := 0; i < 2; i++ {
+		if c := serve(h, call{key: "err"}, erring); !errors.Is(c.err, boom) {
+			t.Fatalf("error from next: %+v", c)
+		}
+	}
+	if erring.calls.Load() != 2 {
+		t.Fatalf("error from next: calls = %d, want 2 (key released)", erring.calls.Load())
+	}
+}
+
+func TestHandlerOptionsApply(t *testing.T) {
+	h, _, _ := provision(t, `{"require_key":true,"methods":["put"],"header":"X-Key","scope":["{http.request.header.X-Tenant}"],
+		"store_statuses":["2xx"],"max_request_body":4}`)
+	next := &counting{}
+	if c := serve(h, call{method: "PUT"}, next); c.code != 400 || !strings.Contains(c.body, "missing-key") {
+		t.Fatalf("require_key: %+v", c)
+	}
+	if c := serve(h, call{method: "POST"}, next); c.code != 201 {
+		t.Fatalf("POST is not tracked here: %+v", c)
+	}
+	put := func(tenant, auth, body string) answer {
+		return serve(h, call{method: "PUT", body: body, header: http.Header{"X-Key": {"k"}, "X-Tenant": {tenant}, "Authorization": {auth}}}, next)
+	}
+	put("a", "x", "")
+	if c := put("a", "y", ""); c.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("scope is the tenant only: %+v", c)
+	}
+	if c := put("b", "x", ""); c.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("another tenant got a replay: %+v", c)
+	}
+	if c := put("c", "x", "12345"); c.code != 413 {
+		t.Fatalf("max_request_body: %+v", c)
+	}
+}
+
+// A config reload provisions the new handler (and store module) before cleaning up
+// the old: stored responses and in-flight locks survive.
+func TestReloadKeepsStore(t *testing.T) {
+	const cfg = `{"store":{"type":"memory","max_records":777}}`
+	old, _, cancelOld := provision(t, cfg)
+	next := &counting{}
+	serve(old, call{key: "kept"}, next)
+	release, started := make(chan struct{}), make(chan struct{})
+	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		close(started)
+		<-release
+		w.WriteHeader(200)
+		return nil
+	}}
+	done := make(chan answer)
+	go func() { done <- serve(old, call{key: "inflight"}, slow) }()
+	<-started
+
+	reloaded, _, _ := provision(t, cfg)
+	cancelOld() // Caddy cleans up the old config after the new one is running
+	if c := serve(reloaded, call{key: "kept"}, next); c.header.Get("Idempotent-Replayed") != "true" || next.calls.Load() != 1 {
+		t.Fatalf("stored response lost in reload: %+v", c)
+	}
+	if c := serve(reloaded, call{key: "inflight"}, slow); c.code != 409 {
+		t.Fatalf("in-flight lock lost in reload: %+v", c)
+	}
+	close(release)
+	if c := <-done; c.code != 200 {
+		t.Fatalf("in-flight request across reload: %+v", c)
+	}
+	if c := serve(reloaded, call{key: "inflight"}, slow); c.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("response completed by the old handler not replayed by the new: %+v", c)
+	}
+}
+
+func TestMetricsCounter(t *testing.T) {
+	h, ctx, _ := provision(t, `{}`)
+	h2 := new(Handler) // a second handler in the same config shares the counter
+	if err := h2.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := &counting{}
+	serve(h, call{key: "m"}, next)
+	serve(h2, call{key: "m"}, next)
+	n, err := testutil.GatherAndCount(ctx.GetMetricsRegistry(), "caddy_http_idempotency_requests_total")
+	if err != nil || n != 2 { // two series: stored, replayed
+		t.Fatalf("series = %d, err %v", n, err)
+	}
+}
+
+func TestRedisStoreModule(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := `{"store":{"type":"redis","url":"` + srv.URL() + `","prefix":"caddytest:"}}`
+	a, _, _ := provision(t, cfg)
+	b, _, _ := provision(t, cfg)
+	next := &counting{}
+	serve(a, call{key: "r"}, next)
+	if c := serve(b, call{key: "r"}, next); c.header.Get("Idempotent-Replayed") != "true" || next.calls.Load() != 1 {
+		t.Fatalf("second handler on the same Redis: %+v", c)
+	}
+	if keys, _ := srv.Client().Scan(context.Background(), 0, "caddytest:*", 1000).Val(); len(keys) != 1 {
+		t.Fatalf("keys under the prefix: %v", keys)
+	}
+	// Placeholders in the URL.
+	t.Setenv("IDEM_TEST_REDIS", srv.URL())
+	c, _, _ := provision(t, `{"store":{"type":"redis","url":"{env.IDEM_TEST_REDIS}","prefix":"caddytest:"}}`)
+	if got := serve(c, call{key: "r"}, next); got.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("{env.…} URL: %+v", got)
+	}
+}
+
+func TestHandlerWaitAndInFlightOnly(t *testing.T) {
+	h, _, _ := provision(t, `{"wait":10000000000}`)
+	release, started := make(chan struct{}), make(chan struct{})
+	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		close(started)
+		<-release
+		w.WriteHeader(201)
+		return nil
+	}}
+	done := make(chan answer)
+	go func() { done <- serve(h, call{key: "w"}, slow) }()
+	<-started
+	waiter := make(chan answer)
+	go func() { waiter <- serve(h, call{key: "w"}, slow) }()
+	close(release)
+	<-done
+	if a := <-waiter; a.code != 201 || a.header.Get("Idempotent-Replayed") != "true" || slow.calls.Load() != 1 {
+		t.Fatalf("waiter: %+v, calls %d", a, slow.calls.Load())
+	}
+
+	ifo, _, _ := provision(t, `{"in_flight_only":true}`)
+	next := &counting{}
+	serve(ifo, call{key: "p"}, next)
+	if a := serve(ifo, call{key: "p"}, next); a.header.Get("Idempotent-Replayed") != "" || next.calls.Load() != 2 {
+		t.Fatalf("in_flight_only stored a result: %+v", a)
+	}
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make demo: the demo API on :3000 and idemproxy (memory store) on :8080 in front of
+# it. It runs the curl lines below once so you see each answer, then keeps both
+# running for you to try them yourself, until Ctrl-C. DEMO_ONCE=1 stops after the tour.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+API=127.0.0.1:${DEMO_API_PORT:-3000}
+PROXY=127.0.0.1:${DEMO_PROXY_PORT:-8080}
+ADMIN=127.0.0.1:${DEMO_ADMIN_PORT:-9090}
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+./bin/demoapi --listen "$API" 2>/tmp/idemproxy-demoapi.log & pids+=($!)
+./bin/idemproxy --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
+for _ in $(seq 100); do
+  curl -fsS "http://$ADMIN/healthz" >/dev/null 2>&1 && curl -fsS "http://$API/charges" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+run() { printf '\n\033[1m$ %s\033[0m\n' "$*"; eval "$@"; echo; }
+key="demo-$(date +%s)"
+echo "idemproxy on http://$PROXY in front of the demo API on http://$API (logs: /tmp/idemproxy-demo.log)"
+echo "== 1. The first request runs; the retry with the same key is replayed, not run again:"
+run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 100}'"
+run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 100}'"
+echo "== 2. The same key with a different body is refused (422):"
+run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 999}'"
+echo "== 3. A duplicate that arrives while the first is still running gets 409 + Retry-After:"
+run "curl -sS -o /dev/null -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}' & first=\$!; sleep 0.5; curl -sS -i -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}'; wait \$first"
+echo "== 4. Two charges were created upstream, not five:"
+run "curl -sS http://$API/charges"
+echo "== 5. The stored record, through the admin API:"
+run "./bin/idemproxy keys get $key-a --admin $ADMIN"
+
+if [ "${DEMO_ONCE:-}" = 1 ]; then exit 0; fi
+cat <<MSG
+Both are still running. Try:
+  curl -i -X POST http://$PROXY/charges -H 'Idempotency-Key: my-key' -d '{"amount": 42}'
+  curl -i -X POST http://$PROXY/flaky   -H 'Idempotency-Key: k5' -d '{}'     # 503: not stored, a retry runs again
+  curl -s http://$ADMIN/metrics | grep idemproxy_requests_total
+Press Ctrl-C to stop.
+MSG
+wait

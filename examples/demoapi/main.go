@@ -1,0 +1,70 @@
+// Command demoapi is a tiny payments-like API to put idemproxy in front of. It has no
+// idempotency of its own: every POST /charges creates a new charge.
+//
+//	POST /charges          {"amount": 100}   → 201 with a new charge id
+//	     ?delay=3s                           (answers after a delay, to see a 409)
+//	GET  /charges                            → every charge created so far
+//	POST /flaky                              → 503 (never stored: a retry runs again)
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+type charge struct {
+	ID     string          `json:"id"`
+	Amount json.RawMessage `json:"amount"`
+	At     time.Time       `json:"created_at"`
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:3000", "address to listen on")
+	flag.Parse()
+
+	var mu sync.Mutex
+	var charges []charge
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil && d > 0 && d <= time.Minute {
+			time.Sleep(d)
+		}
+		var in struct {
+			Amount json.RawMessage `json:"amount"`
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err := json.Unmarshal(body, &in); err != nil || len(in.Amount) == 0 {
+			http.Error(w, `{"error":"want a JSON body like {\"amount\": 100}"}`, http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		c := charge{ID: fmt.Sprintf("ch_%d", len(charges)+1), Amount: in.Amount, At: time.Now().UTC()}
+		charges = append(charges, c)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(c)
+	})
+	mux.HandleFunc("GET /charges", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(charges), "charges": charges})
+	})
+	mux.HandleFunc("POST /flaky", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"temporarily unavailable"}`, http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("demoapi listening on %s", *listen)
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, "demoapi:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,595 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/cachetest"
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+func TestConcurrentDuplicatesRunOnce(t *testing.T) {
+	const n = 200
+	release := make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte("charged"))
+	}}
+	h := newHandler(t, newMem(t)).Wrap(c)
+
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- serve(h, req{key: "same", body: "x"}).Code
+		}()
+	}
+	// Every duplicate but the one executing answers 409 while it is blocked.
+	got := map[int]int{}
+	for i := 0; i < n-1; i++ {
+		got[<-codes]++
+	}
+	close(release)
+	wg.Wait()
+	got[<-codes]++
+	if c.calls.Load() != 1 || got[201] != 1 || got[409] != n-1 {
+		t.Fatalf("calls = %d, statuses = %v; want 1 call, one 201 and %d 409s", c.calls.Load(), got, n-1)
+	}
+	// And after completion, concurrent duplicates all replay.
+	var replayed sync.WaitGroup
+	errs := make(chan string, n)
+	for i := 0; i < n; i++ {
+		replayed.Add(1)
+		go func() {
+			defer replayed.Done()
+			w := serve(h, req{key: "same", body: "x"})
+			if w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != "charged" {
+				errs <- fmt.Sprintf("%d %q", w.Code, w.Body)
+			}
+		}()
+	}
+	replayed.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatalf("replay: %s", e)
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("calls = %d after replays", c.calls.Load())
+	}
+}
+
+func TestMismatchWinsOverInFlight(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
+	h := newHandler(t, newMem(t)).Wrap(c)
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{key: "k", body: "a"}) }()
+	<-started
+	if w := serve(h, req{key: "k", body: "b"}); w.Code != 422 {
+		t.Fatalf("different body while in flight: %d, want 422", w.Code)
+	}
+	w := serve(h, req{key: "k", body: "a"})
+	if w.Code != 409 {
+		t.Fatalf("same request while in flight: %d, want 409", w.Code)
+	}
+	checkProblem(t, w.Header(), w.Body.Bytes(), 409, middleware.ProblemInFlight)
+	close(release)
+	<-done
+}
+
+// The lease is renewed while next runs: the fake clock moves well past the lease,
+// but only in steps shorter than it, each after a renewal.
+func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
+	clk := cachetest.NewClock()
+	store := &flaky{Store: newMem(t, memstore.WithClock(clk.Now)), extends: make(chan struct{}, 1)}
+	const lease = 30 * time.Millisecond
+	release := make(chan struct{})
+	started := make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release; w.WriteHeader(200) }}
+	h := newHandler(t, store, middleware.WithLockTTL(lease)).Wrap(c)
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{key: "slow"}) }()
+	<-started
+	for i := 0; i < 6; i++ { // 6 × 20ms = 4 leases of fake time
+		select {
+		case <-store.extends:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no lease renewal after %d steps", i)
+		}
+		clk.Advance(2 * lease / 3)
+		if w := serve(h, req{key: "slow"}); w.Code != 409 {
+			t.Fatalf("step %d: duplicate got %d, want 409 (lock lost)", i, w.Code)
+		}
+	}
+	close(release)
+	<-done
+	if w := serve(h, req{key: "slow"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after completion: %d replayed=%q", w.Code, w.Header().Get("Idempotent-Replayed"))
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	}
+}
+
+// A holder whose lease lapsed (no renewal got through) cannot overwrite the newer
+// holder's record.
+func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
+	clk := cachetest.NewClock()
+	store := newMem(t, memstore.WithClock(clk.Now))
+	var evs events
+	releaseFirst := make(chan struct{})
+	firstStarted := make(chan struct{})
+	c := &counter{}
+	c.fn = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Which") == "first" {
+			close(firstStarted)
+			<-releaseFirst
+		}
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(r.Header.Get("X-Which")))
+	}
+	// The lease is long in real time (no renewal fires during the test) and
+	// lapses by moving the fake clock.
+	h := newHandler(t, store, middleware.WithLockTTL(time.Hour), middleware.WithObserver(evs.observe)).Wrap(c)
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{key: "k", header: http.Header{"X-Which": {"first"}}}) }()
+	<-firstStarted
+	clk.Advance(2 * time.Hour)
+	if w := serve(h, req{key: "k", header: http.Header{"X-Which": {"second"}}}); w.Code != 200 || w.Body.String() != "second" {
+		t.Fatalf("second after lapse: %d %q", w.Code, w.Body)
+	}
+	close(releaseFirst)
+	<-done
+	if w := serve(h, req{key: "k"}); w.Body.String() != "second" || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay = %q, want the newer holder's response", w.Body)
+	}
+	o := evs.outcomes()
+	if len(o) != 3 || o[0] != middleware.OutcomeStored || o[1] != middleware.OutcomeNotStored {
+		t.Fatalf("outcomes %v: want the second stored, then the lapsed first not stored", o)
+	}
+	if evs.all[1].Err == nil || !errors.Is(evs.all[1].Err, cache.ErrLockLost) {
+		t.Fatalf("lapsed holder's error = %v, want ErrLockLost", evs.all[1].Err)
+	}
+}
+
+func TestClientHangUpStillStores(t *testing.T) {
+	store := newMem(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	ctxErr := make(chan error, 1)
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		ctxErr <- r.Context().Err()
+		w.WriteHeader(201)
+		_, _ = w.Write(bytes.Repeat([]byte("z"), 256<<10)) // more than socket buffers take
+	}}
+	var evs events
+	srv := httptest.NewServer(newHandler(t, store, middleware.WithObserver(evs.observe)).Wrap(c))
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/pay", strings.NewReader("x"))
+	r.Header.Set("Idempotency-Key", "hangup")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := srv.Client().Do(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-started
+	cancel() // the client hangs up while the first request runs
+	if err := <-errc; err == nil {
+		t.Fatal("client request should have been cancelled")
+	}
+	close(release)
+	if err := <-ctxErr; err != nil {
+		t.Fatalf("next's context was cancelled by the hang-up: %v", err)
+	}
+	waitFor(t, "the response to be stored", func() bool { return len(evs.outcomes()) == 1 })
+	if o := evs.outcomes(); o[0] != middleware.OutcomeStored {
+		t.Fatalf("outcome %v, want stored", o)
+	}
+	r2, _ := http.NewRequest("POST", srv.URL+"/pay", strings.NewReader("x"))
+	r2.Header.Set("Idempotency-Key", "hangup")
+	resp, err := srv.Client().Do(r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || len(body) != 256<<10 || resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d, %d bytes, replayed=%q", resp.StatusCode, len(body), resp.Header.Get("Idempotent-Replayed"))
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	}
+}
+
+func TestErrorsAndPanicsRelease(t *testing.T) {
+	store := newMem(t)
+	h := newHandler(t, store)
+	boom := errors.New("upstream unreachable")
+	calls := 0
+	failing := middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error { calls++; return boom })
+	for i := 0; i < 2; i++ {
+		if err := h.Handle(httptest.NewRecorder(), req{key: "err"}.build(), failing); !errors.Is(err, boom) {
+			t.Fatalf("Handle returned %v, want next's error", err)
+		}
+	}
+	if calls != 2 {
+		t.Fatalf("error from next: calls = %d, want 2 (key released)", calls)
+	}
+
+	panicky := &counter{fn: func(w http.ResponseWriter, r *http.Request) { panic("kaboom") }}
+	wrapped := h.Wrap(panicky)
+	for i := 0; i < 2; i++ {
+		func() {
+			defer func() {
+				if p := recover(); p != "kaboom" {
+					t.Fatalf("panic not re-raised: %v", p)
+				}
+			}()
+			serve(wrapped, req{key: "panic"})
+		}()
+	}
+	if panicky.calls.Load() != 2 {
+		t.Fatalf("panic: calls = %d, want 2 (key released)", panicky.calls.Load())
+	}
+	// http.ErrAbortHandler (a reverse proxy's broken upstream body) likewise.
+	abort := &counter{fn: func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200); panic(http.ErrAbortHandler) }}
+	srv := httptest.NewServer(h.Wrap(abort))
+	defer srv.Close()
+	for i := 0; i < 2; i++ {
+		r, _ := http.NewRequest("POST", srv.URL, nil)
+		r.Header.Set("Idempotency-Key", "abort")
+		if resp, err := srv.Client().Do(r); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	if abort.calls.Load() != 2 {
+		t.Fatalf("abort: calls = %d, want 2", abort.calls.Load())
+	}
+}
+
+func TestStoreFailure(t *testing.T) {
+	store := &flaky{Store: newMem(t)}
+	store.failLock.Store(true)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	c := &counter{}
+	closed := newHandler(t, store, middleware.WithLogger(logger)).Wrap(c)
+	w := serve(closed, req{key: "secret-key-value", header: http.Header{"Authorization": {"Bearer s3cr3t"}}})
+	if w.Code != 503 || c.calls.Load() != 0 {
+		t.Fatalf("fail closed: %d, calls %d; want 503 and no call", w.Code, c.calls.Load())
+	}
+	checkProblem(t, w.Header(), w.Body.Bytes(), 503, middleware.ProblemStoreUnavailable)
+	if s := logs.String(); !strings.Contains(s, "store unavailable") || strings.Contains(s, "secret-key-value") || strings.Contains(s, "s3cr3t") {
+		t.Fatalf("log must mention the failure and never the key or credentials: %s", s)
+	}
+
+	var evs events
+	open := newHandler(t, store, middleware.WithFailOpen(true), middleware.WithLogger(logger), middleware.WithObserver(evs.observe)).Wrap(c)
+	if w := serve(open, req{key: "k"}); w.Code != 201 || c.calls.Load() != 1 {
+		t.Fatalf("fail open: %d, calls %d; want 201 and one call", w.Code, c.calls.Load())
+	}
+	if o := evs.outcomes(); len(o) != 1 || o[0] != middleware.OutcomeStoreError || evs.all[0].Status != 201 {
+		t.Fatalf("fail open events: %+v", evs.all)
+	}
+
+	// Complete failing after the execution (the store restarting): the lock still
+	// holds the key, so a retry gets 409 and nothing runs twice; storing is retried
+	// in the background, and once the store is back the retry is replayed.
+	store.failLock.Store(false)
+	store.failComplete.Store(true)
+	calls := c.calls.Load()
+	core := newHandler(t, store, middleware.WithLogger(logger))
+	h := core.Wrap(c)
+	serve(h, req{key: "cf"})
+	if w := serve(h, req{key: "cf"}); w.Code != 409 {
+		t.Fatalf("while the response is not stored yet: %d, want 409", w.Code)
+	}
+	store.failComplete.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := core.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if w := serve(h, req{key: "cf"}); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || c.calls.Load() != calls+1 {
+		t.Fatalf("after the store came back: %d replayed=%q calls=%d; want the stored replay", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load()-calls)
+	}
+}
+
+// When the store stays down past the lease, the background completion gives up;
+// the lock lapses and a retry runs again (the documented limit).
+func TestCompleteRetryGivesUpAtLeaseEnd(t *testing.T) {
+	store := &flaky{Store: newMem(t)}
+	store.failComplete.Store(true)
+	c := &counter{}
+	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	h := core.Wrap(c)
+	serve(h, req{key: "k"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := core.Wait(ctx); err != nil {
+		t.Fatalf("the background completion did not give up: %v", err)
+	}
+	store.failComplete.Store(false)
+	waitFor(t, "the lease to lapse", func() bool { return serve(h, req{key: "k"}).Code == 201 })
+	if c.calls.Load() != 2 {
+		t.Fatalf("calls = %d, want 2", c.calls.Load())
+	}
+}
+
+func TestReplayFidelity(t *testing.T) {
+	body := make([]byte, 4<<20)
+	for i := range body {
+		body[i] = byte(i*31 + i>>8)
+	}
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "a=1; Path=/")
+		h.Add("Set-Cookie", "b=2; HttpOnly")
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("X-Secret-Internal", "never stored")
+		h.Set("Connection", "X-Hop")
+		h.Set("X-Hop", "hop-by-hop")
+		h.Set("Keep-Alive", "timeout=5")
+		w.WriteHeader(202)
+		for off := 0; off < len(body); off += 64 << 10 { // streamed in chunks with flushes
+			_, _ = w.Write(body[off : off+64<<10])
+			http.NewResponseController(w).Flush()
+		}
+	}}
+	srv := httptest.NewServer(newHandler(t, newMem(t), middleware.WithIgnoredHeaders("X-Secret-Internal")).Wrap(c))
+	defer srv.Close()
+	do := func() (*http.Response, []byte) {
+		r, _ := http.NewRequest("POST", srv.URL, strings.NewReader("p"))
+		r.Header.Set("Idempotency-Key", "fidelity")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	first, firstBody := do()
+	if first.StatusCode != 202 || !bytes.Equal(firstBody, body) || first.ContentLength != -1 {
+		t.Fatalf("first: %d, %d bytes, length %d", first.StatusCode, len(firstBody), first.ContentLength)
+	}
+	resp, got := do()
+	if resp.StatusCode != 202 || !bytes.Equal(got, body) {
+		t.Fatalf("replay: %d, %d bytes equal=%v", resp.StatusCode, len(got), bytes.Equal(got, body))
+	}
+	if resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) != 0 {
+		t.Fatalf("replay framing: Content-Length %d, Transfer-Encoding %v", resp.ContentLength, resp.TransferEncoding)
+	}
+	h := resp.Header
+	if sc := h.Values("Set-Cookie"); len(sc) != 2 || sc[0] != "a=1; Path=/" || sc[1] != "b=2; HttpOnly" {
+		t.Fatalf("Set-Cookie = %q", sc)
+	}
+	if h.Get("Content-Type") != "application/octet-stream" || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("headers: %v", h)
+	}
+	for _, gone := range []string{"X-Secret-Internal", "X-Hop", "Keep-Alive"} {
+		if h.Get(gone) != "" {
+			t.Fatalf("%s was replayed: %v", gone, h)
+		}
+	}
+}
+
+func TestStreamingFlushReachesClient(t *testing.T) {
+	second := make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte("first;"))
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("Flush through the recorder: %v", err)
+		}
+		<-second
+		_, _ = w.Write([]byte("second"))
+	}}
+	srv := httptest.NewServer(newHandler(t, newMem(t)).Wrap(c))
+	defer srv.Close()
+	r, _ := http.NewRequest("POST", srv.URL, nil)
+	r.Header.Set("Idempotency-Key", "stream")
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first;" {
+		t.Fatalf("first chunk before the handler finished: %q %v", buf, err)
+	}
+	close(second)
+	rest, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(rest) != "second" {
+		t.Fatalf("rest = %q", rest)
+	}
+	w := serve(newHandlerSharing(t, srv), req{key: "stream"})
+	_ = w
+}
+
+// newHandlerSharing re-requests through the server (helper for readability).
+func newHandlerSharing(t *testing.T, srv *httptest.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2, _ := http.NewRequest(r.Method, srv.URL, nil)
+		r2.Header = r.Header
+		resp, err := srv.Client().Do(r2)
+		if err != nil {
+			t.Errorf("replay request: %v", err)
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "first;second" || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("replay of streamed response: %q replayed=%q", b, resp.Header.Get("Idempotent-Replayed"))
+		}
+	})
+}
+
+// Behind httputil.ReverseProxy, which streams chunked bodies and flushes, the whole
+// body is captured (a peer stored nothing above 2 KB here).
+func TestCaptureBehindReverseProxy(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB, no Content-Length
+	upstreamCalls := 0
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamCalls++
+		w.Header().Set("Content-Type", "application/json")
+		for off := 0; off < len(payload); off += 3000 {
+			_, _ = w.Write(payload[off:min(off+3000, len(payload))])
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	srv := httptest.NewServer(newHandler(t, newMem(t)).Wrap(rp))
+	defer srv.Close()
+	for i := 0; i < 2; i++ {
+		r, _ := http.NewRequest("POST", srv.URL+"/x", strings.NewReader(`{"a":1}`))
+		r.Header.Set("Idempotency-Key", "rp")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Equal(b, payload) {
+			t.Fatalf("request %d: %d bytes, want %d", i, len(b), len(payload))
+		}
+		if replayed := resp.Header.Get("Idempotent-Replayed") == "true"; replayed != (i == 1) {
+			t.Fatalf("request %d: replayed = %v", i, replayed)
+		}
+	}
+	if upstreamCalls != 1 {
+		t.Fatalf("upstream calls = %d, want 1", upstreamCalls)
+	}
+}
+
+func TestRequestBodyPassedOnIntact(t *testing.T) {
+	body := bytes.Repeat([]byte{0, 1, 2, 0xfe}, 1<<18)
+	var got []byte
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		w.WriteHeader(204)
+	}}
+	h := newHandler(t, newMem(t)).Wrap(c)
+	r := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	r.Header.Set("Idempotency-Key", "b")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 204 || !bytes.Equal(got, body) {
+		t.Fatalf("next saw %d bytes (equal=%v), status %d", len(got), bytes.Equal(got, body), w.Code)
+	}
+	w = httptest.NewRecorder()
+	r = httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	r.Header.Set("Idempotency-Key", "b")
+	h.ServeHTTP(w, r)
+	if w.Code != 204 || w.Header().Get("Content-Length") != "" || w.Body.Len() != 0 {
+		t.Fatalf("204 replay: %d, Content-Length %q, body %d bytes", w.Code, w.Header().Get("Content-Length"), w.Body.Len())
+	}
+}
+
+func TestObserverEvent(t *testing.T) {
+	var evs events
+	h := newHandler(t, newMem(t), middleware.WithObserver(evs.observe)).Wrap(&counter{})
+	serve(h, req{key: "obs"})
+	serve(h, req{key: "obs"})
+	if len(evs.all) != 2 {
+		t.Fatalf("events: %d", len(evs.all))
+	}
+	first, second := evs.all[0], evs.all[1]
+	if first.Outcome != middleware.OutcomeStored || first.Status != 201 || len(first.KeyHash) != 12 || first.KeyHash != second.KeyHash {
+		t.Fatalf("first event %+v", first)
+	}
+	if strings.Contains(first.KeyHash, "obs") || first.Request == nil || first.Duration <= 0 {
+		t.Fatalf("first event %+v", first)
+	}
+	if second.Outcome != middleware.OutcomeReplayed || second.Status != 201 {
+		t.Fatalf("second event %+v", second)
+	}
+}
+
+func TestStoreFullAnswers503(t *testing.T) {
+	store := newMem(t, memstore.WithMaxRecords(1), memstore.WithShards(1))
+	release := make(chan struct{})
+	started := make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
+	h := newHandler(t, store).Wrap(c)
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{key: "a"}) }()
+	<-started
+	if w := serve(h, req{key: "b"}); w.Code != 503 {
+		t.Fatalf("store full with only in-flight locks: %d, want 503", w.Code)
+	}
+	close(release)
+	<-done
+}
+
+// The first execution is detached from the client but bounded by its own timeout.
+func TestHandlerTimeoutBoundsExecution(t *testing.T) {
+	got := make(chan error, 1)
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			got <- r.Context().Err()
+		case <-time.After(10 * time.Second):
+			got <- nil
+		}
+		w.WriteHeader(504)
+	}}
+	h := newHandler(t, newMem(t), middleware.WithHandlerTimeout(30*time.Millisecond)).Wrap(c)
+	serve(h, req{key: "slow"})
+	if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("next's context ended with %v, want the handler timeout", err)
+	}
+	if w := serve(h, req{key: "slow"}); w.Header().Get("Idempotent-Replayed") == "true" {
+		t.Fatal("a timed-out (504) execution was stored")
+	}
+}
+
+// The observer learns a replay's or a problem's outcome before the response is
+// written (Caddy's result placeholder is read when headers are written).
+func TestObserverRunsBeforeTheAnswerIsWritten(t *testing.T) {
+	var w *httptest.ResponseRecorder
+	var writtenBefore []bool
+	h := newHandler(t, newMem(t), middleware.WithObserver(func(ev middleware.Event) {
+		writtenBefore = append(writtenBefore, w.Code != 200 || w.Body.Len() > 0 || len(w.Header()) > 0)
+	})).Wrap(&counter{})
+	for _, q := range []req{{key: "o"}, {key: "o"}, {key: "o", body: "other"}, {key: "a,b"}} {
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, q.build())
+	}
+	// The first (an execution) is observed after the fact; the replay, the
+	// mismatch and the invalid key before anything is written.
+	if len(writtenBefore) != 4 || !writtenBefore[0] || writtenBefore[1] || writtenBefore[2] || writtenBefore[3] {
+		t.Fatalf("written before the observer ran: %v", writtenBefore)
+	}
+}

@@ -1,0 +1,103 @@
+package middleware_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// The core's hot paths with the memory store. The Redis variants are in
+// cache/redisstore (they need a server).
+
+var benchBody = strings.Repeat(`{"amount":100,"currency":"EUR"}`, 4)
+
+func benchHandler(b *testing.B, store cache.Store) http.Handler {
+	h, err := middleware.New(store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"id":"ch_1","status":"succeeded"}`))
+	}))
+}
+
+// discard is a ResponseWriter that keeps nothing, so the benchmark measures the core.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(int)             {}
+
+func run(b *testing.B, h http.Handler, key func(i int) string, body string) {
+	b.ReportAllocs()
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		w := &discard{h: http.Header{}}
+		for pb.Next() {
+			i := int(n.Add(1))
+			r := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
+			r.Header.Set("Idempotency-Key", key(i))
+			r.Header.Set("Authorization", "Bearer sk_test_123")
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// BenchmarkCore runs the four outcomes with the memory store.
+func BenchmarkCore(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		key  func(i int) string
+		body string
+		prep func(h http.Handler)
+	}{
+		{"FirstExecution", func(i int) string { return "k" + strconv.Itoa(i) }, benchBody, nil},
+		{"Replay", func(i int) string { return "k" + strconv.Itoa(i%64) }, benchBody, prepare},
+		{"Mismatch", func(i int) string { return "k" + strconv.Itoa(i%64) }, benchBody + "x", prepare},
+		{"Bypass", func(int) string { return "" }, benchBody, nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := benchHandler(b, newMem(b))
+			if bc.prep != nil {
+				bc.prep(h)
+			}
+			run(b, h, bc.key, bc.body)
+		})
+	}
+}
+
+func prepare(h http.Handler) {
+	for i := 0; i < 64; i++ {
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(benchBody))
+		r.Header.Set("Idempotency-Key", "k"+strconv.Itoa(i))
+		r.Header.Set("Authorization", "Bearer sk_test_123")
+		h.ServeHTTP(&discard{h: http.Header{}}, r)
+	}
+}
+
+// BenchmarkConflict: duplicates of a request that stays in flight.
+func BenchmarkConflict(b *testing.B) {
+	store := newMem(b)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	h, _ := middleware.New(store)
+	blocked := h.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(started); <-release }))
+	go func() {
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(benchBody))
+		r.Header.Set("Idempotency-Key", "held")
+		r.Header.Set("Authorization", "Bearer sk_test_123")
+		blocked.ServeHTTP(&discard{h: http.Header{}}, r)
+	}()
+	<-started
+	defer close(release)
+	run(b, blocked, func(int) string { return "held" }, benchBody)
+}

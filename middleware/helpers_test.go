@@ -1,0 +1,164 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// counter is a handler that counts its executions and answers as told.
+type counter struct {
+	calls atomic.Int64
+	fn    func(w http.ResponseWriter, r *http.Request)
+}
+
+func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := c.calls.Add(1)
+	if c.fn != nil {
+		c.fn(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "text/plain")
+	w.Header().Set("X-Call", itoa(n))
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write([]byte("call " + itoa(n) + " body " + string(body)))
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func newMem(t testing.TB, opts ...memstore.Option) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newHandler(t testing.TB, store cache.Store, opts ...middleware.Option) *middleware.Handler {
+	t.Helper()
+	h, err := middleware.New(store, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+type req struct {
+	method, target, key, body string
+	header                    http.Header
+}
+
+func (q req) build() *http.Request {
+	m := q.method
+	if m == "" {
+		m = http.MethodPost
+	}
+	target := q.target
+	if target == "" {
+		target = "/charge"
+	}
+	r := httptest.NewRequest(m, target, strings.NewReader(q.body))
+	if q.key != "" {
+		r.Header.Set("Idempotency-Key", q.key)
+	}
+	for k, v := range q.header {
+		r.Header[k] = v
+	}
+	return r
+}
+
+func serve(h http.Handler, q req) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, q.build())
+	return w
+}
+
+// events collects observer events.
+type events struct {
+	mu  sync.Mutex
+	all []middleware.Event
+}
+
+func (e *events) observe(ev middleware.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) outcomes() []middleware.Outcome {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]middleware.Outcome, len(e.all))
+	for i, ev := range e.all {
+		out[i] = ev.Outcome
+	}
+	return out
+}
+
+// flaky wraps a store and fails chosen operations.
+type flaky struct {
+	cache.Store
+	failLock, failComplete, failRelease atomic.Bool
+	extends                             chan struct{}
+}
+
+var errDown = errors.New("store down")
+
+func (f *flaky) LockOrGet(ctx context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
+	if f.failLock.Load() {
+		return nil, false, errDown
+	}
+	return f.Store.LockOrGet(ctx, key, l)
+}
+
+func (f *flaky) Complete(ctx context.Context, key, tok string, rec *cache.Record, ttl time.Duration) error {
+	if f.failComplete.Load() {
+		return errDown
+	}
+	return f.Store.Complete(ctx, key, tok, rec, ttl)
+}
+
+func (f *flaky) Release(ctx context.Context, key, tok string) error {
+	if f.failRelease.Load() {
+		return errDown
+	}
+	return f.Store.Release(ctx, key, tok)
+}
+
+func (f *flaky) Extend(ctx context.Context, key, tok string, lease time.Duration) error {
+	err := f.Store.Extend(ctx, key, tok, lease)
+	if f.extends != nil {
+		select {
+		case f.extends <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// waitFor polls cond until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,247 @@
+package middleware
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Defaults. Every one can be changed with the Option of the same name.
+const (
+	DefaultKeyHeader      = "Idempotency-Key"
+	DefaultTTL            = 24 * time.Hour
+	DefaultLockTTL        = 30 * time.Second
+	DefaultMaxRequestBody = 10 << 20 // 10 MiB
+	DefaultMaxStoredBody  = 10 << 20 // 10 MiB
+	DefaultHandlerTimeout = 5 * time.Minute
+	DefaultStoreTimeout   = 5 * time.Second
+	DefaultRetryAfter     = time.Second
+	DefaultWaitPoll       = 250 * time.Millisecond
+)
+
+// DefaultMethods are the tracked methods.
+var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+
+// DefaultScopeHeaders are the request headers that, with the Host, scope a key.
+var DefaultScopeHeaders = []string{"Authorization"}
+
+// Option configures a Handler.
+type Option func(*config)
+
+type config struct {
+	methods         []string
+	keyHeader       string
+	requireKey      bool
+	scopeHeaders    []string
+	scopeFunc       func(*http.Request) string
+	fpHeaders       []string
+	fpFunc          func(r *http.Request, body []byte) string
+	maxRequestBody  int64
+	maxStoredBody   int64
+	ttl             time.Duration
+	lockTTL         time.Duration
+	storeStatuses   StatusSet
+	ignoredHeaders  []string
+	failOpen        bool
+	handlerTimeout  time.Duration
+	storeTimeout    time.Duration
+	retryAfter      time.Duration
+	wait            time.Duration
+	waitPoll        time.Duration
+	inFlightOnly    bool
+	logger          *slog.Logger
+	observer        func(Event)
+	ignoredCanon    map[string]bool
+	trackedByMethod map[string]bool
+}
+
+// WithMethods sets the tracked HTTP methods; others pass through untouched.
+// Default DefaultMethods (POST, PATCH).
+func WithMethods(methods ...string) Option {
+	return func(c *config) { c.methods = append([]string(nil), methods...) }
+}
+
+// WithKeyHeader sets the request header that carries the key. Default DefaultKeyHeader.
+func WithKeyHeader(name string) Option { return func(c *config) { c.keyHeader = name } }
+
+// WithRequireKey makes a tracked request without a key fail with 400 instead of
+// passing through unprotected. Default false.
+func WithRequireKey(require bool) Option { return func(c *config) { c.requireKey = require } }
+
+// WithScopeHeaders sets the request headers that, with the Host, scope a key, so one
+// client can never read another's response. Default DefaultScopeHeaders. With no
+// names, the Host alone scopes keys.
+func WithScopeHeaders(names ...string) Option {
+	return func(c *config) { c.scopeHeaders = append([]string{}, names...) }
+}
+
+// WithScopeFunc replaces the Host-and-headers scope with a function of the request.
+func WithScopeFunc(fn func(*http.Request) string) Option { return func(c *config) { c.scopeFunc = fn } }
+
+// WithFingerprintHeaders adds request headers to the fingerprint (method, path and
+// query, and body by default).
+func WithFingerprintHeaders(names ...string) Option {
+	return func(c *config) { c.fpHeaders = append([]string{}, names...) }
+}
+
+// WithFingerprintFunc replaces the fingerprint with a function of the request and
+// its body. Equal results mean "the same request".
+func WithFingerprintFunc(fn func(r *http.Request, body []byte) string) Option {
+	return func(c *config) { c.fpFunc = fn }
+}
+
+// WithMaxRequestBody bounds the request body read for fingerprinting; a larger body
+// gets 413. Default DefaultMaxRequestBody.
+func WithMaxRequestBody(n int64) Option { return func(c *config) { c.maxRequestBody = n } }
+
+// WithMaxStoredBody bounds the response body stored for replay. A larger response is
+// still remembered as done; duplicates get a not-replayable problem instead of a
+// second execution. Default DefaultMaxStoredBody.
+func WithMaxStoredBody(n int64) Option { return func(c *config) { c.maxStoredBody = n } }
+
+// WithTTL sets how long a completed record is kept. Default DefaultTTL.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithLockTTL sets the in-flight lease; it is renewed every third of it while the
+// first request runs. Default DefaultLockTTL.
+func WithLockTTL(d time.Duration) Option { return func(c *config) { c.lockTTL = d } }
+
+// WithStoreStatuses sets which response statuses are stored. Default
+// DefaultStoreStatuses (200–499 except 408, 425, 429).
+func WithStoreStatuses(s StatusSet) Option { return func(c *config) { c.storeStatuses = s } }
+
+// WithIgnoredHeaders names response headers that are never stored (nor replayed).
+func WithIgnoredHeaders(names ...string) Option {
+	return func(c *config) { c.ignoredHeaders = append([]string{}, names...) }
+}
+
+// WithFailOpen lets requests through unprotected when the store fails, instead of
+// answering 503. Default false (fail closed).
+func WithFailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
+
+// WithHandlerTimeout bounds the first execution. Its context is detached from the
+// client's, so a client that hangs up does not cancel it; this timeout does.
+// 0 means no bound. Default DefaultHandlerTimeout.
+func WithHandlerTimeout(d time.Duration) Option { return func(c *config) { c.handlerTimeout = d } }
+
+// WithStoreTimeout bounds each store call (claim, complete, release, lease
+// renewal). Default DefaultStoreTimeout.
+func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
+
+// WithRetryAfter sets the Retry-After sent with 409 (in flight) and 503 (store
+// unavailable). Default DefaultRetryAfter.
+func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.retryAfter = d } }
+
+// WithWait makes a duplicate that arrives while the first request is in flight wait
+// up to d for it to complete and then get the replay, instead of an immediate 409.
+// On timeout it gets the 409. If the first request's key is released (a 5xx, an
+// error), one waiter claims the key and runs; the others keep waiting for it.
+// Stores that implement cache.Notifier wake waiters at once; others are polled.
+// Default 0 (no waiting).
+func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
+
+// WithWaitPoll sets how often a waiting duplicate re-reads the store when no
+// notification arrives (a lost pub/sub message costs at most this much latency).
+// Default DefaultWaitPoll.
+func WithWaitPoll(d time.Duration) Option { return func(c *config) { c.waitPoll = d } }
+
+// WithInFlightOnly deduplicates concurrent duplicates but keeps no result: the lock
+// is released when the response is done, so a later retry runs again. For endpoints
+// whose responses must not be stored. Default false.
+func WithInFlightOnly(on bool) Option { return func(c *config) { c.inFlightOnly = on } }
+
+// WithLogger sets the logger. Logs never contain a raw key or Authorization value,
+// only a short hash of the store key. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithObserver registers a callback called once per tracked request with its
+// outcome; use it for metrics and access logs. It runs on the request's goroutine
+// and must not block.
+func WithObserver(fn func(Event)) Option { return func(c *config) { c.observer = fn } }
+
+func defaultConfig() config {
+	return config{
+		methods:        DefaultMethods,
+		keyHeader:      DefaultKeyHeader,
+		scopeHeaders:   DefaultScopeHeaders,
+		maxRequestBody: DefaultMaxRequestBody,
+		maxStoredBody:  DefaultMaxStoredBody,
+		ttl:            DefaultTTL,
+		lockTTL:        DefaultLockTTL,
+		storeStatuses:  DefaultStoreStatuses(),
+		handlerTimeout: DefaultHandlerTimeout,
+		storeTimeout:   DefaultStoreTimeout,
+		retryAfter:     DefaultRetryAfter,
+		waitPoll:       DefaultWaitPoll,
+	}
+}
+
+func (c *config) finish() error {
+	if len(c.methods) == 0 {
+		return fmt.Errorf("no tracked methods")
+	}
+	c.trackedByMethod = make(map[string]bool, len(c.methods))
+	for _, m := range c.methods {
+		if !validToken(m) || strings.ToUpper(m) != m {
+			return fmt.Errorf("method %q: not an upper-case HTTP method token", m)
+		}
+		c.trackedByMethod[m] = true
+	}
+	for _, h := range append(append(append([]string{c.keyHeader}, c.scopeHeaders...), c.fpHeaders...), c.ignoredHeaders...) {
+		if !validToken(h) {
+			return fmt.Errorf("header name %q is not valid", h)
+		}
+	}
+	c.keyHeader = http.CanonicalHeaderKey(c.keyHeader)
+	c.ignoredCanon = make(map[string]bool, len(c.ignoredHeaders))
+	for _, h := range c.ignoredHeaders {
+		c.ignoredCanon[http.CanonicalHeaderKey(h)] = true
+	}
+	switch {
+	case c.ttl <= 0:
+		return fmt.Errorf("ttl must be positive, got %v", c.ttl)
+	case c.lockTTL < 3*time.Millisecond:
+		return fmt.Errorf("lock ttl must be at least 3ms, got %v", c.lockTTL)
+	case c.maxRequestBody < 0:
+		return fmt.Errorf("max request body must not be negative, got %d", c.maxRequestBody)
+	case c.maxStoredBody < 0:
+		return fmt.Errorf("max stored body must not be negative, got %d", c.maxStoredBody)
+	case c.handlerTimeout < 0:
+		return fmt.Errorf("handler timeout must not be negative, got %v", c.handlerTimeout)
+	case c.storeTimeout <= 0:
+		return fmt.Errorf("store timeout must be positive, got %v", c.storeTimeout)
+	case c.retryAfter < 0:
+		return fmt.Errorf("retry-after must not be negative, got %v", c.retryAfter)
+	case c.wait < 0:
+		return fmt.Errorf("wait must not be negative, got %v", c.wait)
+	case c.waitPoll <= 0:
+		return fmt.Errorf("wait poll interval must be positive, got %v", c.waitPoll)
+	case c.wait > 0 && c.inFlightOnly:
+		return fmt.Errorf("wait and in-flight-only do not combine: with no stored result, a waiter would run the request again")
+	case c.storeStatuses.Empty():
+		return fmt.Errorf("no status is stored: store statuses is empty")
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return nil
+}
+
+// validToken reports whether s is an RFC 9110 token (header names, methods).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}

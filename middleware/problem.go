@@ -1,0 +1,70 @@
+package middleware
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ProblemTypeBase prefixes every problem type URI. The URIs are stable identifiers
+// (RFC 9457 §3.1.1); README lists them.
+const ProblemTypeBase = "urn:idemproxy:problem:"
+
+// Problem types, one per case a client can meet.
+const (
+	ProblemMissingKey       = ProblemTypeBase + "missing-key"
+	ProblemInvalidKey       = ProblemTypeBase + "invalid-key"
+	ProblemBodyTooLarge     = ProblemTypeBase + "body-too-large"
+	ProblemBodyUnreadable   = ProblemTypeBase + "body-unreadable"
+	ProblemInFlight         = ProblemTypeBase + "in-flight"
+	ProblemMismatch         = ProblemTypeBase + "mismatch"
+	ProblemNotReplayable    = ProblemTypeBase + "not-replayable"
+	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
+)
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// OriginalStatus is set on not-replayable problems: the status the first
+	// request completed with.
+	OriginalStatus int `json:"original_status,omitempty"`
+}
+
+var problemTitles = map[string]string{
+	ProblemMissingKey:       "Idempotency key required",
+	ProblemInvalidKey:       "Invalid idempotency key",
+	ProblemBodyTooLarge:     "Request body too large",
+	ProblemBodyUnreadable:   "Request body could not be read",
+	ProblemInFlight:         "Request with this idempotency key is in progress",
+	ProblemMismatch:         "Idempotency key reused with a different request",
+	ProblemNotReplayable:    "Original response cannot be replayed",
+	ProblemStoreUnavailable: "Idempotency store unavailable",
+}
+
+func newProblem(typ string, status int, detail string) Problem {
+	return Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail}
+}
+
+// WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
+// Retry-After header in whole seconds (at least 1).
+func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
+	b, err := json.Marshal(p)
+	if err != nil { // cannot happen: the struct holds only strings and ints
+		b = []byte(`{"type":"about:blank","status":500}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	h.Del("Transfer-Encoding")
+	if retryAfter > 0 {
+		secs := int((retryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.Itoa(secs))
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,207 @@
+package middleware_test
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// subscriptions counts Subscribe calls and can drop every notification.
+type subscriptions struct {
+	cache.Store
+	n    atomic.Int64
+	drop bool
+}
+
+func (s *subscriptions) Subscribe(key string) (<-chan struct{}, func()) {
+	s.n.Add(1)
+	if s.drop {
+		return make(chan struct{}), func() {} // never closes: a lost message
+	}
+	return s.Store.(cache.Notifier).Subscribe(key)
+}
+
+// duplicates sends n concurrent duplicates and returns their answers once all are
+// back, after calling whileWaiting when every one of them has subscribed.
+func duplicates(t *testing.T, h http.Handler, store *subscriptions, n int, whileWaiting func()) []*httpAnswer {
+	t.Helper()
+	out := make(chan *httpAnswer, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := serve(h, req{key: "w"})
+			out <- &httpAnswer{w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed") == "true"}
+		}()
+	}
+	waitFor(t, "every duplicate to wait", func() bool { return store.n.Load() >= int64(n) })
+	whileWaiting()
+	wg.Wait()
+	close(out)
+	var all []*httpAnswer
+	for a := range out {
+		all = append(all, a)
+	}
+	return all
+}
+
+type httpAnswer struct {
+	code     int
+	body     string
+	replayed bool
+}
+
+// gated is a counter whose first call closes started and blocks until gate closes,
+// then answers with first; later calls answer with later at once.
+func gated(first, later func(w http.ResponseWriter)) (c *counter, gate, started chan struct{}) {
+	gate, started = make(chan struct{}), make(chan struct{})
+	c = &counter{}
+	c.fn = func(w http.ResponseWriter, r *http.Request) {
+		if c.calls.Load() == 1 {
+			close(started)
+			<-gate
+			first(w)
+			return
+		}
+		later(w)
+	}
+	return c, gate, started
+}
+
+func created(body string) func(w http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(body))
+	}
+}
+
+func blockedFirst(t *testing.T, h http.Handler) (release func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{key: "w"}) }()
+	return func() { <-done }
+}
+
+func TestWaitThenReplayWithoutPolling(t *testing.T) {
+	store := &subscriptions{Store: newMem(t)}
+	c, gate, started := gated(created("paid"), created("paid"))
+	// Polling once an hour: only a notification can deliver the replay in time.
+	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	answers := duplicates(t, h, store, 50, func() { close(gate) })
+	finished()
+	for _, a := range answers {
+		if a.code != 201 || !a.replayed || a.body != "paid" {
+			t.Fatalf("waiter got %+v, want the replay", a)
+		}
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	}
+}
+
+func TestWaitTimesOutWith409(t *testing.T) {
+	store := &subscriptions{Store: newMem(t)}
+	gate, started := make(chan struct{}), make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate; w.WriteHeader(200) }}
+	h := newHandler(t, store, middleware.WithWait(30*time.Millisecond)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	w := serve(h, req{key: "w"})
+	if w.Code != 409 || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("after the wait: %d, want 409 with Retry-After", w.Code)
+	}
+	close(gate)
+	finished()
+}
+
+// The first request fails (5xx, released): exactly one waiter takes the key and
+// runs; the others wait for it and replay its response.
+func TestWaitReleaseOneWaiterRuns(t *testing.T) {
+	store := &subscriptions{Store: newMem(t)}
+	c, gate, started := gated(func(w http.ResponseWriter) { w.WriteHeader(503) }, created("second try"))
+	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	answers := duplicates(t, h, store, 20, func() { close(gate) })
+	finished()
+	ran, replayed := 0, 0
+	for _, a := range answers {
+		switch {
+		case a.code == 201 && !a.replayed:
+			ran++
+		case a.code == 201 && a.replayed && a.body == "second try":
+			replayed++
+		default:
+			t.Fatalf("waiter got %+v", a)
+		}
+	}
+	if c.calls.Load() != 2 || ran != 1 || replayed != 19 {
+		t.Fatalf("calls %d, ran %d, replayed %d; want 2 calls (the failed first, one waiter), 1 run, 19 replays", c.calls.Load(), ran, replayed)
+	}
+}
+
+// A lost notification costs a poll interval, never correctness.
+func TestWaitSurvivesLostNotifications(t *testing.T) {
+	store := &subscriptions{Store: newMem(t), drop: true}
+	c, gate, started := gated(created(""), created(""))
+	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(10*time.Millisecond)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	answers := duplicates(t, h, store, 10, func() { close(gate) })
+	finished()
+	for _, a := range answers {
+		if a.code != 201 || !a.replayed {
+			t.Fatalf("waiter got %+v", a)
+		}
+	}
+	if c.calls.Load() != 1 {
+		t.Fatalf("calls = %d", c.calls.Load())
+	}
+}
+
+func TestWaitDoesNotDelayMismatch(t *testing.T) {
+	gate, started := make(chan struct{}), make(chan struct{})
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate }}
+	h := newHandler(t, newMem(t), middleware.WithWait(time.Hour)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	if w := serve(h, req{key: "w", body: "different"}); w.Code != 422 {
+		t.Fatalf("mismatch while waiting is configured: %d", w.Code)
+	}
+	close(gate)
+	finished()
+}
+
+func TestInFlightOnly(t *testing.T) {
+	ok := func(w http.ResponseWriter) { w.WriteHeader(200); _, _ = w.Write([]byte("personal data")) }
+	c, gate, started := gated(ok, ok)
+	var evs events
+	store := newMem(t)
+	h := newHandler(t, store, middleware.WithInFlightOnly(true), middleware.WithObserver(evs.observe)).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	if w := serve(h, req{key: "w"}); w.Code != 409 {
+		t.Fatalf("concurrent duplicate: %d, want 409", w.Code)
+	}
+	close(gate)
+	finished()
+	if store.Len() != 0 {
+		t.Fatalf("%d records kept; in-flight-only keeps none", store.Len())
+	}
+	if w := serve(h, req{key: "w"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" || c.calls.Load() != 2 {
+		t.Fatalf("later retry: %d replayed=%q calls=%d; want a second run", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	}
+	if _, err := middleware.New(store, middleware.WithInFlightOnly(true), middleware.WithWait(time.Second)); err == nil {
+		t.Fatal("wait with in-flight-only accepted")
+	}
+	if _, err := middleware.New(store, middleware.WithWait(-time.Second)); err == nil {
+		t.Fatal("negative wait accepted")
+	}
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// AdminHandler serves the admin API:
+//
+//	GET    /healthz        the process is up
+//	GET    /readyz         the store answers
+//	GET    /metrics        Prometheus text format
+//	GET    /keys/{key}     the record for key, as JSON
+//	DELETE /keys/{key}     purge it (an in-flight key may then run again)
+//	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
+//
+// For /keys, the scope is given as the client gave it: ?host=… (default: the
+// --listen address, which is what clients calling it by that address send), and
+// each scope header either as the same header on the admin request or as a query
+// parameter of that name (?authorization=Bearer%20…).
+// ?path=/route picks the route whose settings apply (default: the top level).
+func (p *Proxy) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := p.store.Ping(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		p.metrics.write(w)
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /keys/{key...}", p.adminKey)
+	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
+	return mux
+}
+
+// KeyRecord is the JSON shape of GET /keys/{key}. Field order is stable.
+type KeyRecord struct {
+	KeyHash     string       `json:"key_hash"`
+	State       string       `json:"state"`
+	Fingerprint string       `json:"fingerprint"`
+	CreatedAt   time.Time    `json:"created_at"`
+	ExpiresAt   time.Time    `json:"expires_at"`
+	Response    *KeyResponse `json:"response,omitempty"`
+}
+
+// KeyResponse is the stored response in a KeyRecord.
+type KeyResponse struct {
+	Status     int                 `json:"status"`
+	Headers    map[string][]string `json:"headers"`
+	BodySize   int64               `json:"body_size"`
+	BodyBase64 string              `json:"body_base64"`
+	Oversize   bool                `json:"oversize"`
+}
+
+type adminError struct {
+	Error   string `json:"error"`
+	KeyHash string `json:"key_hash,omitempty"`
+}
+
+func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
+	key, err := middleware.ParseKey([]string{r.PathValue("key")})
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+		return
+	}
+	q := r.URL.Query()
+	rt := p.def
+	if path := q.Get("path"); path != "" {
+		rt = p.match(path)
+	}
+	// Rebuild the request as the client would have sent it, for the scope.
+	host := q.Get("host")
+	if !q.Has("host") {
+		host = p.cfg.Listen
+	}
+	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
+	for name, vals := range r.Header {
+		client.Header[name] = vals
+	}
+	for name, vals := range q {
+		if name != "host" && name != "path" {
+			client.Header[http.CanonicalHeaderKey(name)] = vals
+		}
+	}
+	storeKey := rt.h.StoreKey(client, key)
+	keyHash := storeKey[:12]
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if r.Method == http.MethodDelete {
+		err := p.store.Delete(ctx, storeKey)
+		switch {
+		case errors.Is(err, cache.ErrNotFound):
+			writeJSON(w, http.StatusNotFound, adminError{Error: "not found", KeyHash: keyHash})
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})
+		default:
+			p.log.Info("record purged through the admin API", "key_hash", keyHash)
+			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "key_hash": keyHash})
+		}
+		return
+	}
+	rec, err := p.store.Get(ctx, storeKey)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, adminError{Error: "not found", KeyHash: keyHash})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})
+		return
+	}
+	out := KeyRecord{
+		KeyHash:     keyHash,
+		State:       rec.State.String(),
+		Fingerprint: hex.EncodeToString([]byte(rec.Fingerprint)),
+		CreatedAt:   rec.CreatedAt.UTC(),
+		ExpiresAt:   rec.ExpiresAt.UTC(),
+	}
+	if resp := rec.Response; resp != nil {
+		headers := map[string][]string(resp.Header)
+		if headers == nil {
+			headers = map[string][]string{}
+		}
+		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
+			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,130 @@
+package proxy_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/proxy"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte("upstream: http://file:1\nttl: 1h\nlock_ttl: 10s\nlisten: 127.0.0.1:7000\n"), 0o600)
+	cfg, err := proxy.ParseArgs([]string{"--config", file, "--ttl", "2h"}, env(map[string]string{
+		"IDEMPROXY_TTL": "3h", "IDEMPROXY_LOCK_TTL": "20s",
+	}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(cfg.TTL) != 2*time.Hour {
+		t.Errorf("ttl = %v: the flag must win", cfg.TTL)
+	}
+	if time.Duration(cfg.LockTTL) != 20*time.Second {
+		t.Errorf("lock_ttl = %v: the variable must beat the file", cfg.LockTTL)
+	}
+	if cfg.Listen != "127.0.0.1:7000" || cfg.Upstream != "http://file:1" {
+		t.Errorf("file values lost: %+v", cfg)
+	}
+	if cfg.Store != "memory" || *cfg.RequireKey {
+		t.Errorf("defaults lost: store %q require_key %v", cfg.Store, *cfg.RequireKey)
+	}
+	// IDEMPROXY_CONFIG names the file too.
+	cfg, err = proxy.ParseArgs(nil, env(map[string]string{"IDEMPROXY_CONFIG": file}), &bytes.Buffer{})
+	if err != nil || cfg.Upstream != "http://file:1" {
+		t.Fatalf("IDEMPROXY_CONFIG: %v %+v", err, cfg)
+	}
+	// Boolean flags and variables.
+	cfg, err = proxy.ParseArgs([]string{"--upstream", "http://x", "--require-key", "--fail-open=false"}, env(map[string]string{"IDEMPROXY_FAIL_OPEN": "true"}), &bytes.Buffer{})
+	if err != nil || !*cfg.RequireKey || *cfg.FailOpen {
+		t.Fatalf("booleans: %v require=%v failopen=%v", err, *cfg.RequireKey, *cfg.FailOpen)
+	}
+}
+
+func TestConfigRoutesFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"upstream": "http://u:1", "routes": [
+		{"path": "/webhooks/github", "key_header": "X-GitHub-Delivery", "scope_headers": [], "ttl": "72h"},
+		{"path": "/internal", "enabled": false}]}`), 0o600)
+	cfg, err := proxy.ParseArgs([]string{"--config", file}, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Routes) != 2 || cfg.Routes[0].KeyHeader != "X-GitHub-Delivery" || cfg.Routes[0].ScopeHeaders == nil ||
+		len(*cfg.Routes[0].ScopeHeaders) != 0 || *cfg.Routes[1].Enabled {
+		t.Fatalf("routes = %+v", cfg.Routes)
+	}
+}
+
+func TestBadConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, "--upstream is required"},
+		{[]string{"--upstream", "localhost:3000"}, nil, "absolute http"},
+		{[]string{"--upstream", "http://x", "--ttl", "soon"}, nil, "--ttl"},
+		{[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_LOCK_TTL": "x"}, "IDEMPROXY_LOCK_TTL"},
+		{[]string{"--upstream", "http://x", "--store", "mysql://db"}, nil, "--store"},
+		{[]string{"--upstream", "http://x", "--listen", "8080"}, nil, "--listen"},
+		{[]string{"--upstream", "http://x", "--max-body", "ten"}, nil, "not a size"},
+		{[]string{"--upstream", "http://x", "--log-level", "loud"}, nil, "--log-level"},
+		{[]string{"--upstream", "http://x", "--require-key=maybe"}, nil, "require-key"},
+		{[]string{"--nope"}, nil, "not defined"},
+		{[]string{"--upstream", "http://x", "extra"}, nil, "unexpected argument"},
+		{[]string{"--config", write("unknown.yaml", "upstream: http://x\nbogus: 1\n")}, nil, "unknown field bogus"},
+		{[]string{"--config", write("badttl.yaml", "upstream: http://x\nttl: forever\n")}, nil, "not a duration"},
+		{[]string{"--config", write("route.yaml", "upstream: http://x\nroutes:\n  - path: nope\n")}, nil, "must start with /"},
+		{[]string{"--config", write("dup.yaml", "upstream: http://x\nroutes:\n  - path: /a\n  - path: /a\n")}, nil, "twice"},
+		{[]string{"--config", write("syntax.yaml", "upstream: [\n")}, nil, "config file"},
+		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, nil, "no such file"},
+	}
+	for _, c := range cases {
+		_, err := proxy.ParseArgs(c.args, env(c.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: err = %v, want mention of %q", c.args, c.env, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error is not one line: %q", c.args, err)
+		}
+	}
+}
+
+func TestHelpListsEveryFlagAndVariable(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := proxy.ParseArgs([]string{"--help"}, env(nil), &out); err != proxy.ErrHelp {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{"--listen", "--upstream", "--store", "--ttl", "--lock-ttl", "--require-key", "--config",
+		"--admin", "IDEMPROXY_LOCK_TTL", "default 24h0m0s", "default memory", "default 127.0.0.1:8080"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1024": 1024, "10MiB": 10 << 20, "512KB": 512000, "2gib": 2 << 30, "1 MB": 1000000, "8k": 8192} {
+		if got, err := proxy.ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "10XB", "99999999999999999999"} {
+		if _, err := proxy.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}

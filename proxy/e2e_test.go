@@ -1,0 +1,609 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/redistest"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() { // the end-to-end tests skip themselves; no binary needed
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "idemproxy-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "idemproxy")
+	out, err := exec.Command("go", "build", "-race", "-o", binPath, "../cmd/idemproxy").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building idemproxy: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// upstream counts executions per Idempotency-Key and answers as the path says:
+// /slow?ms=N sleeps, /block waits for release, /fail answers 500.
+type upstream struct {
+	*httptest.Server
+	mu      sync.Mutex
+	perKey  map[string]int
+	total   atomic.Int64
+	release chan struct{}
+	started chan string
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{perKey: map[string]int{}, release: make(chan struct{}), started: make(chan string, 100)}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key") + r.Header.Get("X-GitHub-Delivery")
+		u.mu.Lock()
+		u.perKey[key]++
+		n := u.perKey[key]
+		u.mu.Unlock()
+		u.total.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/block":
+			u.started <- key
+			select {
+			case <-u.release:
+			case <-r.Context().Done(): // its proxy was killed
+				return
+			}
+		case "/slow":
+			var ms int
+			fmt.Sscan(r.URL.Query().Get("ms"), &ms)
+			u.started <- key
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		case "/fail":
+			w.WriteHeader(500)
+			return
+		}
+		w.Header().Set("X-Execution", fmt.Sprint(n))
+		w.WriteHeader(201)
+		fmt.Fprintf(w, "executed %s #%d with %s", key, n, body)
+	}))
+	t.Cleanup(func() {
+		select {
+		case <-u.release:
+		default:
+			close(u.release)
+		}
+		u.Close()
+	})
+	return u
+}
+
+func (u *upstream) count(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.perKey[key]
+}
+
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	addr   string
+	admin  string
+	stderr *syncBuffer
+	done   chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs the binary with --listen and --admin on free ports and waits until
+// /healthz answers.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(binPath, append([]string{"--listen", p.addr, "--admin", p.admin, "--log-format", "json"}, args...)...)
+	p.cmd.Stderr = p.stderr
+	p.cmd.Stdout = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("idemproxy log:\n%s", p.stderr)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return p
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("idemproxy exited at start: %v\n%s", err, p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idemproxy did not come up\n%s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type result struct {
+	status   int
+	body     string
+	replayed bool
+	header   http.Header
+}
+
+func send(t *testing.T, base, path, key, body string, hdr ...string) result {
+	t.Helper()
+	r, err := sendErr(context.Background(), base, path, key, body, hdr...)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return r
+}
+
+func sendErr(ctx context.Context, base, path, key, body string, hdr ...string) (result, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+base+path, strings.NewReader(body))
+	// One Host for every instance, as behind a load balancer: the Host is part of
+	// a key's scope.
+	req.Host = "api.example"
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return result{}, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true", resp.Header}, nil
+}
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: skipped under -short")
+	}
+}
+
+func TestE2EProtocol(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--ttl", "1s")
+
+	first := send(t, p.addr, "/pay", "k1", "a")
+	again := send(t, p.addr, "/pay", "k1", "a")
+	if first.status != 201 || first.replayed || !again.replayed || again.body != first.body || again.header.Get("X-Execution") != "1" {
+		t.Fatalf("replay: first %+v again %+v", first, again)
+	}
+	if r := send(t, p.addr, "/pay", "k1", "b"); r.status != 422 || !strings.Contains(r.body, "mismatch") {
+		t.Fatalf("mismatch: %+v", r)
+	}
+	if r := send(t, p.addr, "/pay", "a,b", "a"); r.status != 400 || !strings.Contains(r.body, "invalid-key") {
+		t.Fatalf("invalid key: %+v", r)
+	}
+	// 5xx is not stored: the retry runs again.
+	send(t, p.addr, "/fail", "k5", "")
+	if r := send(t, p.addr, "/fail", "k5", ""); r.status != 500 || up.count("k5") != 2 {
+		t.Fatalf("5xx: %+v, executions %d", r, up.count("k5"))
+	}
+	// 409 while in flight.
+	done := make(chan result)
+	go func() { done <- send(t, p.addr, "/block", "k409", "") }()
+	<-up.started
+	if r := send(t, p.addr, "/block", "k409", ""); r.status != 409 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("in flight: %+v", r)
+	}
+	up.release <- struct{}{}
+	if r := <-done; r.status != 201 {
+		t.Fatalf("blocked first: %+v", r)
+	}
+	// TTL expiry: after --ttl the key runs again.
+	deadline := time.Now().Add(5 * time.Second)
+	for send(t, p.addr, "/pay", "k1", "a").replayed {
+		if time.Now().After(deadline) {
+			t.Fatal("record did not expire after its 1s TTL")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if up.count("k1") != 2 {
+		t.Fatalf("k1 executions = %d, want 2 (once, then once after expiry)", up.count("k1"))
+	}
+	// Untracked methods pass through.
+	resp, err := http.Get("http://" + p.addr + "/pay")
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("GET through the proxy: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// One JSON log line per tracked request, with outcome and key hash, never the key.
+	logs := p.stderr.String()
+	for _, want := range []string{`"msg":"request"`, `"outcome":"stored"`, `"outcome":"replayed"`, `"outcome":"conflict"`, `"key_hash":"`} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("log lacks %s:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, `"k409"`) {
+		t.Fatalf("log contains a raw key:\n%s", logs)
+	}
+}
+
+func TestE2ERequireKeyAndClientHangUp(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--require-key")
+	if r := send(t, p.addr, "/pay", "", "x"); r.status != 400 || !strings.Contains(r.body, "missing-key") {
+		t.Fatalf("missing key: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := sendErr(ctx, p.addr, "/slow?ms=300", "hang", "x"); errc <- err }()
+	<-up.started
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("client request was not cancelled")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := send(t, p.addr, "/slow?ms=300", "hang", "x")
+		if r.status == 201 {
+			if !r.replayed || up.count("hang") != 1 {
+				t.Fatalf("retry after hang-up: %+v, executions %d", r, up.count("hang"))
+			}
+			break
+		}
+		if r.status != 409 || time.Now().After(deadline) {
+			t.Fatalf("retry after hang-up: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestE2EUpstreamDown(t *testing.T) {
+	skipShort(t)
+	p := start(t, "--upstream", "http://"+freeAddr(t))
+	for i := 0; i < 2; i++ { // released each time: a retry is a new attempt, not a 409
+		if r := send(t, p.addr, "/pay", "down", "x"); r.status != 502 || !strings.Contains(r.body, "upstream-unavailable") {
+			t.Fatalf("attempt %d with the upstream down: %+v", i, r)
+		}
+	}
+}
+
+func TestE2ERoutesAndWebhooks(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
+routes:
+  - path: /webhooks/github
+    key_header: X-GitHub-Delivery
+    scope_headers: []
+  - path: /strict
+    require_key: true
+  - path: /internal
+    enabled: false
+`, up.URL)), 0o600)
+	p := start(t, "--config", cfg)
+	for i := 0; i < 3; i++ {
+		r := send(t, p.addr, "/webhooks/github", "", `{"action":"opened"}`, "X-GitHub-Delivery", "d-1", "Authorization", fmt.Sprint("sig-", i))
+		if r.status != 201 || r.replayed != (i > 0) {
+			t.Fatalf("delivery %d: %+v", i, r)
+		}
+	}
+	if up.count("d-1") != 1 {
+		t.Fatalf("webhook executions = %d, want 1", up.count("d-1"))
+	}
+	if r := send(t, p.addr, "/strict/x", "", ""); r.status != 400 {
+		t.Fatalf("/strict without key: %+v", r)
+	}
+	if r := send(t, p.addr, "/strictly", "", ""); r.status != 201 {
+		t.Fatalf("/strictly is not under /strict: %+v", r)
+	}
+	send(t, p.addr, "/internal/job", "i1", "")
+	if r := send(t, p.addr, "/internal/job", "i1", ""); r.replayed || up.count("i1") != 2 {
+		t.Fatalf("disabled route: %+v, executions %d", r, up.count("i1"))
+	}
+}
+
+func TestE2EAdminAndKeysCommand(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL)
+	send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1")
+	send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1")
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + p.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready") {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	code, metrics := get("/metrics")
+	for _, want := range []string{`idemproxy_requests_total{outcome="stored"} 1`, `idemproxy_requests_total{outcome="replayed"} 1`,
+		"idemproxy_store_duration_seconds_count 2", "idemproxy_upstream_duration_seconds_count 1", "idemproxy_upstream_in_flight 0",
+		"idemproxy_memory_records 1"} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	keys := func(args ...string) (int, string) {
+		cmd := exec.Command(binPath, append([]string{"keys"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String() + errb.String()
+	}
+	code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1")
+	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
+		t.Fatalf("keys get: exit %d\n%s", code, out)
+	}
+	if code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer other"); code != 1 || !strings.Contains(out, "not found") {
+		t.Fatalf("keys get with another scope: exit %d\n%s", code, out)
+	}
+	if code, out := keys("delete", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1"); code != 0 || !strings.Contains(out, `"deleted": true`) {
+		t.Fatalf("keys delete: exit %d\n%s", code, out)
+	}
+	if r := send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1"); r.replayed || up.count("adm") != 2 {
+		t.Fatalf("after purge the key runs again: %+v", r)
+	}
+	if code, _ := keys("get"); code != 2 {
+		t.Fatalf("keys get without a key: exit %d, want 2", code)
+	}
+	if code, out := keys("get", "k", "--admin", freeAddr(t)); code != 2 || !strings.Contains(out, "admin API") {
+		t.Fatalf("keys get with no admin listener: exit %d %s", code, out)
+	}
+}
+
+func TestE2EBadStartup(t *testing.T) {
+	skipShort(t)
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("upstream: http://x\nttl: [\n"), 0o600)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, 2, "--upstream is required"},
+		{[]string{"--upstream", "http://x", "--bogus"}, 2, "not defined"},
+		{[]string{"--upstream", "http://x", "--store", "redis://127.0.0.1:1"}, 1, "Redis unreachable"},
+		{[]string{"--upstream", "http://x", "--store", "redis://u:hunter2@127.0.0.1:1/0"}, 1, "xxxxx"},
+		{[]string{"--upstream", "http://x", "--store", "redis://h/notadb"}, 2, "database"},
+		{[]string{"--config", bad}, 2, "config file"},
+		{[]string{"--upstream", "http://x", "--listen", "127.0.0.1:1"}, 1, "--listen"},
+	}
+	for _, c := range cases {
+		cmd := exec.Command(binPath, c.args...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		s := strings.TrimSpace(string(out))
+		if code != c.code || !strings.Contains(s, c.want) || strings.Contains(s, "goroutine") || strings.Count(s, "\n") > 0 || strings.Contains(s, "hunter2") {
+			t.Errorf("%v: exit %d, output %q; want exit %d and one line mentioning %q", c.args, code, s, c.code, c.want)
+		}
+	}
+	out, err := exec.Command(binPath, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "IDEMPROXY_UPSTREAM") {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+}
+
+// SIGTERM lets the in-flight request finish and stores its response: a new
+// instance on the same Redis replays it.
+func TestE2ESigtermDrainsAndStores(t *testing.T) {
+	skipShort(t)
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", rs.URL())
+	done := make(chan result, 1)
+	go func() { done <- send(t, p.addr, "/slow?ms=500", "drain", "x") }()
+	<-up.started
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.status != 201 {
+		t.Fatalf("in-flight request during SIGTERM: %+v", r)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
+		}
+		p.done <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("idemproxy did not exit after SIGTERM")
+	}
+	q := start(t, "--upstream", up.URL, "--store", rs.URL())
+	if r := send(t, q.addr, "/slow?ms=500", "drain", "x"); !r.replayed || up.count("drain") != 1 {
+		t.Fatalf("after restart: %+v, executions %d", r, up.count("drain"))
+	}
+}
+
+// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a retry
+// gets 409 until then, and runs exactly once after.
+func TestE2ESigkillLeaseLapses(t *testing.T) {
+	skipShort(t)
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
+	go func() { _, _ = sendErr(context.Background(), p.addr, "/block", "kill", "x") }()
+	<-up.started
+	_ = p.cmd.Process.Kill()
+	q := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
+	if r := send(t, q.addr, "/pay", "kill", "x"); r.status != 422 {
+		// /pay differs from /block: a different request under the same key.
+		t.Fatalf("other request, same key: %+v", r)
+	}
+	stop, exited := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-exited }()
+	go func() { // a retry that reaches the upstream is let through at once
+		defer close(exited)
+		for {
+			select {
+			case <-up.started:
+				select {
+				case up.release <- struct{}{}:
+				case <-stop:
+					return
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	saw409 := false
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := send(t, q.addr, "/slow?ms=0", "kill2", "x") // an unrelated key keeps working
+		if r.status != 201 {
+			t.Fatalf("unrelated key: %+v", r)
+		}
+		r = send(t, q.addr, "/block", "kill", "x")
+		if r.status == 409 {
+			saw409 = true
+		}
+		if r.status == 201 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !saw409 {
+		t.Fatal("no 409 while the killed instance's lease was live")
+	}
+	if up.count("kill") != 2 {
+		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.count("kill"))
+	}
+	if r := send(t, q.addr, "/block", "kill", "x"); !r.replayed {
+		t.Fatalf("after the retry ran: %+v", r)
+	}
+}
+
+func TestE2ETwoProxiesShareRedis(t *testing.T) {
+	skipShort(t)
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	a := start(t, "--upstream", up.URL, "--store", rs.URL())
+	b := start(t, "--upstream", up.URL, "--store", rs.URL())
+	const n = 200
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for i := 0; i < n; i++ {
+		addr := a.addr
+		if i%2 == 1 {
+			addr = b.addr
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := sendErr(context.Background(), addr, "/slow?ms=300", "dup", "x")
+			if err != nil {
+				codes <- -1
+				return
+			}
+			codes <- r.status
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if up.count("dup") != 1 || got[201]+got[409] != n || got[201] < 1 {
+		t.Fatalf("executions %d, statuses %v; want one execution and only 201/409", up.count("dup"), got)
+	}
+	for _, p := range []*proc{a, b} {
+		if r := send(t, p.addr, "/slow?ms=300", "dup", "x"); !r.replayed {
+			t.Fatalf("%s did not replay: %+v", p.addr, r)
+		}
+	}
+}
+
+func TestE2EWaitAndInFlightOnly(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--wait", "10s")
+	done := make(chan result, 1)
+	go func() { done <- send(t, p.addr, "/slow?ms=400", "wait", "x") }()
+	<-up.started
+	if r := send(t, p.addr, "/slow?ms=400", "wait", "x"); r.status != 201 || !r.replayed || up.count("wait") != 1 {
+		t.Fatalf("waiting duplicate: %+v, executions %d; want the replay", r, up.count("wait"))
+	}
+	<-done
+
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("upstream: "+up.URL+"\nroutes:\n  - path: /private\n    in_flight_only: true\n"), 0o600)
+	q := start(t, "--config", cfg)
+	send(t, q.addr, "/private", "ifo", "x")
+	if r := send(t, q.addr, "/private", "ifo", "x"); r.replayed || up.count("ifo") != 2 {
+		t.Fatalf("in_flight_only route stored a result: %+v", r)
+	}
+	if r := send(t, q.addr, "/pay", "ifo2", "x"); r.status != 201 {
+		t.Fatal(r)
+	}
+	if r := send(t, q.addr, "/pay", "ifo2", "x"); !r.replayed {
+		t.Fatalf("other routes still store: %+v", r)
+	}
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+type headerList []string
+
+func (h *headerList) String() string     { return strings.Join(*h, ", ") }
+func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
+
+// keysMain runs `idemproxy keys get|delete KEY`: it calls the admin API and prints
+// its JSON answer. Exit 0: found or deleted; 1: not found; 2: usage or other error.
+func keysMain(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	usage := func() {
+		fmt.Fprint(stderr, `usage: idemproxy keys get|delete KEY [flags]
+
+Inspect or purge the record of an idempotency key through a running idemproxy's
+admin listener. Give the scope as the client sent it.
+
+  --admin ADDR      admin listener (default $IDEMPROXY_ADMIN, else 127.0.0.1:9090)
+  --host HOST       the Host the client sent (default: the proxy's --listen address)
+  --header 'N: V'   a scope header the client sent (repeatable), e.g. 'Authorization: Bearer …'
+  --path /route     a request path, to use that route's settings
+`)
+	}
+	if len(args) < 1 || (args[0] != "get" && args[0] != "delete") {
+		usage()
+		return 2
+	}
+	verb := args[0]
+	rest := args[1:]
+	var key string
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		key, rest = rest[0], rest[1:]
+	}
+	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	admin := getenv("IDEMPROXY_ADMIN")
+	if admin == "" {
+		admin = "127.0.0.1:9090"
+	}
+	fs.StringVar(&admin, "admin", admin, "")
+	host := fs.String("host", "", "")
+	path := fs.String("path", "", "")
+	var headers headerList
+	fs.Var(&headers, "header", "")
+	if err := fs.Parse(rest); err != nil {
+		fmt.Fprintln(stderr, "idemproxy keys:", err)
+		usage()
+		return 2
+	}
+	if key == "" && fs.NArg() == 1 {
+		key = fs.Arg(0)
+	} else if fs.NArg() > 0 || key == "" {
+		usage()
+		return 2
+	}
+	q := url.Values{}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "host" {
+			q.Set("host", *host)
+		}
+	})
+	if *path != "" {
+		q.Set("path", *path)
+	}
+	base := admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	target := strings.TrimRight(base, "/") + "/keys/" + url.PathEscape(key)
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	method := http.MethodGet
+	if verb == "delete" {
+		method = http.MethodDelete
+	}
+	req, err := http.NewRequest(method, target, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "idemproxy keys:", err)
+		return 2
+	}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			fmt.Fprintf(stderr, "idemproxy keys: --header %q: want 'Name: value'\n", h)
+			return 2
+		}
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", admin, err)
+		return 2
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fmt.Fprintln(stderr, "idemproxy keys: reading answer:", err)
+		return 2
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, body, "", "  ") != nil {
+		fmt.Fprintf(stderr, "idemproxy keys: admin API answered %s with non-JSON: %.200s\n", resp.Status, body)
+		return 2
+	}
+	stdout.Write(bytes.TrimSpace(pretty.Bytes()))
+	fmt.Fprintln(stdout)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return 0
+	case http.StatusNotFound:
+		return 1
+	}
+	return 2
+}

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Version is set at build time with -ldflags "-X github.com/idemproxy/idemproxy/proxy.Version=…".
+var Version = "dev"
+
+// Main is the idemproxy command. It returns the exit code: 0 success, 1 runtime
+// failure, 2 bad usage or configuration.
+func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "keys":
+			return keysMain(args[1:], stdout, stderr, getenv)
+		case "version":
+			fmt.Fprintln(stdout, "idemproxy", Version)
+			return 0
+		}
+	}
+	cfg, err := ParseArgs(args, getenv, stdout)
+	if errors.Is(err, ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "idemproxy:", err)
+		return 2
+	}
+	log := NewLogger(cfg, stderr)
+	redis.SetLogger(redisLogger{log}) // go-redis's own chatter, at debug level
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, cfg, log); err != nil {
+		fmt.Fprintln(stderr, "idemproxy:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewLogger returns the slog logger the configuration asks for.
+func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel) // checked by Validate
+	opts := &slog.HandlerOptions{Level: level}
+	format := cfg.LogFormat
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isTerminal(f) {
+			format = "text"
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Server timeouts. Bodies and upstream calls may be slow, so only the header read is
+// bounded tightly; first executions are bounded by --handler-timeout.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+// Run serves until ctx is done, then shuts down gracefully: it stops accepting,
+// lets in-flight requests finish (their responses are stored) for up to
+// ShutdownTimeout, and closes the store.
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	p, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	servers := []*http.Server{newServer(p, log)}
+	listeners := []net.Listener{ln}
+	if cfg.Admin != "" {
+		aln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--admin: %w", err)
+		}
+		servers = append(servers, newServer(p.AdminHandler(), log))
+		listeners = append(listeners, aln)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() {
+			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	store := "memory"
+	if cfg.Store != "memory" {
+		store = redisstore.Redact(cfg.Store)
+	}
+	log.Info("idemproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", store,
+		"admin", cfg.Admin, "version", Version)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	case serveErr = <-errc:
+		log.Error("server failed", "error", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	defer cancel()
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown did not finish in time; some requests were cut off", "error", err)
+		}
+	}
+	if err := p.Wait(sctx); err != nil {
+		log.Warn("shutdown did not finish in time; some responses were not stored", "error", err)
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+func newServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// redisLogger sends go-redis's internal log lines to slog at debug level; the
+// errors that matter reach the caller as errors and are logged there.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/procinfo"
+)
+
+// managed is a child process that can be killed, stopped and restarted on the same
+// address.
+type managed struct {
+	name string
+	argv []string
+	addr string // what to probe for readiness
+	dir  string
+	// redis: ready means PING answers PONG (a restarted Redis accepts connections
+	// while still loading its data, answering LOADING errors).
+	redis bool
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	runs int
+}
+
+func (m *managed) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runs++
+	logf, err := os.Create(filepath.Join(m.dir, fmt.Sprintf("%s.%d.log", m.name, m.runs)))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.argv[0], m.argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	m.cmd, m.done = cmd, done
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", m.addr, 200*time.Millisecond); err == nil {
+			ready := !m.redis || pong(c)
+			c.Close()
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("%s exited at start: %s", m.name, b)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not listen on %s", m.name, m.addr)
+}
+
+// signal sends sig and waits (up to timeout) for the process to exit.
+func (m *managed) signal(sig syscall.Signal, timeout time.Duration) error {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s did not exit within %v of %v", m.name, timeout, sig)
+	}
+}
+
+func (m *managed) kill() { _ = m.signal(syscall.SIGKILL, 5*time.Second) }
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+func newRedis(dir string) (*managed, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
+	}
+	addr := procinfo.FreeAddr()
+	// Append-only with fsync on every write: a shutdown and restart keeps every
+	// completed record, so any record lost during the soak is the proxy's fault.
+	return &managed{name: "redis", redis: true, dir: dir, addr: addr, argv: []string{bin, "--port", port(addr), "--bind", "127.0.0.1",
+		"--dir", dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"}}, nil
+}
+
+func newProxy(dir, bin, name, upstream, store string, extra ...string) *managed {
+	addr, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
+	argv := append([]string{bin, "--listen", addr, "--admin", admin, "--upstream", upstream, "--store", store,
+		"--lock-ttl", "4s", "--shutdown-timeout", "15s", "--log-level", "warn", "--log-format", "json"}, extra...)
+	return &managed{name: name, dir: dir, addr: addr, argv: argv}
+}
+
+func metric(adminAddr, name string) (int64, error) {
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var buf [64 << 10]byte
+	n, _ := resp.Body.Read(buf[:])
+	for _, line := range splitLines(string(buf[:n])) {
+		if len(line) > len(name) && line[:len(name)] == name && line[len(name)] == ' ' {
+			return strconv.ParseInt(line[len(name)+1:], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// pong sends PING on c and reports whether Redis answered PONG.
+func pong(c net.Conn) bool {
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	buf := make([]byte, 64)
+	n, _ := c.Read(buf)
+	return strings.HasPrefix(string(buf[:n]), "+PONG")
+}

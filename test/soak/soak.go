@@ -1,0 +1,528 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// fault is one scheduled fault, kept for explaining duplicates.
+type fault struct {
+	kind     string // "sigkill", "sigterm", "redis-down", "upstream-slow", …
+	target   string // the instance address, for process faults
+	from, to time.Time
+}
+
+type faultLog struct {
+	mu     sync.Mutex
+	faults []fault
+}
+
+func (f *faultLog) add(x fault) {
+	f.mu.Lock()
+	f.faults = append(f.faults, x)
+	f.mu.Unlock()
+}
+
+// stats counts what clients saw.
+type stats struct {
+	requests, replays, conflicts, mismatches, unavailable, badGateway, upstream5xx atomic.Int64
+	connErrors, hangups, mismatchViolations, unexpected                            atomic.Int64
+}
+
+// seen is what clients were answered with, per key.
+type seen struct {
+	mu    sync.Mutex
+	first map[string]int64          // first execution id a client got for the key
+	ids   map[string]map[int64]bool // every execution id clients got for the key
+	body  map[string]string         // the request body of the key
+}
+
+func (s *seen) record(key string, id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.first[key]; !ok {
+		s.first[key] = id
+	}
+	if s.ids[key] == nil {
+		s.ids[key] = map[int64]bool{}
+	}
+	s.ids[key][id] = true
+}
+
+type harness struct {
+	cfg      config
+	up       *upstream
+	proxies  []*managed
+	redis    *managed
+	client   *http.Client
+	faults   faultLog
+	st       stats
+	seen     seen
+	deadline time.Time
+}
+
+func soak(cfg config) error {
+	dir, err := os.MkdirTemp("", "idemproxy-soak")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	h := &harness{cfg: cfg, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}}}
+	if h.up, err = startUpstream(); err != nil {
+		return err
+	}
+	if h.redis, err = newRedis(dir); err != nil {
+		return err
+	}
+	if err := h.redis.start(); err != nil {
+		return err
+	}
+	defer h.redis.kill()
+	for i := 0; i < 3; i++ {
+		// Each instance forwards under its own path prefix, so the upstream knows
+		// which one ran an operation.
+		p := newProxy(dir, cfg.bin, fmt.Sprintf("idemproxy-%d", i), fmt.Sprintf("http://%s/i%d", h.up.addr, i), "redis://"+h.redis.addr+"/0?dial_timeout=500ms&read_timeout=1s&write_timeout=1s&max_retries=1")
+		if err := p.start(); err != nil {
+			return err
+		}
+		defer p.kill()
+		h.proxies = append(h.proxies, p)
+	}
+	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+
+	fmt.Printf("soak: %v of load, %d clients, 3 instances on one Redis; faults on a schedule\n", cfg.duration, cfg.clients)
+	start := time.Now()
+	h.deadline = start.Add(cfg.duration)
+	schedDone := make(chan error, 1)
+	go func() { schedDone <- h.schedule(start) }()
+	var wg sync.WaitGroup
+	for c := 0; c < cfg.clients; c++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.clientLoop(c) }()
+	}
+	wg.Wait()
+	if err := <-schedDone; err != nil {
+		return fmt.Errorf("fault schedule: %w", err)
+	}
+	h.up.mode.Store(modeNormal)
+	fmt.Println("soak: load done; verifying every completed key is replayed unchanged")
+	lost, differing := h.verify()
+	return h.check(lost, differing)
+}
+
+// faultCycle is the length of one round of the fault schedule; a long run repeats it.
+const faultCycle = 100 * time.Second
+
+// schedule injects the faults, cycle after cycle, until the load ends.
+func (h *harness) schedule(start time.Time) error {
+	cycle := min(h.cfg.duration, faultCycle)
+	for t := start; !t.Add(cycle).After(h.deadline); t = t.Add(cycle) {
+		if err := h.faultRound(t, cycle); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultRound injects one of each fault at fractions of d from start.
+func (h *harness) faultRound(start time.Time, d time.Duration) error {
+	at := func(frac float64) {
+		if wait := time.Until(start.Add(time.Duration(frac * float64(d)))); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	kill := func(i int) error {
+		p := h.proxies[i]
+		t := time.Now()
+		p.kill()
+		h.faults.add(fault{kind: "sigkill", target: fmt.Sprintf("i%d", i), from: t, to: time.Now()})
+		time.Sleep(1500 * time.Millisecond)
+		return p.start()
+	}
+	mode := func(m int32, name string, from, to float64) {
+		at(from)
+		t := time.Now()
+		h.up.mode.Store(m)
+		at(to)
+		h.up.mode.Store(modeNormal)
+		h.faults.add(fault{kind: name, from: t, to: time.Now()})
+	}
+	at(0.12)
+	if err := kill(0); err != nil {
+		return err
+	}
+	at(0.25)
+	p := h.proxies[1]
+	t := time.Now()
+	if err := p.signal(syscall.SIGTERM, 20*time.Second); err != nil {
+		return err
+	}
+	h.faults.add(fault{kind: "sigterm", target: "i1", from: t, to: time.Now()})
+	if err := p.start(); err != nil {
+		return err
+	}
+	at(0.38)
+	t = time.Now()
+	if err := h.redis.signal(syscall.SIGTERM, 20*time.Second); err != nil { // Redis saves and exits
+		return err
+	}
+	time.Sleep(2500 * time.Millisecond) // shorter than the 4s lease: stores retried in the background must land
+	if err := h.redis.start(); err != nil {
+		return err
+	}
+	h.faults.add(fault{kind: "redis-down", from: t, to: time.Now()})
+	mode(modeSlow, "upstream-slow", 0.48, 0.60)
+	mode(modeReset, "upstream-reset", 0.62, 0.72)
+	mode(modeError, "upstream-5xx", 0.74, 0.84)
+	at(0.88)
+	return kill(2)
+}
+
+type answer struct {
+	status   int
+	replayed bool
+	id       int64
+	err      error
+}
+
+func (h *harness) send(ctx context.Context, key, body string) answer {
+	p := h.proxies[rand.IntN(len(h.proxies))]
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+p.addr+"/ops", strings.NewReader(body))
+	// One Host for all instances, as behind a load balancer (the Host scopes keys).
+	req.Host = "api.example"
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer soak")
+	req.Header.Set("Content-Type", "application/json")
+	h.st.requests.Add(1)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	if a.status == http.StatusCreated {
+		var v struct {
+			Execution int64 `json:"execution"`
+		}
+		if json.Unmarshal(b, &v) != nil || v.Execution == 0 {
+			h.st.unexpected.Add(1)
+		}
+		a.id = v.Execution
+	}
+	return a
+}
+
+// complete retries key until a 201 (or the run is far past its end).
+func (h *harness) complete(key, body string) (int64, bool) {
+	giveUp := h.deadline.Add(60 * time.Second)
+	for time.Now().Before(giveUp) {
+		a := h.send(context.Background(), key, body)
+		if h.tally(a) {
+			h.seen.record(key, a.id)
+			return a.id, true
+		}
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+	}
+	return 0, false
+}
+
+// tally counts an answer and reports whether it completed the operation.
+func (h *harness) tally(a answer) bool {
+	switch {
+	case a.err != nil:
+		h.st.connErrors.Add(1)
+	case a.status == http.StatusCreated:
+		if a.replayed {
+			h.st.replays.Add(1)
+		}
+		return true
+	case a.status == http.StatusConflict:
+		h.st.conflicts.Add(1)
+	case a.status == http.StatusServiceUnavailable:
+		h.st.unavailable.Add(1)
+	case a.status == http.StatusBadGateway || a.status == http.StatusGatewayTimeout:
+		h.st.badGateway.Add(1)
+	case a.status == http.StatusInternalServerError:
+		h.st.upstream5xx.Add(1)
+	default:
+		h.st.unexpected.Add(1)
+	}
+	return false
+}
+
+func (h *harness) clientLoop(c int) {
+	for n := 0; time.Now().Before(h.deadline); n++ {
+		key := fmt.Sprintf("soak-%d-%d", c, n)
+		body := fmt.Sprintf(`{"client":%d,"op":%d,"amount":%d}`, c, n, rand.IntN(10000))
+		h.seen.mu.Lock()
+		h.seen.body[key] = body
+		h.seen.mu.Unlock()
+		switch r := rand.IntN(10); {
+		case r == 0: // concurrent duplicates on different instances
+			var wg sync.WaitGroup
+			for i := 0; i < 3; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if a := h.send(context.Background(), key, body); h.tally(a) {
+						h.seen.record(key, a.id)
+					}
+				}()
+			}
+			wg.Wait()
+		case r == 1: // the client hangs up mid-request, then retries
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2+rand.IntN(30))*time.Millisecond)
+			if a := h.send(ctx, key, body); a.err != nil {
+				h.st.hangups.Add(1)
+			} else if h.tally(a) {
+				h.seen.record(key, a.id)
+			}
+			cancel()
+		}
+		if _, ok := h.complete(key, body); !ok {
+			continue
+		}
+		switch r := rand.IntN(10); {
+		case r < 3: // a retry of a completed operation: must be the same answer
+			if a := h.send(context.Background(), key, body); h.tally(a) {
+				h.seen.record(key, a.id)
+			}
+		case r == 3: // the key reused for another payload: must never run
+			a := h.send(context.Background(), key, body+" ")
+			switch {
+			case a.err == nil && a.status == http.StatusUnprocessableEntity:
+				h.st.mismatches.Add(1)
+			case a.err == nil && a.status < 300:
+				h.st.mismatchViolations.Add(1)
+			default:
+				h.tally(a)
+			}
+		}
+	}
+}
+
+// verify replays every completed key once more.
+// diff is a verification replay that differs from the first answer for key.
+type diff struct {
+	key             string
+	first, replayed int64
+}
+
+func (h *harness) verify() (lost []string, differing []diff) {
+	h.seen.mu.Lock()
+	keys := make([]string, 0, len(h.seen.first))
+	for k := range h.seen.first {
+		keys = append(keys, k)
+	}
+	h.seen.mu.Unlock()
+	sort.Strings(keys)
+	var mu sync.Mutex
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			h.seen.mu.Lock()
+			body, first := h.seen.body[k], h.seen.first[k]
+			h.seen.mu.Unlock()
+			for attempt := 0; attempt < 50; attempt++ {
+				a := h.send(context.Background(), k, body)
+				if a.err != nil || a.status != http.StatusCreated {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				h.seen.record(k, a.id)
+				mu.Lock()
+				switch {
+				case !a.replayed:
+					lost = append(lost, k)
+				case a.id != first:
+					differing = append(differing, diff{k, first, a.id})
+				}
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			lost = append(lost, k+" (no answer)")
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lost, differing
+}
+
+// check compares the upstream's effects with the faults and what clients saw.
+func (h *harness) check(lost []string, differing []diff) error {
+	h.up.mu.Lock()
+	defer h.up.mu.Unlock()
+	var effects, keys, explained, unexplained int
+	reasons := map[string]int{}
+	var unexplainedKeys []string
+	explainedKeys := map[string]bool{}
+	for key, list := range h.up.effects {
+		keys++
+		effects += len(list)
+		for i := 1; i < len(list); i++ {
+			if why := h.explain(list[i-1]); why != "" {
+				explained++
+				reasons[why]++
+				explainedKeys[key] = true
+			} else {
+				unexplained++
+				unexplainedKeys = append(unexplainedKeys, key)
+			}
+		}
+	}
+	// A record "lost" at verification whose first execution could not be stored
+	// (its instance was killed, or Redis was down until the lease lapsed) was never
+	// a completed record: it is one of the explained duplicates above.
+	var lostExplained int
+	kept := lost[:0]
+	for _, k := range lost {
+		if explainedKeys[k] {
+			lostExplained++
+		} else {
+			kept = append(kept, k)
+		}
+	}
+	lost = kept
+	// Likewise a verification replay that differs from the first answer a client got
+	// is explained when that first answer was never stored (the key ran again for an
+	// explained reason), provided what is replayed is one of the key's real runs.
+	var differingExplained int
+	keptDiff := differing[:0]
+	for _, d := range differing {
+		if explainedKeys[d.key] && h.ranAs(d.key, d.replayed) {
+			differingExplained++
+		} else {
+			keptDiff = append(keptDiff, d)
+		}
+	}
+	differing = keptDiff
+	// Clients must have seen one answer per key, unless the key ran twice for an
+	// explained reason.
+	var differingAnswers []string
+	h.seen.mu.Lock()
+	for key, ids := range h.seen.ids {
+		if len(ids) > 1 && len(ids) > len(h.up.effects[key]) || len(ids) > 1 && len(h.up.effects[key]) <= 1 {
+			differingAnswers = append(differingAnswers, key)
+		}
+	}
+	completed := len(h.seen.first)
+	h.seen.mu.Unlock()
+
+	s := &h.st
+	fmt.Printf(`
+soak summary
+  requests sent                 %d
+  operations completed          %d (keys executed upstream: %d)
+  upstream calls                %d (effects %d; resets %d and 5xx %d before any effect)
+  replays served                %d
+  409 in flight                 %d
+  422 key reuse (probes)        %d
+  503 store unavailable         %d
+  502/504 upstream unavailable  %d
+  500 from the upstream         %d
+  connection errors             %d
+  client hang-ups               %d
+  duplicate executions          %d unexplained, %d explained %v
+  lost completed records        %d (and %d never stored, counted in the explained duplicates)
+  differing answers             %d (at verification: %d, and %d after an explained re-run)
+  key reuse that ran            %d
+  unexpected answers            %d
+`, s.requests.Load(), completed, keys, h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(),
+		s.replays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
+		s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
+		len(lost), lostExplained, len(differingAnswers), len(differing), differingExplained, s.mismatchViolations.Load(), s.unexpected.Load())
+	h.faults.mu.Lock()
+	for _, f := range h.faults.faults {
+		fmt.Printf("  fault %-15s %-16s %s … %s\n", f.kind, f.target, f.from.Format("15:04:05.000"), f.to.Format("15:04:05.000"))
+	}
+	h.faults.mu.Unlock()
+
+	var problems []string
+	if unexplained > 0 {
+		problems = append(problems, fmt.Sprintf("%d unexplained duplicate executions (keys %v)", unexplained, first(unexplainedKeys, 5)))
+	}
+	if len(lost) > 0 {
+		problems = append(problems, fmt.Sprintf("%d completed records lost (keys %v)", len(lost), first(lost, 5)))
+	}
+	if len(differing) > 0 {
+		keys := make([]string, 0, 5)
+		for _, d := range differing[:min(5, len(differing))] {
+			keys = append(keys, fmt.Sprintf("%s: first %d, replayed %d", d.key, d.first, d.replayed))
+		}
+		problems = append(problems, fmt.Sprintf("%d replays differ from the first answer (%v)", len(differing), keys))
+	}
+	if len(differingAnswers) > 0 {
+		problems = append(problems, fmt.Sprintf("%d keys answered with more distinct results than explained executions (keys %v)", len(differingAnswers), first(differingAnswers, 5)))
+	}
+	if n := s.mismatchViolations.Load(); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d reused keys with another payload were executed", n))
+	}
+	if n := s.unexpected.Load(); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d unexpected answers", n))
+	}
+	if completed < 100 {
+		problems = append(problems, fmt.Sprintf("only %d operations completed: the soak did not exercise anything", completed))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("FAIL:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// ranAs reports whether id is one of key's executions (h.up.mu is held).
+func (h *harness) ranAs(key string, id int64) bool {
+	for _, e := range h.up.effects[key] {
+		if e.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// explain says why a key could run again after effect e, or "".
+//   - the instance running e was SIGKILLed before it could store the response: the
+//     lock lapses after its lease and the retry runs (documented);
+//   - Redis was down when e completed: the response could not be stored, and the
+//     key ran again once Redis was back (documented).
+func (h *harness) explain(e effect) string {
+	h.faults.mu.Lock()
+	defer h.faults.mu.Unlock()
+	for _, f := range h.faults.faults {
+		switch f.kind {
+		case "sigkill":
+			if f.target == e.instance && !f.from.Before(e.start.Add(-100*time.Millisecond)) && f.from.Before(e.end.Add(time.Second)) {
+				return "instance killed before storing"
+			}
+		case "redis-down":
+			if e.end.After(f.from.Add(-time.Second)) && e.end.Before(f.to.Add(time.Second)) {
+				return "Redis down at completion"
+			}
+		}
+	}
+	return ""
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Upstream fault modes, switched by the schedule.
+const (
+	modeNormal int32 = iota
+	modeSlow         // 20% of calls take 4.5–6 s: longer than the 4 s lease, so renewal must hold it
+	modeReset        // 20% of calls: the connection is reset before any effect
+	modeError        // 20% of calls: 500 before any effect
+)
+
+// effect is one execution of a logical operation: the thing that must happen at
+// most once per key.
+type effect struct {
+	id         int64
+	key        string
+	bodyHash   string
+	instance   string // the proxy that forwarded it: its path prefix, i0 … i2
+	start, end time.Time
+}
+
+type upstream struct {
+	mode     atomic.Int32
+	nextID   atomic.Int64
+	mu       sync.Mutex
+	effects  map[string][]effect
+	attempts atomic.Int64 // every call, including failed ones
+	resets   atomic.Int64
+	errors   atomic.Int64
+	srv      *http.Server
+	addr     string
+}
+
+func startUpstream() (*upstream, error) {
+	u := &upstream{effects: map[string][]effect{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u.addr = ln.Addr().String()
+	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = u.srv.Serve(ln) }()
+	return u, nil
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.attempts.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:8])
+	start := time.Now()
+	switch u.mode.Load() {
+	case modeSlow:
+		if rand.IntN(5) == 0 {
+			time.Sleep(4500*time.Millisecond + time.Duration(rand.IntN(1500))*time.Millisecond)
+		}
+	case modeReset:
+		if rand.IntN(5) == 0 {
+			u.resets.Add(1)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				if tc, ok := conn.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0) // RST, not FIN
+				}
+				conn.Close()
+			}
+			return
+		}
+	case modeError:
+		if rand.IntN(5) == 0 {
+			u.errors.Add(1)
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+	}
+	time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
+	id := u.nextID.Add(1)
+	u.mu.Lock()
+	u.effects[key] = append(u.effects[key], effect{id: id, key: key, bodyHash: hash,
+		instance: strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0], start: start, end: time.Now()})
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"execution":%d,"key":%q,"body":%q}`, id, key, hash)
+}
