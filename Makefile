@@ -46,7 +46,7 @@ vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no
 
 .PHONY: test
 test: ## Run every test with the race detector (starts its own redis-server instances).
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 .PHONY: test-short
 test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.

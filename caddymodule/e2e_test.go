@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -29,7 +30,16 @@ func TestCaddyEndToEnd(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../examples/caddy").CombinedOutput(); err != nil {
 		t.Fatalf("building Caddy: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "list-modules").CombinedOutput()
+	// Every short-lived Caddy command gets a deadline: a hang fails the test in
+	// a minute rather than holding the package until go test's timeout.
+	short := func(args ...string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := exec.CommandContext(ctx, bin, args...)
+		c.WaitDelay = 5 * time.Second
+		return c.CombinedOutput()
+	}
+	out, err := short("list-modules")
 	for _, id := range []string{"http.handlers.idempotency", "http.handlers.idempotency.stores.memory", "http.handlers.idempotency.stores.redis"} {
 		if err != nil || !strings.Contains(string(out), id+"\n") {
 			t.Fatalf("list-modules lacks %s (err %v):\n%s", id, err, out)
@@ -121,7 +131,7 @@ func TestCaddyEndToEnd(t *testing.T) {
 
 	// Reload with a changed config: the stored response is still replayed.
 	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
-	if out, err := exec.Command(bin, "reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin).CombinedOutput(); err != nil {
+	if out, err := short("reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin); err != nil {
 		t.Fatalf("caddy reload: %v\n%s", err, out)
 	}
 	r3, b3 := post("/pay", "e2e", "x")

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,6 +44,33 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// runBin runs the binary to completion and returns its exit code and its
+// combined output. A run that outlives its deadline is killed and fails the
+// test at once, rather than hanging the package until go test's timeout.
+func runBin(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("idemproxy %s: still running after 60s, killed\n%s", strings.Join(args, " "), out.String())
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String()
+	default:
+		t.Fatalf("idemproxy %s: %v", strings.Join(args, " "), err)
+		return -1, ""
+	}
 }
 
 func freeAddr(t *testing.T) string {
@@ -381,17 +409,7 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 		}
 	}
 	keys := func(args ...string) (int, string) {
-		cmd := exec.Command(binPath, append([]string{"keys"}, args...)...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, out.String() + errb.String()
+		return runBin(t, append([]string{"keys"}, args...)...)
 	}
 	code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1")
 	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
@@ -418,6 +436,14 @@ func TestE2EBadStartup(t *testing.T) {
 	skipShort(t)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("upstream: http://x\nttl: [\n"), 0o600)
+	// A port this test holds, so --listen on it must fail whoever runs the
+	// test (root may bind any port, so a "privileged" port proves nothing).
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	nobody := freeAddr(t) // a port nothing listens on
 	cases := []struct {
 		args []string
 		code int
@@ -425,27 +451,21 @@ func TestE2EBadStartup(t *testing.T) {
 	}{
 		{[]string{}, 2, "--upstream is required"},
 		{[]string{"--upstream", "http://x", "--bogus"}, 2, "not defined"},
-		{[]string{"--upstream", "http://x", "--store", "redis://127.0.0.1:1"}, 1, "Redis unreachable"},
-		{[]string{"--upstream", "http://x", "--store", "redis://u:hunter2@127.0.0.1:1/0"}, 1, "xxxxx"},
+		{[]string{"--upstream", "http://x", "--store", "redis://" + nobody}, 1, "Redis unreachable"},
+		{[]string{"--upstream", "http://x", "--store", "redis://u:hunter2@" + nobody + "/0"}, 1, "xxxxx"},
 		{[]string{"--upstream", "http://x", "--store", "redis://h/notadb"}, 2, "database"},
 		{[]string{"--config", bad}, 2, "config file"},
-		{[]string{"--upstream", "http://x", "--listen", "127.0.0.1:1"}, 1, "--listen"},
+		{[]string{"--upstream", "http://x", "--listen", taken.Addr().String()}, 1, "--listen"},
 	}
 	for _, c := range cases {
-		cmd := exec.Command(binPath, c.args...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		s := strings.TrimSpace(string(out))
+		code, out := runBin(t, c.args...)
+		s := strings.TrimSpace(out)
 		if code != c.code || !strings.Contains(s, c.want) || strings.Contains(s, "goroutine") || strings.Count(s, "\n") > 0 || strings.Contains(s, "hunter2") {
 			t.Errorf("%v: exit %d, output %q; want exit %d and one line mentioning %q", c.args, code, s, c.code, c.want)
 		}
 	}
-	out, err := exec.Command(binPath, "--help").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "IDEMPROXY_UPSTREAM") {
-		t.Fatalf("--help: %v\n%s", err, out)
+	if code, out := runBin(t, "--help"); code != 0 || !strings.Contains(out, "IDEMPROXY_UPSTREAM") {
+		t.Fatalf("--help: exit %d\n%s", code, out)
 	}
 }
 
