@@ -57,13 +57,15 @@ func loadMain(args []string) {
 	conns := fs.Int("conns", 32, "connections")
 	replay := fs.Bool("replay", false, "repeat 256 keys (replays) instead of unique keys")
 	_ = fs.Parse(args)
-	key := func(i int) string { return fmt.Sprintf("load-%d-%d", os.Getpid(), i) }
+	key := keyPrefix(fmt.Sprintf("load-%d-", os.Getpid()))
 	if *replay {
-		key = func(i int) string { return fmt.Sprintf("replay-%d", i%256) }
+		key = keyCycle("replay-", 256)
 	}
-	c := newClient(*conns)
-	res := load(c, *target, *conns, *n, key)
+	res := load(*target, *conns, *n, key)
 	lat := sortedCopy(res.latencies)
 	fmt.Printf("%.0f req/s, p50 %v, p99 %v, statuses %v, replayed %d, errors %d\n",
 		res.rps(), percentile(lat, 0.5), percentile(lat, 0.99), res.statuses, res.replayed, res.errors)
+	if res.firstErr != nil {
+		fmt.Println("first error:", res.firstErr)
+	}
 }

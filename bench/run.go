@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,24 +184,26 @@ func run(cfg benchConfig) error {
 
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	client := newClient(cfg.conns)
-	replayKey := func(i int) string { return "replay-" + strconv.Itoa(i%256) }
+	replayKey := keyCycle("replay-", 256)
 
 	fmt.Printf("warming up %d scenarios…\n", len(scenarios))
 	for si, s := range scenarios {
-		load(client, s.target, cfg.conns, 256, replayKey) // first pass stores the replay keys
-		load(client, s.target, cfg.conns, 2000, func(i int) string { return fmt.Sprintf("warm-%d-%d", si, i) })
+		load(s.target, cfg.conns, 256, replayKey) // first pass stores the replay keys
+		load(s.target, cfg.conns, 2000, keyPrefix(fmt.Sprintf("warm-%d-", si)))
 	}
 	for round := 0; round < cfg.rounds; round++ {
 		for si, s := range scenarios {
-			key := func(i int) string { return fmt.Sprintf("u-%d-%d-%d", round, si, i) }
+			key := keyPrefix(fmt.Sprintf("u-%d-%d-", round, si))
 			if s.replay {
 				key = replayKey
 			}
 			if s.redis {
 				rdb.ConfigResetStat(context.Background())
 			}
-			res := load(client, s.target, cfg.conns, cfg.requests, key)
+			res := load(s.target, cfg.conns, cfg.requests, key)
+			if res.firstErr != nil {
+				fmt.Printf("  %s: %d errors, the first: %v\n", s.name, res.errors, res.firstErr)
+			}
 			if s.redis {
 				s.cmds += scriptCalls(rdb)
 				s.reqs += int64(len(res.latencies))
@@ -220,10 +221,10 @@ func run(cfg benchConfig) error {
 			fmt.Printf("round %d  %-40s %9.0f req/s\n", round+1, s.name, res.rps())
 		}
 	}
-	conflictCmds := measureConflict(client, redURL, rdb)
+	conflictCmds := measureConflict(redURL, rdb)
 	report(cfg, scenarios, conflictCmds)
 	if cfg.flood > 0 {
-		if err := flood(cfg, dir, idemproxy, upURL, client); err != nil {
+		if err := flood(cfg, dir, idemproxy, upURL); err != nil {
 			return err
 		}
 	}
@@ -255,19 +256,15 @@ func scriptCalls(rdb *redis.Client) int64 {
 
 // measureConflict holds one key in flight (a slow upstream call) and sends
 // duplicates of it, counting Redis commands per duplicate.
-func measureConflict(client *http.Client, target string, rdb *redis.Client) float64 {
+func measureConflict(target string, rdb *redis.Client) float64 {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req, _ := http.NewRequest("POST", target+"?delay=1500", strings.NewReader(`{}`))
-		req.Header.Set("Idempotency-Key", "held")
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-		}
+		load(target+"?delay=1500", 1, 1, keyConst("held"))
 	}()
 	time.Sleep(300 * time.Millisecond)
 	rdb.ConfigResetStat(context.Background())
-	res := load(client, target+"?delay=1500", 8, 400, func(int) string { return "held" })
+	res := load(target+"?delay=1500", 8, 400, keyConst("held"))
 	cmds := scriptCalls(rdb)
 	<-done
 	if res.statuses[409] == 0 {
@@ -337,7 +334,7 @@ func baseName(s *scenario) string {
 
 // flood sends unique keys to an idemproxy bounded to 100k records / 64 MiB and
 // samples its RSS: memory must stay bounded however many keys arrive.
-func flood(cfg benchConfig, dir, idemproxy, upURL string, client *http.Client) error {
+func flood(cfg benchConfig, dir, idemproxy, upURL string) error {
 	addr := procinfo.FreeAddr()
 	p, err := start(dir, coreTest, "idemproxy-flood", idemproxy, "--listen", addr, "--upstream", upURL,
 		"--log-level", "warn", "--memory-max-records", "100000", "--memory-max-bytes", "64MiB")
@@ -375,7 +372,7 @@ func flood(cfg benchConfig, dir, idemproxy, upURL string, client *http.Client) e
 	for sent < cfg.flood {
 		n := min(50000, cfg.flood-sent)
 		base := sent
-		load(client, "http://"+addr, cfg.conns, n, func(i int) string { return "flood-" + strconv.Itoa(base+i) })
+		load("http://"+addr, cfg.conns, n, func(dst []byte, i int) []byte { return keyPrefix("flood-")(dst, base+i) })
 		sent += n
 		if sent == 100000 {
 			after100k = procinfo.RSSKiB(pid)

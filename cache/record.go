@@ -1,8 +1,10 @@
 package cache
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -91,10 +93,23 @@ func EncodeResponse(resp *Response) ([]byte, error) {
 	return b, nil
 }
 
+// WriteResponse appends the encoding of resp (as EncodeResponse makes it) to buf,
+// through a pooled encoder: for stores that copy the bytes into memory of their own.
+func WriteResponse(buf *bytes.Buffer, resp *Response) error {
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	if err := resp.EncodeMsgpack(enc); err != nil {
+		return fmt.Errorf("encoding response: %w", err)
+	}
+	return nil
+}
+
 // DecodeResponse is the inverse of EncodeResponse; bad input wraps ErrCorrupt.
+// The result shares no memory with b.
 func DecodeResponse(b []byte) (*Response, error) {
 	var resp Response
-	if err := unmarshal(b, &resp); err != nil {
+	if err := decodeResponse(b, &resp); err != nil {
 		return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)
 	}
 	if resp.Status < 100 || resp.Status > 999 {
@@ -124,6 +139,31 @@ func (rec *Record) validate() error {
 
 // unmarshal is msgpack.Unmarshal that turns the decoder's panics on hostile input
 // (it panics on some malformed values, e.g. nil for a struct) into errors.
+// decodeResponse decodes straight into resp with a pooled decoder, sparing
+// msgpack.Unmarshal's reflection and allocations on the replay path.
+func decodeResponse(b []byte, resp *Response) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed msgpack: %v", p)
+		}
+	}()
+	d := responseDecoders.Get().(*responseDecoder)
+	defer func() {
+		d.r.Reset(nil)
+		responseDecoders.Put(d)
+	}()
+	d.r.Reset(b)
+	d.dec.Reset(&d.r)
+	return resp.DecodeMsgpack(d.dec)
+}
+
+type responseDecoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var responseDecoders = sync.Pool{New: func() any { return &responseDecoder{dec: msgpack.NewDecoder(nil)} }}
+
 func unmarshal(b []byte, v any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {

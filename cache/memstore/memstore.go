@@ -1,14 +1,32 @@
-// Package memstore is the embedded, in-process cache.Store: sharded maps guarded by
-// one mutex each, expiry enforced on every read and swept in the background, and a
+// Package memstore is the embedded, in-process cache.Store: shards guarded by one
+// mutex each, expiry enforced on every read and swept in the background, and a
 // bound on records and bytes. When a bound is reached the oldest completed records
 // are evicted first; an in-flight lock is never evicted (a claim that would need one
 // to go fails with cache.ErrFull instead).
+//
+// # Layout
+//
+// In-flight locks are few (one per request running upstream) and live in an
+// ordinary map per shard. Completed records, which are many, hold no Go pointers:
+// each shard appends them, encoded, to a log of byte chunks and indexes them in a
+// map from a 16-byte key prefix to the record's position in the log. The garbage
+// collector never scans either (it sees a few large byte slices and a map of
+// plain values), so a store holding millions of records costs the collector
+// nothing, and a record costs about 175 bytes beyond its encoded response.
+//
+// The log is first in, first out: eviction takes the oldest record at its head,
+// and memory comes back a chunk at a time as the head passes a chunk's end. A
+// record deleted or expired out of order leaves a hole that is reclaimed when the
+// head reaches it; holes count against the byte bound until then.
 package memstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
-	"hash/maphash"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,10 +42,21 @@ const (
 	DefaultSweepInterval = time.Minute
 )
 
-// entryOverhead approximates the bytes a record costs beyond its variable-length
-// fields (the entry struct and its map slot); it keeps the byte bound honest for
-// many small records.
-const entryOverhead = 160
+const (
+	// maxChunk and minChunk bound the size of a log chunk; a record larger than a
+	// chunk gets a chunk of its own.
+	maxChunk = 16 << 10
+	minChunk = 512
+	// A log entry: size u32 | fingerprint length u32 | created i64 | expires i64 |
+	// key [32] | fingerprint | encoded response.
+	entryHeader = 56
+	// indexBytes is what a completed record's slot in its shard's index costs: 24
+	// bytes at the map's typical load.
+	indexBytes = 40
+	// lockOverhead approximates an in-flight lock beyond its strings: the struct,
+	// its map slot and the pointer to it.
+	lockOverhead = 160
+)
 
 // Option configures a Store.
 type Option func(*config)
@@ -44,7 +73,8 @@ type config struct {
 // DefaultMaxRecords.
 func WithMaxRecords(n int64) Option { return func(c *config) { c.maxRecords = n } }
 
-// WithMaxBytes bounds the approximate memory held by records. Default DefaultMaxBytes.
+// WithMaxBytes bounds the memory held by records, including the index and the
+// unreclaimed space of the record log. Default DefaultMaxBytes.
 func WithMaxBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
 // WithShards sets the number of independently locked shards. Default DefaultShards.
@@ -59,11 +89,11 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 // Store is the in-memory cache.Store. Create it with New; call Close to stop its sweeper.
 type Store struct {
-	shards  []shard
-	seed    maphash.Seed
-	now     func() time.Time
-	maxRecs int64
-	maxByte int64
+	shards    []shard
+	now       func() time.Time
+	maxRecs   int64
+	maxByte   int64
+	chunkSize int
 
 	records atomic.Int64
 	bytes   atomic.Int64
@@ -74,51 +104,62 @@ type Store struct {
 	closeOnce sync.Once
 }
 
+// ikey is a store key as the store keeps it: the 32 bytes of the middleware's
+// 64-hex-digit keys, or the SHA-256 of any other key.
+type ikey [32]byte
+
+// prefix is what the index of completed records is keyed by; the full key is
+// in the log entry and checked on every lookup.
+type prefix [16]byte
+
+func (k *ikey) prefix() prefix { return prefix(k[:16]) }
+
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*entry
-	// completed entries, oldest first, for eviction.
-	head, tail *entry
+	// locks holds the in-flight locks.
+	locks map[ikey]*lock
+	// index maps a completed record's key prefix to its entry's position in log.
+	index map[prefix]uint64
+	// log holds the completed records, oldest chunk first. Positions grow
+	// monotonically: a chunk starts where the previous chunk's capacity ended.
+	log []chunk
+	// head is the position of the oldest entry not yet reclaimed; next is where
+	// the next chunk starts.
+	head, next uint64
 	// waiters by key, woken when the key's record changes.
-	waiters map[string][]chan struct{}
-	_       [40]byte // keep shards on separate cache lines
+	waiters map[ikey][]chan struct{}
 }
 
-type entry struct {
-	key         string
-	token       string // empty once completed
-	fingerprint string
-	blob        []byte // encoded response, completed only
-	created     int64  // unix nanoseconds
-	expires     int64  // unix nanoseconds
-	prev, next  *entry
-	state       cache.State
+type chunk struct {
+	base uint64
+	buf  []byte // len: bytes written; entries never span chunks
 }
 
-// size is the bytes accounted for e (computed, not stored: 8 bytes per record).
-func (e *entry) size() int64 {
-	return entryOverhead + int64(len(e.key)+len(e.token)+len(e.fingerprint)+len(e.blob))
+type lock struct {
+	token, fingerprint string
+	created, expires   int64 // unix nanoseconds
 }
 
-// internKey shortens the middleware's keys (64 lowercase hex digits of a SHA-256)
-// to their 32 bytes behind a marker byte that no other key form produces (hex-shaped
-// keys are the only ones it is applied to, and the marker makes the result 33
-// bytes, a length other keys keep as they are only if they are not hex-shaped).
-func internKey(k string) string {
-	if len(k) != 64 {
-		return k
-	}
-	var b [33]byte
-	b[0] = 0xff
-	for i := 0; i < 32; i++ {
-		hi, ok1 := unhex(k[2*i])
-		lo, ok2 := unhex(k[2*i+1])
-		if !ok1 || !ok2 {
-			return k
+func (l *lock) size() int64 { return lockOverhead + int64(len(l.token)+len(l.fingerprint)) }
+
+// internKey maps a store key to its ikey: 64 lowercase hex digits (what the
+// middleware passes) decode to their 32 bytes; anything else is hashed.
+// A collision between the two forms would need a SHA-256 preimage.
+func internKey(k string) ikey {
+	var out ikey
+	if len(k) == 64 {
+		ok := true
+		for i := 0; i < 32 && ok; i++ {
+			hi, ok1 := unhex(k[2*i])
+			lo, ok2 := unhex(k[2*i+1])
+			out[i] = hi<<4 | lo
+			ok = ok1 && ok2
 		}
-		b[1+i] = hi<<4 | lo
+		if ok {
+			return out
+		}
 	}
-	return string(b[:])
+	return sha256.Sum256([]byte(k))
 }
 
 func unhex(c byte) (byte, bool) {
@@ -160,16 +201,19 @@ func New(opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		shards:  make([]shard, c.shards),
-		seed:    maphash.MakeSeed(),
 		now:     c.now,
 		maxRecs: c.maxRecords,
 		maxByte: c.maxBytes,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		// A partly filled chunk in every shard may cost at most an eighth of the
+		// byte bound.
+		chunkSize: int(min(max(c.maxBytes/int64(c.shards)/8, minChunk), maxChunk)),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
-		s.shards[i].waiters = make(map[string][]chan struct{})
+		s.shards[i].locks = make(map[ikey]*lock)
+		s.shards[i].index = make(map[prefix]uint64)
+		s.shards[i].waiters = make(map[ikey][]chan struct{})
 	}
 	if c.sweepInterval > 0 {
 		go s.sweepLoop(c.sweepInterval)
@@ -189,48 +233,50 @@ func (s *Store) Close() error {
 // Len reports the number of records held (live or not yet swept).
 func (s *Store) Len() int64 { return s.records.Load() }
 
-// Bytes reports the approximate bytes held by records.
+// Bytes reports the bytes held by records: locks, index slots and the record
+// log's chunks (with any holes not yet reclaimed).
 func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
-func (s *Store) shardFor(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+func (s *Store) shardFor(k *ikey) *shard {
+	return &s.shards[binary.LittleEndian.Uint64(k[24:])%uint64(len(s.shards))]
 }
 
 // LockOrGet implements cache.Store.
-func (s *Store) LockOrGet(_ context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
-	key = internKey(key)
-	if lock.Token == "" {
+func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
+	if l.Token == "" {
 		return nil, false, fmt.Errorf("memstore: empty lock token")
 	}
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	if e, ok := sh.m[key]; ok {
-		if e.expires > now {
-			rec, err := e.record()
+	if cur, ok := sh.locks[k]; ok {
+		if cur.expires > now {
+			rec := cur.record()
 			sh.mu.Unlock()
+			return rec, true, nil
+		}
+		s.dropLockLocked(sh, &k, cur)
+	}
+	if e := sh.lookupLocked(&k); e != nil {
+		if entryExpires(e) > now {
+			sh.mu.Unlock()
+			rec, err := entryRecord(e)
 			return rec, true, err
 		}
-		s.removeLocked(sh, e)
+		s.dropIndexLocked(sh, &k)
 	}
-	e := &entry{
-		key:         key,
-		token:       lock.Token,
-		fingerprint: lock.Fingerprint,
-		created:     now,
-		expires:     now + int64(lock.Lease),
-		state:       cache.StateInFlight,
-	}
-	sh.m[key] = e
+	nl := &lock{token: l.Token, fingerprint: l.Fingerprint, created: now, expires: now + int64(l.Lease)}
+	sh.locks[k] = nl
 	s.records.Add(1)
-	s.bytes.Add(e.size())
+	s.bytes.Add(nl.size())
 	sh.mu.Unlock()
 
-	if s.over() && !s.makeRoom(key) {
+	if s.over() && !s.makeRoom(&k) {
 		// Only in-flight locks are left: refuse this claim rather than evict one.
 		sh.mu.Lock()
-		if cur := sh.m[key]; cur == e {
-			s.removeLocked(sh, e)
+		if cur := sh.locks[k]; cur == nl {
+			s.dropLockLocked(sh, &k, nl)
 		}
 		sh.mu.Unlock()
 		return nil, false, fmt.Errorf("memstore: claiming key: %w", cache.ErrFull)
@@ -238,105 +284,147 @@ func (s *Store) LockOrGet(_ context.Context, key string, lock cache.Lock) (*cach
 	return nil, false, nil
 }
 
+var encodeBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // Complete implements cache.Store.
 func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
-	key = internKey(key)
 	if rec == nil || rec.Response == nil {
 		return fmt.Errorf("memstore: completing without a response")
 	}
-	blob, err := cache.EncodeResponse(rec.Response)
-	if err != nil {
+	buf := encodeBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			encodeBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if err := cache.WriteResponse(buf, rec.Response); err != nil {
 		return err
 	}
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	e, err := s.heldLocked(sh, key, token, now)
+	l, err := s.heldLocked(sh, &k, token, now)
 	if err != nil {
 		sh.mu.Unlock()
 		return err
 	}
-	newSize := entryOverhead + int64(len(key)+len(e.fingerprint)+len(blob))
-	if newSize > s.maxByte {
+	n := entryHeader + len(l.fingerprint) + buf.Len()
+	if need := int64(n) + indexBytes; need > s.maxByte {
 		sh.mu.Unlock()
-		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", newSize, s.maxByte, cache.ErrFull)
+		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte, cache.ErrFull)
 	}
-	s.bytes.Add(newSize - e.size())
-	e.token = ""
-	e.blob = blob
-	e.state = cache.StateCompleted
-	e.expires = now + int64(ttl)
-	sh.pushBack(e)
-	sh.notifyLocked(key)
+	if n > 1<<31 {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
+	}
+	pos, e := s.appendLocked(sh, n)
+	binary.LittleEndian.PutUint32(e[0:], uint32(n))
+	binary.LittleEndian.PutUint32(e[4:], uint32(len(l.fingerprint)))
+	binary.LittleEndian.PutUint64(e[8:], uint64(l.created))
+	binary.LittleEndian.PutUint64(e[16:], uint64(now+int64(ttl)))
+	copy(e[24:56], k[:])
+	copy(e[entryHeader:], l.fingerprint)
+	copy(e[entryHeader+len(l.fingerprint):], buf.Bytes())
+
+	delete(sh.locks, k)
+	s.bytes.Add(-l.size())
+	if _, taken := sh.index[k.prefix()]; taken {
+		// Another key with the same 128-bit prefix (never seen in practice): its
+		// record becomes a hole; this one takes the slot.
+		s.records.Add(-1)
+		s.bytes.Add(-indexBytes)
+	}
+	sh.index[k.prefix()] = pos
+	s.bytes.Add(indexBytes)
+	sh.notifyLocked(&k)
 	sh.mu.Unlock()
 
 	if s.over() {
-		s.makeRoom(key)
+		s.makeRoom(&k)
 	}
 	return nil
 }
 
 // Release implements cache.Store.
 func (s *Store) Release(_ context.Context, key, token string) error {
-	key = internKey(key)
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, err := s.heldLocked(sh, key, token, now)
+	l, err := s.heldLocked(sh, &k, token, now)
 	if err != nil {
 		return err
 	}
-	s.removeLocked(sh, e)
+	s.dropLockLocked(sh, &k, l)
 	return nil
 }
 
 // Extend implements cache.Store.
 func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration) error {
-	key = internKey(key)
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, err := s.heldLocked(sh, key, token, now)
+	l, err := s.heldLocked(sh, &k, token, now)
 	if err != nil {
 		return err
 	}
-	e.expires = now + int64(lease)
+	l.expires = now + int64(lease)
 	return nil
 }
 
 // Get implements cache.Store.
 func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
-	key = internKey(key)
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !ok {
+	if l, ok := sh.locks[k]; ok {
+		if l.expires > now {
+			rec := l.record()
+			sh.mu.Unlock()
+			return rec, nil
+		}
+		s.dropLockLocked(sh, &k, l)
+	}
+	e := sh.lookupLocked(&k)
+	if e == nil {
+		sh.mu.Unlock()
 		return nil, cache.ErrNotFound
 	}
-	if e.expires <= now {
-		s.removeLocked(sh, e)
+	if entryExpires(e) <= now {
+		s.dropIndexLocked(sh, &k)
+		sh.mu.Unlock()
 		return nil, cache.ErrNotFound
 	}
-	return e.record()
+	sh.mu.Unlock()
+	return entryRecord(e)
 }
 
 // Delete implements cache.Store.
 func (s *Store) Delete(_ context.Context, key string) error {
-	key = internKey(key)
+	k := internKey(key)
 	now := s.now().UnixNano()
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !ok {
+	if l, ok := sh.locks[k]; ok {
+		s.dropLockLocked(sh, &k, l)
+		if l.expires <= now {
+			return cache.ErrNotFound
+		}
+		return nil
+	}
+	e := sh.lookupLocked(&k)
+	if e == nil {
 		return cache.ErrNotFound
 	}
-	s.removeLocked(sh, e)
-	if e.expires <= now {
+	s.dropIndexLocked(sh, &k)
+	if entryExpires(e) <= now {
 		return cache.ErrNotFound
 	}
 	return nil
@@ -345,27 +433,128 @@ func (s *Store) Delete(_ context.Context, key string) error {
 // Ping implements cache.Store; the memory store is always reachable.
 func (s *Store) Ping(context.Context) error { return nil }
 
-// heldLocked returns the live in-flight entry under key held by token.
-func (s *Store) heldLocked(sh *shard, key, token string, now int64) (*entry, error) {
-	e, ok := sh.m[key]
-	if !ok || e.state != cache.StateInFlight || e.token != token || token == "" {
+// heldLocked returns the live lock under k held by token.
+func (s *Store) heldLocked(sh *shard, k *ikey, token string, now int64) (*lock, error) {
+	l, ok := sh.locks[*k]
+	if !ok || l.token != token || token == "" {
 		return nil, cache.ErrLockLost
 	}
-	if e.expires <= now {
-		s.removeLocked(sh, e)
+	if l.expires <= now {
+		s.dropLockLocked(sh, k, l)
 		return nil, cache.ErrLockLost
 	}
-	return e, nil
+	return l, nil
 }
 
-func (s *Store) removeLocked(sh *shard, e *entry) {
-	sh.notifyLocked(e.key)
-	delete(sh.m, e.key)
-	if e.state == cache.StateCompleted {
-		sh.unlink(e)
-	}
+func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
+	sh.notifyLocked(k)
+	delete(sh.locks, *k)
 	s.records.Add(-1)
-	s.bytes.Add(-e.size())
+	s.bytes.Add(-l.size())
+}
+
+// dropIndexLocked forgets k's completed record; its entry becomes a hole in
+// the log, reclaimed when the head passes it.
+func (s *Store) dropIndexLocked(sh *shard, k *ikey) {
+	sh.notifyLocked(k)
+	delete(sh.index, k.prefix())
+	s.records.Add(-1)
+	s.bytes.Add(-indexBytes)
+}
+
+// lookupLocked returns the log entry of k's completed record, or nil.
+func (sh *shard) lookupLocked(k *ikey) []byte {
+	pos, ok := sh.index[k.prefix()]
+	if !ok {
+		return nil
+	}
+	e := sh.entryAt(pos)
+	if !bytes.Equal(e[24:56], k[:]) {
+		return nil // another key with the same prefix
+	}
+	return e
+}
+
+// entryAt returns the entry at pos, which must be a position in the log.
+func (sh *shard) entryAt(pos uint64) []byte {
+	i := sort.Search(len(sh.log), func(i int) bool { return sh.log[i].base > pos }) - 1
+	c := &sh.log[i]
+	off := pos - c.base
+	n := binary.LittleEndian.Uint32(c.buf[off:])
+	return c.buf[off : off+uint64(n) : off+uint64(n)]
+}
+
+// appendLocked reserves n bytes at the end of sh's log and returns their position.
+func (s *Store) appendLocked(sh *shard, n int) (uint64, []byte) {
+	if len(sh.log) > 0 {
+		c := &sh.log[len(sh.log)-1]
+		if used := len(c.buf); cap(c.buf)-used >= n {
+			c.buf = c.buf[:used+n]
+			return c.base + uint64(used), c.buf[used : used+n]
+		}
+	}
+	size := max(s.chunkSize, n)
+	c := chunk{base: sh.next, buf: make([]byte, n, size)}
+	if len(sh.log) == 0 {
+		sh.head = c.base
+	}
+	sh.next += uint64(size)
+	sh.log = append(sh.log, c)
+	s.bytes.Add(int64(size))
+	return c.base, c.buf
+}
+
+// popHeadLocked reclaims the entry at the head of sh's log, evicting its record
+// if it is still indexed there, unless it is keep's record. It reports whether
+// it reclaimed anything.
+func (s *Store) popHeadLocked(sh *shard, keep *ikey) bool {
+	if len(sh.log) == 0 {
+		return false
+	}
+	c := &sh.log[0]
+	off := sh.head - c.base
+	e := c.buf[off:]
+	n := binary.LittleEndian.Uint32(e)
+	var k ikey
+	copy(k[:], e[24:56])
+	if pos, ok := sh.index[k.prefix()]; ok && pos == sh.head {
+		if keep != nil && k == *keep {
+			return false
+		}
+		s.dropIndexLocked(sh, &k)
+	}
+	sh.head += uint64(n)
+	s.trimLocked(sh)
+	return true
+}
+
+// trimLocked drops the chunks the head has passed.
+func (s *Store) trimLocked(sh *shard) {
+	for len(sh.log) > 0 {
+		c := &sh.log[0]
+		if sh.head < c.base+uint64(len(c.buf)) {
+			return
+		}
+		s.bytes.Add(-int64(cap(c.buf)))
+		sh.log[0] = chunk{}
+		sh.log = sh.log[1:]
+		if len(sh.log) > 0 {
+			sh.head = sh.log[0].base
+		} else {
+			sh.log = nil
+		}
+	}
+}
+
+// reclaimDeadLocked pops head entries that are holes or expired.
+func (s *Store) reclaimDeadLocked(sh *shard, now int64) {
+	for len(sh.log) > 0 {
+		e := sh.entryAt(sh.head)
+		if pos, ok := sh.index[prefix(e[24:40])]; ok && pos == sh.head && entryExpires(e) > now {
+			return
+		}
+		s.popHeadLocked(sh, nil)
+	}
 }
 
 func (s *Store) over() bool {
@@ -373,24 +562,19 @@ func (s *Store) over() bool {
 }
 
 // makeRoom evicts the oldest completed records, visiting shards round-robin and
-// never touching keep, until the store is within its bounds. It reports whether it
-// got there. It takes one shard lock at a time.
-func (s *Store) makeRoom(keep string) bool {
+// never touching keep's record, until the store is within its bounds. It reports
+// whether it got there. It takes one shard lock at a time.
+func (s *Store) makeRoom(keep *ikey) bool {
 	n := uint32(len(s.shards))
 	start := s.cursor.Add(1)
-	idle := uint32(0) // consecutive shards with nothing to evict
+	idle := uint32(0) // consecutive shards with nothing to reclaim
 	for i := start; s.over(); i++ {
 		if idle >= n {
 			return false
 		}
 		sh := &s.shards[i%n]
 		sh.mu.Lock()
-		victim := sh.head
-		if victim != nil && victim.key == keep {
-			victim = victim.next
-		}
-		if victim != nil {
-			s.removeLocked(sh, victim)
+		if s.popHeadLocked(sh, keep) {
 			idle = 0
 		} else {
 			idle++
@@ -421,70 +605,69 @@ func (s *Store) Sweep() {
 		sh := &s.shards[i]
 		now := s.now().UnixNano()
 		sh.mu.Lock()
-		for _, e := range sh.m {
-			if e.expires <= now {
-				s.removeLocked(sh, e)
+		for k, l := range sh.locks {
+			if l.expires <= now {
+				s.dropLockLocked(sh, &k, l)
 			}
 		}
+		for _, pos := range sh.index {
+			if e := sh.entryAt(pos); entryExpires(e) <= now {
+				var k ikey
+				copy(k[:], e[24:56])
+				s.dropIndexLocked(sh, &k)
+			}
+		}
+		s.reclaimDeadLocked(sh, now)
 		sh.mu.Unlock()
 	}
 }
 
-func (e *entry) record() (*cache.Record, error) {
-	rec := &cache.Record{
+func entryExpires(e []byte) int64 { return int64(binary.LittleEndian.Uint64(e[16:])) }
+
+// entryRecord decodes a log entry. Entries are never written again once
+// appended and chunks are never reused, so this runs without the shard lock.
+func entryRecord(e []byte) (*cache.Record, error) {
+	fpLen := binary.LittleEndian.Uint32(e[4:])
+	if entryHeader+uint64(fpLen) > uint64(len(e)) {
+		return nil, fmt.Errorf("memstore: %w: entry of %d bytes with a %d-byte fingerprint", cache.ErrCorrupt, len(e), fpLen)
+	}
+	resp, err := cache.DecodeResponse(e[entryHeader+fpLen:])
+	if err != nil {
+		return nil, err
+	}
+	return &cache.Record{
 		Version:     cache.FormatVersion,
-		State:       e.state,
-		Fingerprint: e.fingerprint,
-		CreatedAt:   time.Unix(0, e.created),
-		ExpiresAt:   time.Unix(0, e.expires),
-	}
-	if e.state == cache.StateCompleted {
-		resp, err := cache.DecodeResponse(e.blob)
-		if err != nil {
-			return nil, err
-		}
-		rec.Response = resp
-	}
-	return rec, nil
+		State:       cache.StateCompleted,
+		Fingerprint: string(e[entryHeader : entryHeader+fpLen]),
+		CreatedAt:   time.Unix(0, int64(binary.LittleEndian.Uint64(e[8:]))),
+		ExpiresAt:   time.Unix(0, entryExpires(e)),
+		Response:    resp,
+	}, nil
 }
 
-func (sh *shard) pushBack(e *entry) {
-	e.prev, e.next = sh.tail, nil
-	if sh.tail != nil {
-		sh.tail.next = e
-	} else {
-		sh.head = e
+func (l *lock) record() *cache.Record {
+	return &cache.Record{
+		Version:     cache.FormatVersion,
+		State:       cache.StateInFlight,
+		Fingerprint: l.fingerprint,
+		CreatedAt:   time.Unix(0, l.created),
+		ExpiresAt:   time.Unix(0, l.expires),
 	}
-	sh.tail = e
-}
-
-func (sh *shard) unlink(e *entry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else if sh.head == e {
-		sh.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else if sh.tail == e {
-		sh.tail = e.prev
-	}
-	e.prev, e.next = nil, nil
 }
 
 // Subscribe implements cache.Notifier: the channel closes when the key's record
 // completes, is released, deleted, expires or is evicted.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
-	key = internKey(key)
+	k := internKey(key)
 	ch := make(chan struct{})
-	sh := s.shardFor(key)
+	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	sh.waiters[key] = append(sh.waiters[key], ch)
+	sh.waiters[k] = append(sh.waiters[k], ch)
 	sh.mu.Unlock()
 	return ch, func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		list := sh.waiters[key]
+		list := sh.waiters[k]
 		for i, c := range list {
 			if c == ch {
 				list = append(list[:i], list[i+1:]...)
@@ -492,19 +675,22 @@ func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 			}
 		}
 		if len(list) == 0 {
-			delete(sh.waiters, key)
+			delete(sh.waiters, k)
 		} else {
-			sh.waiters[key] = list
+			sh.waiters[k] = list
 		}
 	}
 }
 
-func (sh *shard) notifyLocked(key string) {
-	if list, ok := sh.waiters[key]; ok {
+func (sh *shard) notifyLocked(k *ikey) {
+	if len(sh.waiters) == 0 {
+		return
+	}
+	if list, ok := sh.waiters[*k]; ok {
 		for _, c := range list {
 			close(c)
 		}
-		delete(sh.waiters, key)
+		delete(sh.waiters, *k)
 	}
 }
 
