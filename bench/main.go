@@ -38,7 +38,7 @@ func main() {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	cfg := benchConfig{}
 	fs.IntVar(&cfg.requests, "requests", 20000, "requests per scenario per round")
-	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds (each runs every scenario once)")
+	fs.IntVar(&cfg.rounds, "rounds", 5, "rounds (each runs every scenario once)")
 	fs.IntVar(&cfg.conns, "conns", 32, "concurrent keep-alive connections")
 	fs.StringVar(&cfg.bin, "bin", "bin", "directory with idemproxy and caddy")
 	fs.BoolVar(&cfg.skipCaddy, "skip-caddy", false, "leave out the Caddy scenarios")

@@ -295,7 +295,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
 	fmt.Printf("\n%d rounds × %d requests per scenario, %d connections; server under test on core 1, load generator + upstream + Redis on core 0\n\n",
 		cfg.rounds, cfg.requests, cfg.conns)
-	fmt.Println("| scenario | req/s (median) | p50 ms | p99 ms | p99.9 ms | throughput ratio | p99 ratio | Redis cmds/req | wrong answers |")
+	fmt.Println("| scenario | req/s (median) | p50 ms | p99 ms | p99.9 ms | throughput ratio (range over rounds) | p99 ratio | Redis cmds/req | wrong answers |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	type row struct{ rps, p99 float64 }
 	rows := map[*scenario]row{}
@@ -310,7 +310,14 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 		ratio, p99ratio := "", ""
 		if base != nil && s != base && s.group != "ref" {
 			bl := sortedCopy(base.lat)
-			ratio = fmt.Sprintf("%.2f× %s", r.rps/median(base.rps), baseName(base))
+			// Each round ran both scenarios a few seconds apart: the ratio is
+			// taken round by round, so drift between rounds cancels, and the
+			// median of those is reported with their range.
+			var per []float64
+			for i := range min(len(s.rps), len(base.rps)) {
+				per = append(per, s.rps[i]/base.rps[i])
+			}
+			ratio = fmt.Sprintf("%.2f× %s (%.2f–%.2f)", median(per), baseName(base), slices.Min(per), slices.Max(per))
 			p99ratio = fmt.Sprintf("%.2f×", r.p99/float64(percentile(bl, 0.99)))
 		}
 		cmds := ""

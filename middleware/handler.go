@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -48,12 +49,13 @@ type Handler struct {
 // (an abandoned claim would hold the key for a whole lease), bounded by the store
 // timeout unless the store is in-process.
 func (h *Handler) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(parent)
 	if h.inProcess {
-		return ctx, func() {}
+		return parent, noCancel // nothing in the store waits on it
 	}
-	return context.WithTimeout(ctx, h.cfg.storeTimeout)
+	return context.WithTimeout(context.WithoutCancel(parent), h.cfg.storeTimeout)
 }
+
+func noCancel() {}
 
 // New returns a Handler over store.
 func New(store cache.Store, opts ...Option) (*Handler, error) {
@@ -481,7 +483,9 @@ func (h *Handler) StoreKey(r *http.Request, key string) string {
 	}
 	d.field(key)
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(d.sum(sum[:0]))
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], d.sum(sum[:0]))
+	return string(out[:]) // one allocation, where EncodeToString makes two
 }
 
 // fingerprint identifies the request: method, path and query, chosen headers, body.
@@ -548,10 +552,25 @@ func (d *digest) sum(b []byte) []byte {
 	return d.h.Sum(b)
 }
 
+// Lock tokens need only be unique per claim across every process sharing a
+// store (they fence writes; they are never shown to clients). A random 64-bit
+// prefix per process and a counter give that without a trip to the system's
+// random source per request.
+var (
+	tokenPrefix = func() (p [8]byte) {
+		_, _ = rand.Read(p[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+		return p
+	}()
+	tokenCounter atomic.Uint64
+)
+
 func newToken() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	return hex.EncodeToString(b[:])
+	copy(b[:8], tokenPrefix[:])
+	binary.BigEndian.PutUint64(b[8:], tokenCounter.Add(1))
+	var out [32]byte
+	hex.Encode(out[:], b[:])
+	return string(out[:])
 }
 
 // renewal extends the lease every third of it while next runs. It uses a timer,
