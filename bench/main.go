@@ -56,10 +56,14 @@ func loadMain(args []string) {
 	n := fs.Int("requests", 50000, "requests")
 	conns := fs.Int("conns", 32, "connections")
 	replay := fs.Bool("replay", false, "repeat 256 keys (replays) instead of unique keys")
+	noKey := fs.Bool("no-key", false, "send no Idempotency-Key (the request passes through)")
 	_ = fs.Parse(args)
 	key := keyPrefix(fmt.Sprintf("load-%d-", os.Getpid()))
 	if *replay {
 		key = keyCycle("replay-", 256)
+	}
+	if *noKey {
+		key = func(dst []byte, _ int) []byte { return dst }
 	}
 	res := load(*target, *conns, *n, key)
 	lat := sortedCopy(res.latencies)

@@ -59,6 +59,16 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
+			// The core read the body into memory (GetBody is set only then).
+			// ReverseProxy wraps the outbound body in a type the transport
+			// does not know, so it would write the headers and the body
+			// upstream apart: two writes, two wake-ups of the upstream. A
+			// fresh reader over the same bytes goes out in one write.
+			if pr.In.GetBody != nil && pr.Out.ContentLength > 0 {
+				if b, err := pr.In.GetBody(); err == nil {
+					pr.Out.Body = b
+				}
+			}
 		},
 		Transport:    forward.NewTransport(time.Duration(cfg.UpstreamTimeout)),
 		BufferPool:   forward.BufferPool{},
