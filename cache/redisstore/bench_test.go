@@ -24,6 +24,7 @@ func (d *discard) WriteHeader(int)             {}
 func BenchmarkCoreRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	store := redisstore.New(srv.Client())
+	defer store.Close()
 	h, err := middleware.New(store)
 	if err != nil {
 		b.Fatal(err)

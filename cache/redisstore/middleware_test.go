@@ -28,7 +28,7 @@ func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
 // scriptInternal are the commands the store's scripts run inside Redis; INFO
 // commandstats counts them too, but they cost no round trip.
 var scriptInternal = map[string]bool{
-	"type": true, "hmget": true, "hset": true, "hdel": true, "del": true, "pexpire": true, "time": true, "publish": true,
+	"exists": true, "hmget": true, "hset": true, "hdel": true, "del": true, "pexpire": true, "time": true, "publish": true,
 }
 
 // roundTrips reads INFO commandstats and returns the commands clients sent (the
@@ -262,6 +262,8 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 		_, _ = w.Write([]byte("done"))
 	})
 	storeA, storeB := redisstore.New(srv.Client()), redisstore.New(srv.Client())
+	defer storeA.Close()
+	defer storeB.Close()
 	t.Cleanup(func() { storeA.Close(); storeB.Close() })
 	mk := func(s *redisstore.Store) http.Handler {
 		h, err := middleware.New(s, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour))

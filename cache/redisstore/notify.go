@@ -80,9 +80,13 @@ func (s *Store) startSubscriber() {
 	}()
 }
 
-// Close stops the store's pub/sub subscription, if one was opened. It does not
-// close the client, which the caller owns.
+// Close stops the store's pipeline workers and its pub/sub subscription, if one
+// was opened. Calls after Close fail. It does not close the client, which the
+// caller owns. Close is idempotent.
 func (s *Store) Close() error {
+	if s.pipe != nil {
+		s.pipe.close()
+	}
 	s.sub.mu.Lock()
 	stop, done := s.sub.stop, s.sub.done
 	s.sub.stop = nil

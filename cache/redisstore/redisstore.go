@@ -27,6 +27,12 @@ type Option func(*Store)
 // WithPrefix sets the key prefix. Default DefaultPrefix.
 func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 
+// WithPipelines sets how many pipelines the store keeps in flight: script calls
+// from concurrent requests are sent together, one pipeline each, so a burst costs
+// one write and one read on a connection instead of one per request. 0 sends
+// every call on its own. Default DefaultPipelines.
+func WithPipelines(n int) Option { return func(s *Store) { s.pipelines = n } }
+
 // WithClock makes the store use this clock instead of the Redis server's TIME for
 // lease and record expiry (tests). Every process sharing the store must agree on
 // time, so production code leaves the server's clock in charge.
@@ -34,10 +40,12 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 // Store is the Redis cache.Store. The caller owns the client and closes it.
 type Store struct {
-	c      redis.UniversalClient
-	prefix string
-	now    func() time.Time
-	sub    subscriber
+	c         redis.UniversalClient
+	prefix    string
+	now       func() time.Time
+	sub       subscriber
+	pipelines int
+	pipe      *pipeliner // nil: every call goes on its own
 }
 
 var (
@@ -46,13 +54,26 @@ var (
 )
 
 // New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
-// failover client or a redis.UniversalClient.
+// failover client or a redis.UniversalClient. Call Close when done with it: it
+// stops the store's pipeline workers and its pub/sub subscription.
 func New(c redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{c: c, prefix: DefaultPrefix}
+	s := &Store{c: c, prefix: DefaultPrefix, pipelines: DefaultPipelines}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.pipelines > 0 {
+		s.pipe = newPipeliner(c, s.pipelines)
+	}
 	return s
+}
+
+// run sends one script call, through a pipeline when the store batches.
+func (s *Store) run(ctx context.Context, script *redis.Script, key string, args ...any) *redis.Cmd {
+	keys := []string{s.prefix + key}
+	if s.pipe == nil {
+		return script.Run(ctx, s.c, keys, args...)
+	}
+	return s.pipe.run(ctx, script, keys, args...)
 }
 
 func (s *Store) nowArg() int64 {
@@ -75,7 +96,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 	if lock.Token == "" {
 		return nil, false, errors.New("redisstore: empty lock token")
 	}
-	res, err := lockScript.Run(ctx, s.c, []string{s.prefix + key}, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg()).Slice()
+	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg()).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("redisstore: claiming key: %w", err)
 	}
@@ -112,7 +133,7 @@ func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, tok
 	if token == "" {
 		return cache.ErrLockLost
 	}
-	n, err := script.Run(ctx, s.c, []string{s.prefix + key}, append([]any{token}, args...)...).Int()
+	n, err := s.run(ctx, script, key, append([]any{token}, args...)...).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", what, err)
 	}
@@ -124,7 +145,7 @@ func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, tok
 
 // Get implements cache.Store.
 func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
-	res, err := getScript.Run(ctx, s.c, []string{s.prefix + key}, s.nowArg()).Slice()
+	res, err := s.run(ctx, getScript, key, s.nowArg()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: reading key: %w", err)
 	}
@@ -140,7 +161,7 @@ func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 
 // Delete implements cache.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	n, err := deleteScript.Run(ctx, s.c, []string{s.prefix + key}, s.nowArg(), s.channel()).Int()
+	n, err := s.run(ctx, deleteScript, key, s.nowArg(), s.channel()).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: deleting key: %w", err)
 	}

@@ -45,6 +45,7 @@ func TestConformanceCluster(t *testing.T) {
 	}
 	defer uc.Close()
 	s := redisstore.New(uc)
+	defer s.Close()
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
 		if _, _, err := s.LockOrGet(ctx, cachetest.Key(t, "spread"), cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
@@ -64,6 +65,7 @@ func TestServerClockExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	s := redisstore.New(client)
+	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
 	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 40 * time.Millisecond}); err != nil || loaded {
@@ -103,6 +105,7 @@ func TestNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	s := redisstore.New(client)
+	defer s.Close()
 	ctx := context.Background()
 	flush := func() {
 		if err := client.ScriptFlush(ctx).Err(); err != nil {
@@ -144,6 +147,7 @@ func TestForeignAndCorruptValues(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	s := redisstore.New(client)
+	defer s.Close()
 	ctx := context.Background()
 	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
 	cases := map[string]func(k string){
@@ -183,6 +187,7 @@ func TestKeyLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	s := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
+	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
 	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok", Fingerprint: "fp", Lease: time.Minute}); err != nil {
@@ -212,6 +217,7 @@ func TestRedisErrorsSurface(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()
 	s := redisstore.New(client)
+	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	srv.Stop()

@@ -34,11 +34,21 @@ end
 
 // readLua reads the record into r = {v, st, fp, ca, ex, resp}; live is true when it
 // exists and has not expired. It answers -1 for a foreign value.
+//
+// A record always has v and ex, so HMGET alone tells a record from a missing key
+// on the hot paths (replay, conflict); a WRONGTYPE error means a foreign value.
+// Only when HMGET finds neither field does EXISTS tell a missing key (the first
+// execution's path) from a foreign hash.
 const readLua = `
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then return {-1} end
-local r = redis.call('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp')
-if kind == 'hash' and (r[1] ~= '1' or not tonumber(r[5])) then return {-1} end
+local r = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp')
+if r['err'] then return {-1} end
+local kind = 'hash'
+if not r[1] and not r[5] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+  kind = 'none'
+elseif r[1] ~= '1' or not tonumber(r[5]) then
+  return {-1}
+end
 local live = kind == 'hash' and tonumber(r[5]) > now
 `
 
