@@ -77,6 +77,12 @@ type scenario struct {
 	bad    int // answers of the wrong kind (not 201, or replayed when it should not be, …)
 	cmds   int64
 	reqs   int64
+	// CPU accounting: server is the process under test (core 1); the upstream,
+	// Redis and the load generator share core 0.
+	server                     string
+	cpuServer, cpuUp, cpuRedis time.Duration
+	cpuLoad, elapsed           time.Duration
+	served                     int64
 }
 
 func run(cfg benchConfig) error {
@@ -102,6 +108,7 @@ func run(cfg benchConfig) error {
 	}
 
 	var procs []*proc
+	pids := map[string]int{}
 	defer func() {
 		for _, p := range procs {
 			p.stop()
@@ -113,6 +120,7 @@ func run(cfg benchConfig) error {
 			return "", err
 		}
 		procs = append(procs, p)
+		pids[name] = p.cmd.Process.Pid // taskset execs the program in place
 		if err := waitTCP(addr); err != nil {
 			b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
 			return "", fmt.Errorf("%s: %v\n%s", name, err, b)
@@ -154,12 +162,12 @@ func run(cfg benchConfig) error {
 		return err
 	}
 	scenarios := []*scenario{
-		{name: "upstream directly", target: directURL, group: "ref"},
-		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base"},
-		{name: "idemproxy memory: first executions", target: memURL, group: "proxy"},
-		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy"},
-		{name: "idemproxy Redis: first executions", target: redURL, redis: true, group: "proxy"},
-		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, group: "proxy"},
+		{name: "upstream directly", target: directURL, group: "ref", server: "upstream-direct"},
+		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base", server: "bareproxy"},
+		{name: "idemproxy memory: first executions", target: memURL, group: "proxy", server: "idemproxy-memory"},
+		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy", server: "idemproxy-memory"},
+		{name: "idemproxy Redis: first executions", target: redURL, redis: true, group: "proxy", server: "idemproxy-redis"},
+		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, group: "proxy", server: "idemproxy-redis"},
 	}
 	if !cfg.skipCaddy {
 		c1, c2 := procinfo.FreeAddr(), procinfo.FreeAddr()
@@ -176,9 +184,9 @@ func run(cfg benchConfig) error {
 			}
 		}
 		scenarios = append(scenarios,
-			&scenario{name: "Caddy reverse_proxy", target: "http://" + c1, group: "caddy-base"},
-			&scenario{name: "Caddy + idempotency: first executions", target: "http://" + c2, group: "caddy"},
-			&scenario{name: "Caddy + idempotency: replays", target: "http://" + c2, replay: true, group: "caddy"},
+			&scenario{name: "Caddy reverse_proxy", target: "http://" + c1, group: "caddy-base", server: "caddy"},
+			&scenario{name: "Caddy + idempotency: first executions", target: "http://" + c2, group: "caddy", server: "caddy-idempotency"},
+			&scenario{name: "Caddy + idempotency: replays", target: "http://" + c2, replay: true, group: "caddy", server: "caddy-idempotency"},
 		)
 	}
 
@@ -200,7 +208,15 @@ func run(cfg benchConfig) error {
 			if s.redis {
 				rdb.ConfigResetStat(context.Background())
 			}
+			cpu0 := cpuSnapshot(pids, s.server)
 			res := load(s.target, cfg.conns, cfg.requests, key)
+			cpu1 := cpuSnapshot(pids, s.server)
+			s.cpuServer += cpu1.server - cpu0.server
+			s.cpuUp += cpu1.up - cpu0.up
+			s.cpuRedis += cpu1.redis - cpu0.redis
+			s.cpuLoad += cpu1.load - cpu0.load
+			s.elapsed += res.elapsed
+			s.served += int64(len(res.latencies))
 			if res.firstErr != nil {
 				fmt.Printf("  %s: %d errors, the first: %v\n", s.name, res.errors, res.firstErr)
 			}
@@ -329,6 +345,37 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 	}
 	if conflictCmds >= 0 {
 		fmt.Printf("\nRedis commands per conflict (409): %.2f\n", conflictCmds)
+	}
+
+	// Where the CPU went, per request, and how busy each core was: a core near
+	// 100% is what limited a scenario.
+	fmt.Println("\nCPU per request (µs, from /proc and getrusage over every round) and core utilisation:")
+	fmt.Println()
+	fmt.Println("| scenario | server under test (core 1) | upstream | Redis | load generator | core 1 busy | core 0 busy |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, s := range scenarios {
+		if s.served == 0 || s.elapsed <= 0 {
+			continue
+		}
+		per := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/float64(s.served)) }
+		busy := func(d time.Duration) string { return fmt.Sprintf("%.0f%%", 100*d.Seconds()/s.elapsed.Seconds()) }
+		up := s.cpuUp
+		if s.server == "upstream-direct" {
+			up = 0 // the shared upstream is idle: the server under test is an upstream
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", s.name, per(s.cpuServer), per(up), per(s.cpuRedis), per(s.cpuLoad),
+			busy(s.cpuServer), busy(up+s.cpuRedis+s.cpuLoad))
+	}
+}
+
+type cpuTimes struct{ server, up, redis, load time.Duration }
+
+func cpuSnapshot(pids map[string]int, server string) cpuTimes {
+	return cpuTimes{
+		server: procinfo.CPUTime(pids[server]),
+		up:     procinfo.CPUTime(pids["upstream"]),
+		redis:  procinfo.CPUTime(pids["redis"]),
+		load:   procinfo.SelfCPUTime(),
 	}
 }
 

@@ -28,7 +28,7 @@ func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
 // scriptInternal are the commands the store's scripts run inside Redis; INFO
 // commandstats counts them too, but they cost no round trip.
 var scriptInternal = map[string]bool{
-	"exists": true, "hmget": true, "hset": true, "hdel": true, "del": true, "pexpire": true, "time": true, "publish": true,
+	"exists": true, "hmget": true, "hset": true, "del": true, "pexpire": true, "time": true, "publish": true,
 }
 
 // roundTrips reads INFO commandstats and returns the commands clients sent (the

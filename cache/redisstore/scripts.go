@@ -12,7 +12,7 @@ import (
 //	v    format version ("1")
 //	st   state: "1" in flight, "2" completed
 //	fp   request fingerprint
-//	tok  lock token (in flight only)
+//	tok  lock token (in flight; empty once completed)
 //	ca   created-at, Unix milliseconds
 //	ex   lease or record expiry, Unix milliseconds (checked on read)
 //	resp msgpack-encoded response (completed only)
@@ -74,8 +74,7 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel. Answers 1 or 0.
 var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + heldLua + `
-redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
-redis.call('HDEL', KEYS[1], 'tok')
+redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]), 'tok', '')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PUBLISH', ARGV[5], KEYS[1])
 return 1

@@ -1,5 +1,5 @@
 // Package procinfo has small helpers for the benchmark and soak programs: free
-// loopback addresses and a process's resident memory.
+// loopback addresses, a process's resident memory and its CPU time.
 package procinfo
 
 import (
@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.
@@ -38,4 +40,39 @@ func RSSKiB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// CPUTime returns the user plus system CPU time process pid has used, from
+// /proc/<pid>/stat (Linux; clock ticks of 10ms), or -1 when it cannot be read.
+func CPUTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name (field 2) may hold spaces; the fields after it start
+	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// SelfCPUTime returns the CPU time this process has used (every thread).
+func SelfCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
