@@ -108,14 +108,17 @@ func WriteResponse(buf *bytes.Buffer, resp *Response) error {
 // DecodeResponse is the inverse of EncodeResponse; bad input wraps ErrCorrupt.
 // The result shares no memory with b.
 func DecodeResponse(b []byte) (*Response, error) {
-	var resp Response
-	if err := decodeResponse(b, &resp); err != nil {
-		return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)
+	resp, ok := decodeResponseFast(b)
+	if !ok { // not the canonical shape: the library decides
+		resp = new(Response)
+		if err := decodeResponse(b, resp); err != nil {
+			return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)
+		}
 	}
 	if resp.Status < 100 || resp.Status > 999 {
 		return nil, fmt.Errorf("%w: response status %d", ErrCorrupt, resp.Status)
 	}
-	return &resp, nil
+	return resp, nil
 }
 
 func (rec *Record) validate() error {

@@ -1,0 +1,75 @@
+package cache
+
+import (
+	"net/http"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// FuzzFastDecoderAgrees: wherever the hand-written decoder takes an input, the
+// msgpack library decodes it too, to the same response. (Where it declines,
+// the library's answer is used as it is.)
+func FuzzFastDecoderAgrees(f *testing.F) {
+	for _, r := range []*Response{
+		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}, Body: []byte(`{"ok":true}`), BodySize: 11},
+		{Status: 204},
+		{Status: 200, Header: http.Header{"X-Empty": {}, "X-Nil": nil}, Body: []byte{0, 1, 2, 0xff}, BodySize: 4},
+		{Status: 500, Oversize: true, BodySize: 1 << 40},
+		{Status: 200, Body: make([]byte, 70000), BodySize: 70000},
+	} {
+		b, err := EncodeResponse(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x81, 0xa1, 's', 0xcc, 200})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'b', 0xc4, 0x00})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'h', 0xc0})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'b', 0xc0})
+	f.Add([]byte{0x83, 0xa1, 's', 0xd1, 0x01, 0x2c, 0xa1, 'n', 0xd3, 0, 0, 0, 0, 0, 0, 0, 5, 0xa1, 'o', 0xc2})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'h', 0x81, 0xa1, 'A', 0xc0})
+	f.Add([]byte{0x81, 0xa1, 's', 0xcd})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := decodeResponseFast(b)
+		if !ok {
+			return
+		}
+		var lib Response
+		if err := msgpack.Unmarshal(b, &lib); err != nil {
+			t.Fatalf("the fast decoder took %x, the library refused it: %v", b, err)
+		}
+		if !reflect.DeepEqual(*fast, lib) {
+			t.Fatalf("decoders disagree on %x:\nfast    %#v\nlibrary %#v", b, *fast, lib)
+		}
+	})
+}
+
+// The hand-written decoder against the library, on the response
+// BenchmarkDecodeResponse uses.
+func BenchmarkDecodeResponsePaths(b *testing.B) {
+	enc, _ := EncodeResponse(&Response{
+		Status: 201,
+		Header: http.Header{"Content-Type": {"application/json"}, "Date": {"Sun, 22 Nov 2026 08:00:00 GMT"}, "X-Request-Id": {"abc123"}},
+		Body:   []byte(`{"id":"ch_1","amount":100,"currency":"EUR","status":"succeeded"}`),
+	})
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := decodeResponseFast(enc); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("library", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r Response
+			if err := decodeResponse(enc, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
