@@ -147,28 +147,19 @@ func (p *fastReader) nil() bool {
 	return false
 }
 
-func (p *fastReader) mapLen() (int, bool) {
-	c, ok := p.code()
-	switch {
-	case !ok:
-		return 0, false
-	case c >= 0x80 && c <= 0x8f:
-		return int(c & 0x0f), true
-	case c == 0xde:
-		v, ok := p.uint(2)
-		return int(v), ok
-	}
-	return 0, false // map32 and the rest: the library decides
-}
+// mapLen and arrayLen read a fixmap/map16 or fixarray/array16 length; the
+// 32-bit forms and the rest are left to the library.
+func (p *fastReader) mapLen() (int, bool)   { return p.containerLen(0x80, 0xde) }
+func (p *fastReader) arrayLen() (int, bool) { return p.containerLen(0x90, 0xdc) }
 
-func (p *fastReader) arrayLen() (int, bool) {
+func (p *fastReader) containerLen(fix, code16 byte) (int, bool) {
 	c, ok := p.code()
 	switch {
 	case !ok:
 		return 0, false
-	case c >= 0x90 && c <= 0x9f:
+	case c&0xf0 == fix:
 		return int(c & 0x0f), true
-	case c == 0xdc:
+	case c == code16:
 		v, ok := p.uint(2)
 		return int(v), ok
 	}
@@ -187,46 +178,25 @@ func (p *fastReader) span(l uint64) (int, int, bool) {
 
 // strSpan reads a str and returns where its bytes are.
 func (p *fastReader) strSpan() (int, int, bool) {
-	c, ok := p.code()
-	if !ok {
-		return 0, 0, false
+	if p.pos < len(p.b) && p.b[p.pos]&0xe0 == 0xa0 { // fixstr
+		l := p.b[p.pos] & 0x1f
+		p.pos++
+		return p.span(uint64(l))
 	}
-	var l uint64
-	switch {
-	case c >= 0xa0 && c <= 0xbf:
-		l = uint64(c & 0x1f)
-	case c == 0xd9:
-		l, ok = p.uint(1)
-	case c == 0xda:
-		l, ok = p.uint(2)
-	case c == 0xdb:
-		l, ok = p.uint(4)
-	default:
-		return 0, 0, false
-	}
-	if !ok {
-		return 0, 0, false
-	}
-	return p.span(l)
+	return p.sizedSpan(0xd9) // str8, str16, str32
 }
 
 // binSpan reads a bin and returns where its bytes are.
-func (p *fastReader) binSpan() (int, int, bool) {
+func (p *fastReader) binSpan() (int, int, bool) { return p.sizedSpan(0xc4) } // bin8, bin16, bin32
+
+// sizedSpan reads a value whose codes are code8, code8+1 and code8+2 for 1-, 2-
+// and 4-byte lengths.
+func (p *fastReader) sizedSpan(code8 byte) (int, int, bool) {
 	c, ok := p.code()
-	if !ok {
+	if !ok || c < code8 || c > code8+2 {
 		return 0, 0, false
 	}
-	var l uint64
-	switch c {
-	case 0xc4:
-		l, ok = p.uint(1)
-	case 0xc5:
-		l, ok = p.uint(2)
-	case 0xc6:
-		l, ok = p.uint(4)
-	default:
-		return 0, 0, false
-	}
+	l, ok := p.uint(1 << (c - code8))
 	if !ok {
 		return 0, 0, false
 	}

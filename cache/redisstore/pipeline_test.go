@@ -37,6 +37,17 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// pipelinedStore starts a server of the test's own and a store on it with n
+// pipelines, closed when the test ends.
+func pipelinedStore(t *testing.T, n int) (*redistest.Server, *redis.Client, *redisstore.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := redisstore.New(client, redisstore.WithPipelines(n))
+	t.Cleanup(func() { s.Close() })
+	return srv, client, s
+}
+
 // The conformance suite once more with every call sent on its own.
 func TestConformanceUnpipelined(t *testing.T) {
 	srv := redistest.Start(t)
@@ -125,10 +136,7 @@ func burst(t *testing.T, s *redisstore.Store, prefix string, n int) {
 // A server that lost its script cache answers NOSCRIPT inside a pipeline: those
 // calls are sent again whole, and every caller gets its answer.
 func TestPipelineNoScript(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client()
-	s := redisstore.New(client, redisstore.WithPipelines(1))
-	defer s.Close()
+	_, client, s := pipelinedStore(t, 1)
 	ctx := context.Background()
 	for round := range 3 {
 		if err := client.ScriptFlush(ctx).Err(); err != nil {
@@ -157,10 +165,7 @@ func TestPipelineNoScript(t *testing.T) {
 // A caller whose deadline passes while its pipeline waits on a stalled server
 // gets its deadline error on time, and the store works once the server does.
 func TestPipelineCallerDeadline(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client()
-	s := redisstore.New(client, redisstore.WithPipelines(1))
-	defer s.Close()
+	_, client, s := pipelinedStore(t, 1)
 	ctx := context.Background()
 	if err := client.Do(ctx, "CLIENT", "PAUSE", "700", "ALL").Err(); err != nil {
 		t.Fatal(err)
@@ -205,10 +210,7 @@ func TestPipelineClosed(t *testing.T) {
 // A connection reset in the middle of a pipeline fails the calls it carried
 // with an error (never a wrong answer), and later calls go through.
 func TestPipelineConnectionKilled(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client()
-	s := redisstore.New(client, redisstore.WithPipelines(2))
-	defer s.Close()
+	srv, _, s := pipelinedStore(t, 2)
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
