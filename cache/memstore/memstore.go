@@ -9,10 +9,11 @@
 // In-flight locks are few (one per request running upstream) and live in an
 // ordinary map per shard. Completed records, which are many, hold no Go pointers:
 // each shard appends them, encoded, to a log of byte chunks and indexes them in a
-// map from a 16-byte key prefix to the record's position in the log. The garbage
-// collector never scans either (it sees a few large byte slices and a map of
-// plain values), so a store holding millions of records costs the collector
-// nothing, and a record costs about 175 bytes beyond its encoded response.
+// map from 128 bits of seeded hash of the key to the record's position in the
+// log. The garbage collector never scans either (it sees a few large byte slices
+// and a map of plain values), so a store holding millions of records costs the
+// collector nothing, and a record costs about 130 bytes beyond its encoded
+// response.
 //
 // The log is first in, first out: eviction takes the oldest record at its head,
 // and memory comes back a chunk at a time as the head passes a chunk's end. A
@@ -26,6 +27,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -89,11 +91,15 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 // Store is the in-memory cache.Store. Create it with New; call Close to stop its sweeper.
 type Store struct {
-	shards    []shard
-	now       func() time.Time
-	maxRecs   int64
-	maxByte   int64
-	chunkSize int
+	shards []shard
+	seedA  maphash.Seed // shard choice and the index prefix's first half
+	seedB  maphash.Seed // the index prefix's second half
+
+	collideForTest bool
+	now            func() time.Time
+	maxRecs        int64
+	maxByte        int64
+	chunkSize      int
 
 	records atomic.Int64
 	bytes   atomic.Int64
@@ -108,11 +114,21 @@ type Store struct {
 // 64-hex-digit keys, or the SHA-256 of any other key.
 type ikey [32]byte
 
-// prefix is what the index of completed records is keyed by; the full key is
-// in the log entry and checked on every lookup.
+// prefix is what the index of completed records is keyed by: 128 bits of two
+// seeded hashes of the whole key, so keys with structure (a shared leading
+// part, counters) spread like random ones. The full key is in the log entry
+// and checked on every lookup.
 type prefix [16]byte
 
-func (k *ikey) prefix() prefix { return prefix(k[:16]) }
+func (s *Store) prefixOf(k *ikey) prefix {
+	var p prefix
+	if s.collideForTest {
+		return p // every key in one slot: exercises the full-key checks
+	}
+	binary.LittleEndian.PutUint64(p[:8], maphash.Bytes(s.seedA, k[:]))
+	binary.LittleEndian.PutUint64(p[8:], maphash.Bytes(s.seedB, k[:]))
+	return p
+}
 
 type shard struct {
 	mu sync.Mutex
@@ -201,6 +217,8 @@ func New(opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		shards:  make([]shard, c.shards),
+		seedA:   maphash.MakeSeed(),
+		seedB:   maphash.MakeSeed(),
 		now:     c.now,
 		maxRecs: c.maxRecords,
 		maxByte: c.maxBytes,
@@ -238,7 +256,7 @@ func (s *Store) Len() int64 { return s.records.Load() }
 func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
 func (s *Store) shardFor(k *ikey) *shard {
-	return &s.shards[binary.LittleEndian.Uint64(k[24:])%uint64(len(s.shards))]
+	return &s.shards[maphash.Bytes(s.seedA, k[:])%uint64(len(s.shards))]
 }
 
 // LockOrGet implements cache.Store.
@@ -258,7 +276,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 		}
 		s.dropLockLocked(sh, &k, cur)
 	}
-	if e := sh.lookupLocked(&k); e != nil {
+	if e := s.lookupLocked(sh, &k); e != nil {
 		if entryExpires(e) > now {
 			sh.mu.Unlock()
 			rec, err := entryRecord(e)
@@ -330,13 +348,14 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 
 	delete(sh.locks, k)
 	s.bytes.Add(-l.size())
-	if _, taken := sh.index[k.prefix()]; taken {
+	p := s.prefixOf(&k)
+	if _, taken := sh.index[p]; taken {
 		// Another key with the same 128-bit prefix (never seen in practice): its
 		// record becomes a hole; this one takes the slot.
 		s.records.Add(-1)
 		s.bytes.Add(-indexBytes)
 	}
-	sh.index[k.prefix()] = pos
+	sh.index[p] = pos
 	s.bytes.Add(indexBytes)
 	sh.notifyLocked(&k)
 	sh.mu.Unlock()
@@ -391,7 +410,7 @@ func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
 		}
 		s.dropLockLocked(sh, &k, l)
 	}
-	e := sh.lookupLocked(&k)
+	e := s.lookupLocked(sh, &k)
 	if e == nil {
 		sh.mu.Unlock()
 		return nil, cache.ErrNotFound
@@ -419,7 +438,7 @@ func (s *Store) Delete(_ context.Context, key string) error {
 		}
 		return nil
 	}
-	e := sh.lookupLocked(&k)
+	e := s.lookupLocked(sh, &k)
 	if e == nil {
 		return cache.ErrNotFound
 	}
@@ -457,14 +476,14 @@ func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
 // the log, reclaimed when the head passes it.
 func (s *Store) dropIndexLocked(sh *shard, k *ikey) {
 	sh.notifyLocked(k)
-	delete(sh.index, k.prefix())
+	delete(sh.index, s.prefixOf(k))
 	s.records.Add(-1)
 	s.bytes.Add(-indexBytes)
 }
 
 // lookupLocked returns the log entry of k's completed record, or nil.
-func (sh *shard) lookupLocked(k *ikey) []byte {
-	pos, ok := sh.index[k.prefix()]
+func (s *Store) lookupLocked(sh *shard, k *ikey) []byte {
+	pos, ok := sh.index[s.prefixOf(k)]
 	if !ok {
 		return nil
 	}
@@ -517,7 +536,7 @@ func (s *Store) popHeadLocked(sh *shard, keep *ikey) bool {
 	n := binary.LittleEndian.Uint32(e)
 	var k ikey
 	copy(k[:], e[24:56])
-	if pos, ok := sh.index[k.prefix()]; ok && pos == sh.head {
+	if pos, ok := sh.index[s.prefixOf(&k)]; ok && pos == sh.head {
 		if keep != nil && k == *keep {
 			return false
 		}
@@ -550,7 +569,7 @@ func (s *Store) trimLocked(sh *shard) {
 func (s *Store) reclaimDeadLocked(sh *shard, now int64) {
 	for len(sh.log) > 0 {
 		e := sh.entryAt(sh.head)
-		if pos, ok := sh.index[prefix(e[24:40])]; ok && pos == sh.head && entryExpires(e) > now {
+		if pos, ok := sh.index[s.prefixOf((*ikey)(e[24:56]))]; ok && pos == sh.head && entryExpires(e) > now {
 			return
 		}
 		s.popHeadLocked(sh, nil)
