@@ -27,7 +27,7 @@ soak: build ## Fault-injection soak on 3 instances + Redis, and the bad-input ca
 	$(BIN)/soak -bin $(BIN)/idemproxy
 
 .PHONY: bench
-bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios (~3 min).
+bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~2 min).
 	$(GO) build -o $(BIN)/bench ./bench
 	taskset -c 0 $(BIN)/bench -bin $(BIN)
 
