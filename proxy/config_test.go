@@ -77,6 +77,7 @@ func TestBadConfiguration(t *testing.T) {
 		{nil, nil, "--upstream is required"},
 		{[]string{"--upstream", "localhost:3000"}, nil, "absolute http"},
 		{[]string{"--upstream", "http://x", "--ttl", "soon"}, nil, "--ttl"},
+		{[]string{"--upstream", "http://x", "--shutdown-timeout", "-5s"}, nil, "must not be negative"},
 		{[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_LOCK_TTL": "x"}, "IDEMPROXY_LOCK_TTL"},
 		{[]string{"--upstream", "http://x", "--store", "mysql://db"}, nil, "--store"},
 		{[]string{"--upstream", "http://x", "--listen", "8080"}, nil, "--listen"},

@@ -30,8 +30,11 @@ func durationFlag(name, usage string, field func(c *Config) *Duration) flagSpec 
 		get: func(c *Config) string { return field(c).String() },
 		set: func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
+			if err != nil {
 				return fmt.Errorf("%q is not a duration (Go syntax, e.g. 30s, 24h)", v)
+			}
+			if d < 0 {
+				return fmt.Errorf("%q: a duration here must not be negative", v)
 			}
 			*field(c) = Duration(d)
 			return nil
