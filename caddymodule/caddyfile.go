@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -121,12 +122,18 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 			var err error
 			switch d.Val() {
 			case "max_records":
-				var n int64
-				if err = parseSize(d, &n); err == nil {
+				var v string
+				if err = parseOne(d, &v); err == nil {
+					n, perr := strconv.ParseInt(v, 10, 64)
+					if perr != nil || n < 1 {
+						return d.Errf("max_records: want a whole number of records, at least 1; got %q", v)
+					}
 					ms.MaxRecords = n
 				}
 			case "max_bytes":
-				err = parseSize(d, &ms.MaxBytes)
+				if err = parseSize(d, &ms.MaxBytes); err == nil && ms.MaxBytes < 1 {
+					return d.Errf("max_bytes: must be at least 1 byte")
+				}
 			default:
 				return d.Errf("unknown memory store option %q", d.Val())
 			}
