@@ -593,3 +593,25 @@ func TestObserverRunsBeforeTheAnswerIsWritten(t *testing.T) {
 		t.Fatalf("written before the observer ran: %v", writtenBefore)
 	}
 }
+
+// The core reads the body, which is when net/http answers "Expect: 100-continue";
+// next must not see the expectation again (a proxy would forward it and relay a
+// second 100 Continue). Without a key the request passes through untouched.
+func TestExpectContinueConsumedWithTheBody(t *testing.T) {
+	var seen []string
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Get("Expect"))
+		w.WriteHeader(201)
+	}}
+	h := newHandler(t, newMem(t)).Wrap(c)
+	expect := http.Header{"Expect": {"100-Continue"}}
+	if w := serve(h, req{key: "x1", body: "a", header: expect}); w.Code != 201 {
+		t.Fatalf("with a key: %d", w.Code)
+	}
+	if w := serve(h, req{body: "a", header: expect}); w.Code != 201 {
+		t.Fatalf("without a key: %d", w.Code)
+	}
+	if len(seen) != 2 || seen[0] != "" || seen[1] != "100-Continue" {
+		t.Fatalf("Expect seen by next: %q, want [\"\" \"100-Continue\"]", seen)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -448,6 +449,12 @@ func (h *Handler) readBody(r *http.Request) ([]byte, error) {
 		body = buf.Bytes()
 	}
 	_ = r.Body.Close()
+	// Reading the body made net/http send the client its "100 Continue": the
+	// expectation is met. Forwarded as is, it would make the upstream send a second
+	// one, which a reverse proxy relays to the client.
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		r.Header.Del("Expect")
+	}
 	// An io.NopCloser around a *bytes.Reader, exactly: net/http's transport
 	// recognises it as in memory and sends the request line, headers and body
 	// upstream in one write, where an unknown body type costs a second write

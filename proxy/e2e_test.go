@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -301,6 +302,46 @@ func TestE2EProtocol(t *testing.T) {
 	}
 	if strings.Contains(logs, `"k409"`) {
 		t.Fatalf("log contains a raw key:\n%s", logs)
+	}
+}
+
+// A client that sends "Expect: 100-continue" gets exactly one 100 Continue: the
+// proxy reads the body to fingerprint it, so the upstream must not be asked for a
+// second one (ReverseProxy relays 1xx responses).
+func TestE2EExpectContinueOnce(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL)
+	for _, key := range []string{"e1", "e1"} { // a first execution, then its replay
+		conn, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n", key)
+		br := bufio.NewReader(conn)
+		line, err := br.ReadString('\n')
+		if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+			t.Fatalf("before the body: %q, %v", line, err)
+		}
+		if blank, err := br.ReadString('\n'); err != nil || blank != "\r\n" {
+			t.Fatalf("after 100 Continue: %q, %v", blank, err)
+		}
+		if _, err := conn.Write([]byte("abc")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != 201 || string(body) != "executed e1 #1 with abc" {
+			t.Fatalf("after the body: %d %q (a second 100 Continue shows up here)", resp.StatusCode, body)
+		}
+	}
+	if n := up.count("e1"); n != 1 {
+		t.Fatalf("upstream ran e1 %d times", n)
 	}
 }
 
