@@ -127,22 +127,40 @@ func (p *pipeliner) work() {
 }
 
 // send runs the batch as one pipeline (a single call goes as it is) and
-// returns each call's result in order.
+// returns each call's result in order. A call whose caller has already given up
+// is not sent: its caller has answered its client (503), and a claim made for it
+// now would hold the key against that client's retry for a whole lease.
 func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
-	if len(batch) == 1 {
-		cl := batch[0]
-		return append(cmds, cl.script.Run(cl.ctx, p.c, cl.keys, cl.args...))
+	live, last := 0, 0
+	for i, cl := range batch {
+		if err := cl.ctx.Err(); err != nil {
+			cmds = append(cmds, errCmd(cl.ctx, err))
+			continue
+		}
+		cmds = append(cmds, nil)
+		live, last = live+1, i
 	}
-	ctx, cancel := batchContext(batch)
+	switch live {
+	case 0:
+		return cmds
+	case 1:
+		cl := batch[last]
+		cmds[last] = cl.script.Run(cl.ctx, p.c, cl.keys, cl.args...)
+		return cmds
+	}
+	ctx, cancel := batchContext(batch, cmds)
 	defer cancel()
 	pipe := p.c.Pipeline()
-	for _, cl := range batch {
-		cmds = append(cmds, pipe.EvalSha(ctx, cl.script.Hash(), cl.keys, cl.args...))
+	for i, cl := range batch {
+		if cmds[i] == nil {
+			cmds[i] = pipe.EvalSha(ctx, cl.script.Hash(), cl.keys, cl.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, cl := range batch {
 		// NOSCRIPT: the server lost its script cache, so the script did not
-		// run. Send it whole (which also caches it again).
+		// run. Send it whole (which also caches it again). Calls left out
+		// above carry their caller's context error, never this one.
 		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			cmds[i] = cl.script.Eval(cl.ctx, p.c, cl.keys, cl.args...)
 		}
@@ -153,9 +171,13 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 // batchContext is bounded by the latest deadline among the batch's callers (a
 // caller that gives up earlier stops waiting on its own), and carries none of
 // their cancellations: one caller leaving must not fail the others' commands.
-func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+// Only the calls still to be sent (a nil result so far) count.
+func batchContext(batch []*call, cmds []*redis.Cmd) (context.Context, context.CancelFunc) {
 	var latest time.Time
-	for _, cl := range batch {
+	for i, cl := range batch {
+		if cmds[i] != nil {
+			continue
+		}
 		d, ok := cl.ctx.Deadline()
 		if !ok {
 			return context.Background(), func() {}

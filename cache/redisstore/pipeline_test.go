@@ -194,6 +194,42 @@ func TestPipelineCallerDeadline(t *testing.T) {
 	}
 }
 
+// A call whose caller gave up while it waited for a worker is not sent with the
+// batch it ends up in: a claim made for a caller that already answered 503 would
+// hold the key against the client's retry for a whole lease.
+func TestPipelineDropsAbandonedCalls(t *testing.T) {
+	_, client, s := pipelinedStore(t, 1)
+	ctx := context.Background()
+	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
+	if err := client.Do(ctx, "CLIENT", "PAUSE", "700", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The only worker is stuck on this call until the pause ends.
+	busy := make(chan error, 1)
+	go func() { _, _, err := s.LockOrGet(ctx, "busy", lock); busy <- err }()
+	time.Sleep(50 * time.Millisecond)
+	// This caller gives up while its call waits in the queue…
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, _, err := s.LockOrGet(short, "abandoned", lock); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued claim: %v, want context.DeadlineExceeded", err)
+	}
+	// …and this one, still waiting, will share a batch with it.
+	live := make(chan error, 1)
+	go func() { _, _, err := s.LockOrGet(ctx, "live", lock); live <- err }()
+	for _, ch := range []chan error{busy, live} {
+		if err := <-ch; err != nil {
+			t.Fatalf("claim after the pause: %v", err)
+		}
+	}
+	if _, err := s.Get(ctx, "live"); err != nil {
+		t.Fatalf("live claim: %v", err)
+	}
+	if rec, err := s.Get(ctx, "abandoned"); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("the abandoned claim was sent: %+v, %v", rec, err)
+	}
+}
+
 // After Close, calls fail at once instead of waiting for workers that are gone.
 func TestPipelineClosed(t *testing.T) {
 	srv := redistest.Start(t)
