@@ -615,3 +615,26 @@ func TestExpectContinueConsumedWithTheBody(t *testing.T) {
 		t.Fatalf("Expect seen by next: %q, want [\"\" \"100-Continue\"]", seen)
 	}
 }
+
+// A response the store can never hold (its byte bound is below max_body) is kept
+// as "done, not replayable", like one above max_body: the retry gets 409 and the
+// handler does not run twice.
+func TestResponseTooLargeForTheStore(t *testing.T) {
+	store := newMem(t, memstore.WithMaxBytes(16<<10), memstore.WithShards(1))
+	body := strings.Repeat("x", 64<<10)
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(body))
+	}}
+	h := newHandler(t, store).Wrap(c)
+	if w := serve(h, req{key: "big", body: "a"}); w.Code != 201 || w.Body.String() != body {
+		t.Fatalf("first: %d, %d bytes", w.Code, w.Body.Len())
+	}
+	w := serve(h, req{key: "big", body: "a"})
+	if w.Code != 409 || !strings.Contains(w.Body.String(), "not-replayable") {
+		t.Fatalf("retry: %d %s", w.Code, w.Body)
+	}
+	if n := c.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}

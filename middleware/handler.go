@@ -331,6 +331,16 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	defer scancel()
 	rec := &cache.Record{State: cache.StateCompleted, Response: resp}
 	cerr := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+	if errors.Is(cerr, cache.ErrFull) && !resp.Oversize {
+		// The response is larger than the store can ever hold (its bound is
+		// below max_body). Remember the key as done without the response, as
+		// for one above max_body: its retries get 409, never a second run.
+		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
+			slog.String("key_hash", ev.KeyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", cerr))
+		rec = &cache.Record{State: cache.StateCompleted,
+			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true}}
+		cerr = h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+	}
 	switch {
 	case cerr == nil:
 		ev.Outcome = OutcomeStored
