@@ -1,7 +1,7 @@
 package caddymodule
 
 import (
-	"strconv"
+	"fmt"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -9,7 +9,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/dustin/go-humanize"
+	"github.com/idemproxy/idemproxy/internal/conf"
+	"github.com/idemproxy/idemproxy/internal/stores"
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 func init() {
@@ -28,25 +30,17 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
 //	idempotency [<matcher>] {
-//	    store memory [{ max_records <n>; max_bytes <size> }]
-//	    store redis <url> [{ prefix <prefix> }]
-//	    store <redis-url>
-//	    ttl <duration>
-//	    lock_ttl <duration>
-//	    methods <method...>
-//	    require_key
-//	    header <name>
+//	    store <module> [<args…>] [{ <module options> }]
+//	    store <url>
 //	    scope <placeholder...>
-//	    fingerprint_headers <name...>
-//	    max_request_body <size>
-//	    max_body <size>
-//	    store_statuses <spec...>
-//	    ignore_headers <name...>
-//	    fail_open
-//	    handler_timeout <duration>
-//	    wait <duration>
-//	    in_flight_only
+//	    <setting> <value...>
 //	}
+//
+// Store modules: `memory [{ max_records <n>; max_bytes <size> }]` and
+// `redis <url> [{ prefix <prefix> }]`; a redis:// (rediss://, redis+cluster://,
+// redis+sentinel://) URL alone selects the Redis store. Every field of
+// middleware.Config is a setting, by its JSON name: a boolean takes no value (true)
+// or true/false, a list takes its items, every other setting one value.
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
 	if d.NextArg() {
@@ -59,179 +53,143 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("duplicate subdirective %q", name)
 		}
 		seen[name] = true
-		var err error
 		switch name {
 		case "store":
-			err = m.parseStore(d)
-		case "ttl":
-			err = parseDuration(d, &m.TTL)
-		case "lock_ttl":
-			err = parseDuration(d, &m.LockTTL)
-		case "handler_timeout":
-			err = parseDuration(d, &m.HandlerTimeout)
-		case "wait":
-			err = parseDuration(d, &m.Wait)
-		case "in_flight_only":
-			err = parseFlag(d, &m.InFlightOnly)
-		case "methods":
-			m.Methods, err = parseList(d)
-			for i, v := range m.Methods {
-				m.Methods[i] = strings.ToUpper(v)
+			if err := m.parseStore(d); err != nil {
+				return err
 			}
-		case "require_key":
-			err = parseFlag(d, &m.RequireKey)
-		case "fail_open":
-			err = parseFlag(d, &m.FailOpen)
-		case "header":
-			err = parseOne(d, &m.Header)
 		case "scope":
-			m.Scope, err = parseList(d)
-		case "fingerprint_headers":
-			m.FingerprintHeaders, err = parseList(d)
-		case "max_request_body":
-			err = parseSize(d, &m.MaxRequestBody)
-		case "max_body":
-			err = parseSize(d, &m.MaxBody)
-		case "store_statuses":
-			m.StoreStatuses, err = parseList(d)
-		case "ignore_headers":
-			m.IgnoreHeaders, err = parseList(d)
+			if m.Scope = d.RemainingArgs(); len(m.Scope) == 0 {
+				return d.ArgErr()
+			}
 		default:
-			return d.Errf("unknown subdirective %q", name)
-		}
-		if err != nil {
-			return err
+			f, ok := conf.Lookup(middleware.ConfigFields(), name)
+			if !ok {
+				return d.Errf("unknown subdirective %q", name)
+			}
+			args := d.RemainingArgs()
+			if !f.List() && (len(args) > 1 || len(args) == 0 && !f.Bool()) {
+				return d.ArgErr()
+			}
+			if d.NextBlock(d.Nesting()) {
+				return d.Errf("%s: takes no block", name)
+			}
+			if err := f.Set(&m.Config, args...); err != nil {
+				return d.Errf("%s: %v", name, err)
+			}
 		}
 	}
 	return nil
 }
 
+// parseStore hands `store <module> …` (or `store <url>`) to the store module,
+// which parses its own arguments and block.
 func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	if !d.NextArg() {
 		return d.ArgErr()
 	}
-	kind := d.Val()
-	var mod caddy.Module
-	switch {
-	case kind == "memory":
-		ms := new(MemoryStore)
-		if d.NextArg() {
-			return d.ArgErr()
+	name := d.Val()
+	if strings.Contains(name, "://") {
+		kind, err := stores.KindOf(name)
+		if err != nil {
+			return d.Errf("store: %v", err)
 		}
-		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			var err error
-			switch d.Val() {
-			case "max_records":
-				var v string
-				if err = parseOne(d, &v); err == nil {
-					n, perr := strconv.ParseInt(v, 10, 64)
-					if perr != nil || n < 1 {
-						return d.Errf("max_records: want a whole number of records, at least 1; got %q", v)
-					}
-					ms.MaxRecords = n
-				}
-			case "max_bytes":
-				if err = parseSize(d, &ms.MaxBytes); err == nil && ms.MaxBytes < 1 {
-					return d.Errf("max_bytes: must be at least 1 byte")
-				}
-			default:
-				return d.Errf("unknown memory store option %q", d.Val())
-			}
-			if err != nil {
-				return err
-			}
-		}
-		mod = ms
-	case kind == "redis" || strings.HasPrefix(kind, "redis://") || strings.HasPrefix(kind, "rediss://") ||
-		strings.HasPrefix(kind, "redis+") || strings.HasPrefix(kind, "rediss+"):
-		rs := new(RedisStore)
-		if kind == "redis" {
-			if !d.NextArg() {
-				return d.Errf("store redis: missing the Redis URL")
-			}
-			rs.URL = d.Val()
-		} else {
-			rs.URL = kind
-		}
-		if d.NextArg() {
-			return d.ArgErr()
-		}
-		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			switch d.Val() {
-			case "prefix":
-				if err := parseOne(d, &rs.Prefix); err != nil {
-					return err
-				}
-			default:
-				return d.Errf("unknown redis store option %q", d.Val())
-			}
-		}
-		mod = rs
-	default:
-		return d.Errf("unknown store %q: want memory, redis <url>, or a redis:// URL", kind)
+		name = kind
+	}
+	modID := "http.handlers.idempotency.stores." + name
+	if _, err := caddy.GetModule(modID); err != nil {
+		return d.Errf("unknown store %q: want memory, redis <url>, or a redis:// URL", d.Val())
+	}
+	unm, err := caddyfile.UnmarshalModule(d, modID)
+	if err != nil {
+		return err
 	}
 	var warnings []caddyconfig.Warning
-	m.StoreRaw = caddyconfig.JSONModuleObject(mod, "type", mod.CaddyModule().ID.Name(), &warnings)
+	m.StoreRaw = caddyconfig.JSONModuleObject(unm, "type", name, &warnings)
+	if len(warnings) > 0 {
+		return d.Errf("store %s: %s", name, warnings[0].Message)
+	}
 	return nil
 }
 
-func parseOne(d *caddyfile.Dispenser, into *string) error {
+// storeArg reads the one value of a store option.
+func storeArg(d *caddyfile.Dispenser) (string, error) {
+	name := d.Val()
 	if !d.NextArg() {
-		return d.ArgErr()
+		return "", d.ArgErr()
 	}
-	*into = d.Val()
+	v := d.Val()
+	if d.NextArg() {
+		return "", d.Errf("%s: takes one value", name)
+	}
+	return v, nil
+}
+
+// Interface guards.
+var (
+	_ caddyfile.Unmarshaler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
+	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
+)
+
+// UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
+func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // "memory"
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		v, err := storeArg(d)
+		if err != nil {
+			return err
+		}
+		switch opt {
+		case "max_records":
+			var n int64
+			if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || fmt.Sprint(n) != v {
+				return d.Errf("max_records: want a whole number of records, at least 1; got %q", v)
+			}
+			ms.MaxRecords = n
+		case "max_bytes":
+			if err := ms.MaxBytes.Set(v); err != nil {
+				return d.Errf("max_bytes: %v", err)
+			}
+			if ms.MaxBytes < 1 {
+				return d.Errf("max_bytes: must be at least 1B")
+			}
+		default:
+			return d.Errf("unknown memory store option %q", opt)
+		}
+	}
 	return nil
 }
 
-func parseList(d *caddyfile.Dispenser) ([]string, error) {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return nil, d.ArgErr()
+// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix> }]`, or `<url> [{ … }]`.
+func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // "redis", or the URL itself
+	rs.URL = d.Val()
+	if rs.URL == "redis" {
+		if !d.NextArg() {
+			return d.Errf("store redis: missing the Redis URL")
+		}
+		rs.URL = d.Val()
 	}
-	return args, nil
-}
-
-func parseFlag(d *caddyfile.Dispenser, into *bool) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	*into = true
+	for d.NextBlock(0) {
+		opt := d.Val()
+		v, err := storeArg(d)
+		if err != nil {
+			return err
+		}
+		switch opt {
+		case "prefix":
+			rs.Prefix = v
+		default:
+			return d.Errf("unknown redis store option %q", opt)
+		}
+	}
 	return nil
 }
-
-func parseDuration(d *caddyfile.Dispenser, into *caddy.Duration) error {
-	name := d.Val()
-	var s string
-	if err := parseOne(d, &s); err != nil {
-		return err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil {
-		return d.Errf("%s: bad duration %q: %v", name, s, err)
-	}
-	if v < 0 {
-		return d.Errf("%s: duration must not be negative", name)
-	}
-	*into = caddy.Duration(v)
-	return nil
-}
-
-func parseSize(d *caddyfile.Dispenser, into *int64) error {
-	name := d.Val()
-	var s string
-	if err := parseOne(d, &s); err != nil {
-		return err
-	}
-	v, err := humanize.ParseBytes(s)
-	if err != nil || v > 1<<62 {
-		return d.Errf("%s: bad size %q", name, s)
-	}
-	*into = int64(v)
-	return nil
-}
-
-// Interface guard.
-var _ caddyfile.Unmarshaler = (*Handler)(nil)

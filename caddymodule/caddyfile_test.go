@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -24,9 +24,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			}
 			ttl 1h
 			lock_ttl 10s
-			methods post PUT
+			methods POST PUT
 			require_key
-			header X-Request-Key
+			key_header X-Request-Key
 			scope {http.request.host} {http.request.header.X-Tenant}
 			fingerprint_headers X-Currency
 			max_request_body 1MiB
@@ -35,11 +35,22 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			ignore_headers Set-Cookie
 			fail_open
 			handler_timeout 90s
-		}`, want: `{"store":{"prefix":"app:","type":"redis","url":"redis://127.0.0.1:6379/0"},"ttl":3600000000000,
-			"lock_ttl":10000000000,"methods":["POST","PUT"],"require_key":true,"header":"X-Request-Key",
+		}`, want: `{"store":{"prefix":"app:","type":"redis","url":"redis://127.0.0.1:6379/0"},"ttl":"1h0m0s",
+			"lock_ttl":"10s","methods":["POST","PUT"],"require_key":true,"key_header":"X-Request-Key",
 			"scope":["{http.request.host}","{http.request.header.X-Tenant}"],"fingerprint_headers":["X-Currency"],
 			"max_request_body":1048576,"max_body":2000000,"store_statuses":["2xx","!204"],"ignore_headers":["Set-Cookie"],
-			"fail_open":true,"handler_timeout":90000000000}`},
+			"fail_open":true,"handler_timeout":"1m30s"}`},
+		{name: "zero is a value", input: `idempotency {
+			handler_timeout 0
+			wait 0s
+			fail_open false
+		}`, want: `{"handler_timeout":"0s","wait":"0s","fail_open":false}`},
+		{name: "empty scope headers: Host only", input: `idempotency {
+			scope_headers
+		}`, want: `{"scope_headers":[]}`},
+		{name: "cookie scope", input: `idempotency {
+			scope_headers Cookie:session
+		}`, want: `{"scope_headers":["Cookie:session"]}`},
 		{name: "store URL directly", input: `idempotency {
 			store rediss://user:pw@cache:6380/1
 		}`, want: `{"store":{"type":"redis","url":"rediss://user:pw@cache:6380/1"}}`},
@@ -54,30 +65,35 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		}`, want: `{"store":{"max_bytes":67108864,"max_records":1000,"type":"memory"}}`},
 		{name: "wait", input: `idempotency {
 			wait 10s
-		}`, want: `{"wait":10000000000}`},
+		}`, want: `{"wait":"10s"}`},
 		{name: "in_flight_only", input: `idempotency {
 			in_flight_only
 		}`, want: `{"in_flight_only":true}`},
 		{name: "wait without value", input: "idempotency {\nwait\n}", wantErr: "wrong argument count"},
 		{name: "day durations", input: `idempotency {
 			ttl 2d
-		}`, want: `{"ttl":172800000000000}`},
+		}`, want: `{"ttl":"48h0m0s"}`},
 
 		{name: "argument on the directive", input: `idempotency extra`, wantErr: "wrong argument count"},
 		{name: "duplicate subdirective", input: "idempotency {\nttl 1h\nttl 2h\n}", wantErr: `duplicate subdirective "ttl"`},
 		{name: "unknown subdirective", input: "idempotency {\nretries 3\n}", wantErr: `unknown subdirective "retries"`},
 		{name: "ttl without value", input: "idempotency {\nttl\n}", wantErr: "wrong argument count"},
 		{name: "ttl with two values", input: "idempotency {\nttl 1h 2h\n}", wantErr: "wrong argument count"},
-		{name: "bad duration", input: "idempotency {\nlock_ttl soon\n}", wantErr: `lock_ttl: bad duration "soon"`},
+		{name: "bad duration", input: "idempotency {\nlock_ttl soon\n}", wantErr: `lock_ttl: "soon" is not a duration`},
 		{name: "negative duration", input: "idempotency {\nttl -1h\n}", wantErr: "must not be negative"},
 		{name: "zero max_records", input: "idempotency {\nstore memory {\nmax_records 0\n}\n}", wantErr: "max_records: want a whole number of records, at least 1"},
 		{name: "max_records with a unit", input: "idempotency {\nstore memory {\nmax_records 1MiB\n}\n}", wantErr: `got "1MiB"`},
-		{name: "zero max_bytes", input: "idempotency {\nstore memory {\nmax_bytes 0\n}\n}", wantErr: "max_bytes: must be at least 1 byte"},
+		{name: "zero max_bytes", input: "idempotency {\nstore memory {\nmax_bytes 0B\n}\n}", wantErr: "max_bytes: must be at least 1B"},
 		{name: "unknown memory option", input: "idempotency {\nstore memory {\nmax_keys 5\n}\n}", wantErr: `unknown memory store option "max_keys"`},
-		{name: "bad size", input: "idempotency {\nmax_body lots\n}", wantErr: `max_body: bad size "lots"`},
-		{name: "methods without values", input: "idempotency {\nmethods\n}", wantErr: "wrong argument count"},
+		{name: "bad size", input: "idempotency {\nmax_body lots\n}", wantErr: `max_body: "lots" is not a size`},
+		{name: "size without a unit", input: "idempotency {\nmax_body 10\n}", wantErr: `max_body: "10" has no unit`},
+		{name: "max_bytes without a unit", input: "idempotency {\nstore memory {\nmax_bytes 10\n}\n}", wantErr: `max_bytes: "10" has no unit`},
+		{name: "setting with a block", input: "idempotency {\nttl 1h {\nx\n}\n}", wantErr: "takes no block"},
+
 		{name: "scope without values", input: "idempotency {\nscope\n}", wantErr: "wrong argument count"},
-		{name: "require_key with a value", input: "idempotency {\nrequire_key yes\n}", wantErr: "wrong argument count"},
+		{name: "require_key with a bad value", input: "idempotency {\nrequire_key yes\n}", wantErr: `require_key: "yes" is not a boolean`},
+		{name: "require_key with two values", input: "idempotency {\nrequire_key true false\n}", wantErr: "wrong argument count"},
+		{name: "old name of key_header", input: "idempotency {\nheader X-Key\n}", wantErr: `unknown subdirective "header"`},
 		{name: "store without kind", input: "idempotency {\nstore\n}", wantErr: "wrong argument count"},
 		{name: "unknown store", input: "idempotency {\nstore mysql\n}", wantErr: `unknown store "mysql"`},
 		{name: "redis without URL", input: "idempotency {\nstore redis\n}", wantErr: "missing the Redis URL"},
@@ -120,17 +136,22 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 }
 
 func TestValidate(t *testing.T) {
-	for name, h := range map[string]Handler{
-		"negative ttl":     {TTL: caddy.Duration(-time.Second)},
-		"negative lock":    {LockTTL: caddy.Duration(-time.Second)},
-		"negative body":    {MaxBody: -1},
-		"bad statuses":     {StoreStatuses: []string{"7xx"}},
-		"negative timeout": {HandlerTimeout: caddy.Duration(-time.Second)},
-		"negative wait":    {Wait: caddy.Duration(-time.Second)},
-		"wait + in-flight": {Wait: caddy.Duration(time.Second), InFlightOnly: true},
+	d := func(v time.Duration) *middleware.Duration { x := middleware.Duration(v); return &x }
+	yes := true
+	for name, tc := range map[string]struct {
+		h    Handler
+		want string
+	}{
+		"zero lock":        {Handler{Config: middleware.Config{LockTTL: d(0)}}, "lock_ttl: must be at least 3ms"},
+		"zero ttl":         {Handler{Config: middleware.Config{TTL: d(0)}}, "ttl: must be positive"},
+		"bad statuses":     {Handler{Config: middleware.Config{StoreStatuses: []string{"7xx"}}}, "store_statuses"},
+		"lower-case":       {Handler{Config: middleware.Config{Methods: []string{"post"}}}, "did you mean POST?"},
+		"no methods":       {Handler{Config: middleware.Config{Methods: []string{}}}, "methods: no tracked methods"},
+		"wait + in-flight": {Handler{Config: middleware.Config{Wait: d(time.Second), InFlightOnly: &yes}}, "in_flight_only"},
 	} {
-		if err := h.Validate(); err == nil {
-			t.Errorf("%s: Validate accepted it", name)
+		err := tc.h.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want %q", name, err, tc.want)
 		}
 	}
 	if err := (&Handler{}).Validate(); err != nil {

@@ -141,7 +141,7 @@ func TestHandlerProtocol(t *testing.T) {
 }
 
 func TestHandlerOptionsApply(t *testing.T) {
-	h, _, _ := provision(t, `{"require_key":true,"methods":["put"],"header":"X-Key","scope":["{http.request.header.X-Tenant}"],
+	h, _, _ := provision(t, `{"require_key":true,"methods":["PUT"],"key_header":"X-Key","scope":["{http.request.header.X-Tenant}"],
 		"store_statuses":["2xx"],"max_request_body":4}`)
 	next := &counting{}
 	if c := serve(h, call{method: "PUT"}, next); c.code != 400 || !strings.Contains(c.body, "missing-key") {

@@ -7,6 +7,7 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,66 +44,16 @@ type Handler struct {
 	// every Caddy instance pointing at the same Redis).
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
-	// How long a completed response is kept for replay. Default: 24h.
-	TTL caddy.Duration `json:"ttl,omitempty"`
-
-	// The in-flight lease: renewed every third of it while the request runs; if
-	// this instance dies, the key can run again once it lapses. Default: 30s.
-	LockTTL caddy.Duration `json:"lock_ttl,omitempty"`
-
-	// The methods protected; others pass through. Default: POST, PATCH.
-	Methods []string `json:"methods,omitempty"`
-
-	// Answer 400 to a protected request without a key, instead of passing it
-	// through unprotected. Default: false.
-	RequireKey bool `json:"require_key,omitempty"`
-
-	// The request header carrying the key. Default: Idempotency-Key.
-	Header string `json:"header,omitempty"`
-
 	// What a key belongs to, as placeholders, e.g.
-	// ["{http.request.host}", "{http.request.header.Authorization}"]: one client
-	// can never read another's stored response. Default: the Host and the
-	// Authorization header.
+	// ["{http.request.host}", "{http.request.header.Authorization}"]. When set, it
+	// replaces scope_headers. One client can never read another's stored response
+	// only when the client's credential is part of the scope. Default: unset (the
+	// Host and scope_headers).
 	Scope []string `json:"scope,omitempty"`
 
-	// Request headers added to the fingerprint (method, path, query and body),
-	// which decides whether a repeat is the same request. Default: none.
-	FingerprintHeaders []string `json:"fingerprint_headers,omitempty"`
-
-	// Largest request body accepted with a key; larger ones get 413. Default: 10MiB.
-	MaxRequestBody int64 `json:"max_request_body,omitempty"`
-
-	// Largest response body stored for replay. A larger response is remembered as
-	// done, and repeats get a not-replayable problem, never a second execution.
-	// Default: 10MiB.
-	MaxBody int64 `json:"max_body,omitempty"`
-
-	// Statuses stored for replay: codes, ranges ("200-299"), classes ("2xx") and
-	// exclusions ("!404"). Others release the key so a retry runs again.
-	// Default: ["200-499", "!408", "!425", "!429"].
-	StoreStatuses []string `json:"store_statuses,omitempty"`
-
-	// Response headers never stored nor replayed. Default: none.
-	IgnoreHeaders []string `json:"ignore_headers,omitempty"`
-
-	// Pass requests through unprotected when the store fails, instead of 503.
-	// Default: false.
-	FailOpen bool `json:"fail_open,omitempty"`
-
-	// Bound on a first execution, which does not stop when the client hangs up
-	// (its response is stored for the retry). 0 uses the default: 5m.
-	HandlerTimeout caddy.Duration `json:"handler_timeout,omitempty"`
-
-	// Let a duplicate that arrives while the first request runs wait up to this
-	// long for its result, then replay it, instead of an immediate 409 (which it
-	// still gets on timeout). Default: 0 (no waiting).
-	Wait caddy.Duration `json:"wait,omitempty"`
-
-	// Deduplicate concurrent duplicates but store no result: the lock is released
-	// when the response is done, so a later retry runs again. For responses that
-	// must not be stored. Default: false.
-	InFlightOnly bool `json:"in_flight_only,omitempty"`
+	// The core's settings (methods, ttl, lock_ttl, …): see middleware.Config,
+	// whose fields are this handler's JSON fields and Caddyfile subdirectives.
+	middleware.Config
 
 	core *middleware.Handler
 }
@@ -120,8 +71,16 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision loads the store and builds the core.
+// Provision checks the settings, loads the store and builds the core. Pure checks
+// come first, so a bad setting fails before any store is opened.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	opts, err := h.options()
+	if err != nil {
+		return err
+	}
 	if h.StoreRaw == nil {
 		h.StoreRaw = json.RawMessage(`{"type":"memory"}`)
 	}
@@ -130,14 +89,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
 	store := mod.(StoreModule).IdempotencyStore()
-	opts, err := h.options()
-	if err != nil {
-		return err
-	}
 	counter := outcomeCounter(ctx)
-	logger := ctx.Slogger()
 	opts = append(opts,
-		middleware.WithLogger(logger),
+		middleware.WithLogger(ctx.Slogger()),
 		middleware.WithObserver(func(ev middleware.Event) {
 			if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 				repl.Set(ResultPlaceholder, string(ev.Outcome))
@@ -147,29 +101,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			}
 		}))
 	if h.core, err = middleware.New(store, opts...); err != nil {
-		return err
+		return fmt.Errorf("idempotency: %w", err)
 	}
 	return nil
 }
 
+// options are the core's options for this handler: its Config, and the scope.
 func (h *Handler) options() ([]middleware.Option, error) {
-	var opts []middleware.Option
-	if h.TTL != 0 {
-		opts = append(opts, middleware.WithTTL(time.Duration(h.TTL)))
-	}
-	if h.LockTTL != 0 {
-		opts = append(opts, middleware.WithLockTTL(time.Duration(h.LockTTL)))
-	}
-	if len(h.Methods) > 0 {
-		methods := make([]string, len(h.Methods))
-		for i, m := range h.Methods {
-			methods[i] = strings.ToUpper(m)
-		}
-		opts = append(opts, middleware.WithMethods(methods...))
-	}
-	opts = append(opts, middleware.WithRequireKey(h.RequireKey), middleware.WithFailOpen(h.FailOpen))
-	if h.Header != "" {
-		opts = append(opts, middleware.WithKeyHeader(h.Header))
+	opts, err := h.Config.Options()
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: %w", err)
 	}
 	if len(h.Scope) > 0 {
 		scope := append([]string(nil), h.Scope...)
@@ -186,58 +127,34 @@ func (h *Handler) options() ([]middleware.Option, error) {
 			return b.String()
 		}))
 	}
-	if len(h.FingerprintHeaders) > 0 {
-		opts = append(opts, middleware.WithFingerprintHeaders(h.FingerprintHeaders...))
-	}
-	if h.MaxRequestBody > 0 {
-		opts = append(opts, middleware.WithMaxRequestBody(h.MaxRequestBody))
-	}
-	if h.MaxBody > 0 {
-		opts = append(opts, middleware.WithMaxStoredBody(h.MaxBody))
-	}
-	if len(h.StoreStatuses) > 0 {
-		set, err := middleware.ParseStatuses(h.StoreStatuses...)
-		if err != nil {
-			return nil, fmt.Errorf("store_statuses: %w", err)
-		}
-		opts = append(opts, middleware.WithStoreStatuses(set))
-	}
-	if len(h.IgnoreHeaders) > 0 {
-		opts = append(opts, middleware.WithIgnoredHeaders(h.IgnoreHeaders...))
-	}
-	if h.HandlerTimeout != 0 {
-		opts = append(opts, middleware.WithHandlerTimeout(time.Duration(h.HandlerTimeout)))
-	}
-	if h.Wait != 0 {
-		opts = append(opts, middleware.WithWait(time.Duration(h.Wait)))
-	}
-	opts = append(opts, middleware.WithInFlightOnly(h.InFlightOnly))
 	return opts, nil
 }
 
 // Validate checks the configuration; it changes nothing.
 func (h *Handler) Validate() error {
-	switch {
-	case h.TTL < 0:
-		return errors.New("idempotency: ttl must not be negative")
-	case h.LockTTL < 0:
-		return errors.New("idempotency: lock_ttl must not be negative")
-	case h.MaxRequestBody < 0 || h.MaxBody < 0:
-		return errors.New("idempotency: sizes must not be negative")
-	case h.HandlerTimeout < 0:
-		return errors.New("idempotency: handler_timeout must not be negative")
-	case h.Wait < 0:
-		return errors.New("idempotency: wait must not be negative")
-	case h.Wait > 0 && h.InFlightOnly:
-		return errors.New("idempotency: wait and in_flight_only do not combine (with no stored result a waiter would run again)")
-	}
-	if len(h.StoreStatuses) > 0 {
-		if _, err := middleware.ParseStatuses(h.StoreStatuses...); err != nil {
-			return fmt.Errorf("idempotency: store_statuses: %w", err)
-		}
+	if err := h.Config.Validate(); err != nil {
+		return fmt.Errorf("idempotency: %w", err)
 	}
 	return nil
 }
+
+// Cleanup waits, up to CleanupTimeout, for responses of this config whose storing
+// is still being retried, so an old config's last completions land before its
+// store may be closed.
+func (h *Handler) Cleanup() error {
+	if h.core == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
+	defer cancel()
+	if err := h.core.Wait(ctx); err != nil {
+		return fmt.Errorf("idempotency: responses still being stored after %v: %w", CleanupTimeout, err)
+	}
+	return nil
+}
+
+// CleanupTimeout bounds Cleanup's wait for pending completions.
+const CleanupTimeout = 10 * time.Second
 
 // ServeHTTP passes Caddy's next handler to the core. An error from next (e.g.
 // reverse_proxy failing to reach its upstream) releases the key and is returned
@@ -278,5 +195,6 @@ func outcomeCounter(ctx caddy.Context) *prometheus.CounterVec {
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -1,21 +1,22 @@
 package caddymodule
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/stores"
+	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/redis/go-redis/v9"
 )
 
 // stores keeps memory stores and Redis clients alive across config reloads: Caddy
 // provisions the new config before cleaning up the old one, so a store used by
 // both is never closed, and in-flight locks and stored responses survive.
-var stores = caddy.NewUsagePool()
+var pool = caddy.NewUsagePool()
 
 // pooled is one shared memory store or Redis client.
 type pooled struct {
@@ -38,7 +39,7 @@ type MemoryStore struct {
 	// locks never. Default: 1000000.
 	MaxRecords int64 `json:"max_records,omitempty"`
 	// Most bytes kept (approximate). Default: 512MiB.
-	MaxBytes int64 `json:"max_bytes,omitempty"`
+	MaxBytes middleware.Size `json:"max_bytes,omitempty"`
 
 	key   string
 	store cache.Store
@@ -54,15 +55,18 @@ func (*MemoryStore) CaddyModule() caddy.ModuleInfo {
 
 // Provision gets the shared store, creating it on first use.
 func (m *MemoryStore) Provision(caddy.Context) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
 	if m.MaxRecords == 0 {
-		m.MaxRecords = memstore.DefaultMaxRecords
+		m.MaxRecords = stores.DefaultMemoryMaxRecords
 	}
 	if m.MaxBytes == 0 {
-		m.MaxBytes = memstore.DefaultMaxBytes
+		m.MaxBytes = stores.DefaultMemoryMaxBytes
 	}
 	m.key = fmt.Sprintf("memory/%d/%d", m.MaxRecords, m.MaxBytes)
-	v, _, err := stores.LoadOrNew(m.key, func() (caddy.Destructor, error) {
-		s, err := memstore.New(memstore.WithMaxRecords(m.MaxRecords), memstore.WithMaxBytes(m.MaxBytes))
+	v, _, err := pool.LoadOrNew(m.key, func() (caddy.Destructor, error) {
+		s, err := stores.OpenMemory(m.MaxRecords, int64(m.MaxBytes))
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +89,7 @@ func (m *MemoryStore) Validate() error {
 
 // Cleanup releases this config's use of the store.
 func (m *MemoryStore) Cleanup() error {
-	_, err := stores.Delete(m.key)
+	_, err := pool.Delete(m.key)
 	return err
 }
 
@@ -117,22 +121,26 @@ func (*RedisStore) CaddyModule() caddy.ModuleInfo {
 
 // Provision connects, or reuses the client of the previous config.
 func (r *RedisStore) Provision(ctx caddy.Context) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
 	if r.Prefix == "" {
-		r.Prefix = redisstore.DefaultPrefix
+		r.Prefix = stores.DefaultRedisPrefix
 	}
 	url := caddy.NewReplacer().ReplaceAll(r.URL, "")
+	if err := stores.Check(stores.Spec{URL: url, RedisPrefix: r.Prefix}); err != nil {
+		return fmt.Errorf("redis store: %w", err)
+	}
 	r.key = "redis/" + url
-	v, _, err := stores.LoadOrNew(r.key, func() (caddy.Destructor, error) {
-		client, err := redisstore.NewClient(url)
-		if err != nil {
-			return nil, err
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := client.Ping(pctx).Err(); err != nil {
+	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
+		client, err := stores.DialRedis(ctx, url)
+		var unreachable *stores.UnreachableError
+		if errors.As(err, &unreachable) {
 			// Not fatal: Redis may come up after Caddy. Requests fail closed
 			// (or open) until it answers.
-			ctx.Slogger().Warn("idempotency: Redis unreachable at start-up", "url", redisstore.Redact(url), "error", err)
+			ctx.Slogger().Warn("idempotency: Redis unreachable at start-up", "url", unreachable.URL, "error", unreachable.Err)
+		} else if err != nil {
+			return nil, err
 		}
 		return &pooled{client: client}, nil
 	})
@@ -140,7 +148,10 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("redis store: %w", err)
 	}
 	// The client is shared; the store on top of it is per config (prefixes may differ).
-	r.store = redisstore.New(v.(*pooled).client, redisstore.WithPrefix(r.Prefix))
+	if r.store, err = redisstore.New(v.(*pooled).client, redisstore.WithPrefix(r.Prefix)); err != nil {
+		_, _ = pool.Delete(r.key)
+		return fmt.Errorf("redis store: %w", err)
+	}
 	return nil
 }
 
@@ -158,7 +169,7 @@ func (r *RedisStore) Cleanup() error {
 	if r.store != nil {
 		r.store.Close()
 	}
-	_, err := stores.Delete(r.key)
+	_, err := pool.Delete(r.key)
 	return err
 }
 

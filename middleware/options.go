@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -55,6 +54,13 @@ type config struct {
 	observer        func(Event)
 	ignoredCanon    map[string]bool
 	trackedByMethod map[string]bool
+	scope           []scopePart // scopeHeaders, parsed
+}
+
+// scopePart is one entry of the scope: a request header, or one cookie.
+type scopePart struct {
+	name   string
+	cookie bool
 }
 
 // WithMethods sets the tracked HTTP methods; others pass through untouched.
@@ -71,8 +77,9 @@ func WithKeyHeader(name string) Option { return func(c *config) { c.keyHeader = 
 func WithRequireKey(require bool) Option { return func(c *config) { c.requireKey = require } }
 
 // WithScopeHeaders sets the request headers that, with the Host, scope a key, so one
-// client can never read another's response. Default DefaultScopeHeaders. With no
-// names, the Host alone scopes keys.
+// client can never read another's response (which holds only when the client's
+// credential is in one of them). "Cookie:NAME" names one cookie. Default
+// DefaultScopeHeaders. With no names, the Host alone scopes keys.
 func WithScopeHeaders(names ...string) Option {
 	return func(c *config) { c.scopeHeaders = append([]string{}, names...) }
 }
@@ -180,18 +187,37 @@ func defaultConfig() config {
 
 func (c *config) finish() error {
 	if len(c.methods) == 0 {
-		return fmt.Errorf("no tracked methods")
+		return fieldErr("methods", "no tracked methods")
 	}
 	c.trackedByMethod = make(map[string]bool, len(c.methods))
 	for _, m := range c.methods {
 		if !validToken(m) || strings.ToUpper(m) != m {
-			return fmt.Errorf("method %q: not an upper-case HTTP method token", m)
+			return fieldErr("methods", "%q is not an upper-case HTTP method token%s", m, methodHint(m))
 		}
 		c.trackedByMethod[m] = true
 	}
-	for _, h := range append(append(append([]string{c.keyHeader}, c.scopeHeaders...), c.fpHeaders...), c.ignoredHeaders...) {
-		if !validToken(h) {
-			return fmt.Errorf("header name %q is not valid", h)
+	headers := []struct {
+		field string
+		names []string
+	}{{"key_header", []string{c.keyHeader}}, {"fingerprint_headers", c.fpHeaders}, {"ignore_headers", c.ignoredHeaders}}
+	for _, hs := range headers {
+		for _, h := range hs.names {
+			if !validToken(h) {
+				return fieldErr(hs.field, "header name %q is not valid", h)
+			}
+		}
+	}
+	c.scope = c.scope[:0]
+	for _, h := range c.scopeHeaders {
+		if name, cookie, ok := strings.Cut(h, ":"); ok {
+			if !strings.EqualFold(name, "Cookie") || !validToken(cookie) {
+				return fieldErr("scope_headers", "%q: want a header name, or Cookie:NAME for one cookie", h)
+			}
+			c.scope = append(c.scope, scopePart{name: cookie, cookie: true})
+		} else if !validToken(h) {
+			return fieldErr("scope_headers", "header name %q is not valid", h)
+		} else {
+			c.scope = append(c.scope, scopePart{name: h})
 		}
 	}
 	c.keyHeader = http.CanonicalHeaderKey(c.keyHeader)
@@ -201,27 +227,27 @@ func (c *config) finish() error {
 	}
 	switch {
 	case c.ttl <= 0:
-		return fmt.Errorf("ttl must be positive, got %v", c.ttl)
+		return fieldErr("ttl", "must be positive, got %v", c.ttl)
 	case c.lockTTL < 3*time.Millisecond:
-		return fmt.Errorf("lock ttl must be at least 3ms, got %v", c.lockTTL)
+		return fieldErr("lock_ttl", "must be at least 3ms, got %v", c.lockTTL)
 	case c.maxRequestBody < 0:
-		return fmt.Errorf("max request body must not be negative, got %d", c.maxRequestBody)
+		return fieldErr("max_request_body", "must not be negative, got %d", c.maxRequestBody)
 	case c.maxStoredBody < 0:
-		return fmt.Errorf("max stored body must not be negative, got %d", c.maxStoredBody)
+		return fieldErr("max_body", "must not be negative, got %d", c.maxStoredBody)
 	case c.handlerTimeout < 0:
-		return fmt.Errorf("handler timeout must not be negative, got %v", c.handlerTimeout)
+		return fieldErr("handler_timeout", "must not be negative, got %v", c.handlerTimeout)
 	case c.storeTimeout <= 0:
-		return fmt.Errorf("store timeout must be positive, got %v", c.storeTimeout)
+		return fieldErr("store_timeout", "must be positive, got %v", c.storeTimeout)
 	case c.retryAfter < 0:
-		return fmt.Errorf("retry-after must not be negative, got %v", c.retryAfter)
+		return fieldErr("retry_after", "must not be negative, got %v", c.retryAfter)
 	case c.wait < 0:
-		return fmt.Errorf("wait must not be negative, got %v", c.wait)
+		return fieldErr("wait", "must not be negative, got %v", c.wait)
 	case c.waitPoll <= 0:
-		return fmt.Errorf("wait poll interval must be positive, got %v", c.waitPoll)
+		return fieldErr("wait_poll", "must be positive, got %v", c.waitPoll)
 	case c.wait > 0 && c.inFlightOnly:
-		return fmt.Errorf("wait and in-flight-only do not combine: with no stored result, a waiter would run the request again")
+		return fieldErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
 	case c.storeStatuses.Empty():
-		return fmt.Errorf("no status is stored: store statuses is empty")
+		return fieldErr("store_statuses", "no status is stored")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -9,10 +9,14 @@ import (
 // StatusSet is a set of HTTP status codes (100–599).
 type StatusSet struct{ bits [10]uint64 }
 
-// DefaultStoreStatuses is every final status below 500 except 408, 425 and 429,
-// the answers that mean "not executed, try later".
+// DefaultStoreStatusSpec is the default of store_statuses as written in
+// configuration: every final status below 500 except 408, 425 and 429, the
+// answers that mean "not executed, try later".
+func DefaultStoreStatusSpec() []string { return []string{"200-499", "!408", "!425", "!429"} }
+
+// DefaultStoreStatuses is the set DefaultStoreStatusSpec describes.
 func DefaultStoreStatuses() StatusSet {
-	s, _ := ParseStatuses("200-499", "!408", "!425", "!429")
+	s, _ := ParseStatuses(DefaultStoreStatusSpec()...)
 	return s
 }
 

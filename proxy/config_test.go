@@ -23,10 +23,10 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Duration(cfg.TTL) != 2*time.Hour {
+	if cfg.TTL.Std() != 2*time.Hour {
 		t.Errorf("ttl = %v: the flag must win", cfg.TTL)
 	}
-	if time.Duration(cfg.LockTTL) != 20*time.Second {
+	if cfg.LockTTL.Std() != 20*time.Second {
 		t.Errorf("lock_ttl = %v: the variable must beat the file", cfg.LockTTL)
 	}
 	if cfg.Listen != "127.0.0.1:7000" || cfg.Upstream != "http://file:1" {
@@ -56,8 +56,8 @@ func TestConfigRoutesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Routes) != 2 || cfg.Routes[0].KeyHeader != "X-GitHub-Delivery" || cfg.Routes[0].ScopeHeaders == nil ||
-		len(*cfg.Routes[0].ScopeHeaders) != 0 || *cfg.Routes[1].Enabled {
+	if len(cfg.Routes) != 2 || *cfg.Routes[0].KeyHeader != "X-GitHub-Delivery" || cfg.Routes[0].ScopeHeaders == nil ||
+		len(cfg.Routes[0].ScopeHeaders) != 0 || *cfg.Routes[1].Enabled {
 		t.Fatalf("routes = %+v", cfg.Routes)
 	}
 }
@@ -82,6 +82,15 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--store", "mysql://db"}, nil, "--store"},
 		{[]string{"--upstream", "http://x", "--listen", "8080"}, nil, "--listen"},
 		{[]string{"--upstream", "http://x", "--max-body", "ten"}, nil, "not a size"},
+		{[]string{"--upstream", "http://x", "--max-body", "10"}, nil, `--max-body: "10" has no unit`},
+		{[]string{"--upstream", "http://x", "--methods", "post"}, nil, "--methods: \"post\" is not an upper-case HTTP method token (methods are case-sensitive: did you mean POST?)"},
+		{[]string{"--upstream", "http://x", "--store-statuses", "2xx,!500,700"}, nil, "--store-statuses: "},
+		{[]string{"--upstream", "http://x", "--lock-ttl", "0s"}, nil, "--lock-ttl: must be at least 3ms"},
+		{[]string{"--upstream", "http://x", "--wait", "5s", "--in-flight-only"}, nil, "--wait: does not combine with in_flight_only"},
+		{[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_LOCK_TTL": "1ms"}, "IDEMPROXY_LOCK_TTL: must be at least 3ms"},
+		{[]string{"--config", write("lock.yaml", "upstream: http://x\nlock_ttl: 1ms\n")}, nil, "lock_ttl in " + dir},
+		{[]string{"--config", write("routelock.yaml", "upstream: http://x\nroutes:\n  - path: /a\n    lock_ttl: 1ms\n")}, nil, "routes[0] (/a): lock_ttl: must be at least 3ms"},
+		{[]string{"--config", write("unitless.yaml", "upstream: http://x\nmax_body: 10\n")}, nil, "has no unit"},
 		{[]string{"--upstream", "http://x", "--log-level", "loud"}, nil, "--log-level"},
 		{[]string{"--upstream", "http://x", "--require-key=maybe"}, nil, "require-key"},
 		{[]string{"--nope"}, nil, "not defined"},
@@ -117,15 +126,45 @@ func TestHelpListsEveryFlagAndVariable(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "1024": 1024, "10MiB": 10 << 20, "512KB": 512000, "2gib": 2 << 30, "1 MB": 1000000, "8k": 8192} {
-		if got, err := proxy.ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+// Sizes mean the same on every surface of the proxy: flag, variable, file (and, in
+// caddymodule's tests, the Caddyfile), with Caddy's grammar.
+func TestSizesMeanTheSameEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	for text, want := range map[string]int64{"10M": 10_000_000, "1.5MiB": 1_572_864, "10MB": 10_000_000, "64KiB": 65_536, "512B": 512} {
+		file := filepath.Join(dir, "c.yaml")
+		os.WriteFile(file, []byte("upstream: http://x\nmax_body: "+text+"\n"), 0o600)
+		for name, args := range map[string]struct {
+			argv []string
+			env  map[string]string
+		}{
+			"flag": {[]string{"--upstream", "http://x", "--max-body", text}, nil},
+			"env":  {[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_MAX_BODY": text}},
+			"file": {[]string{"--config", file}, nil},
+		} {
+			cfg, err := proxy.ParseArgs(args.argv, env(args.env), &bytes.Buffer{})
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, text, err)
+			}
+			if got := int64(*cfg.MaxBody); got != want {
+				t.Errorf("%s %s = %d bytes, want %d", name, text, got, want)
+			}
 		}
 	}
-	for _, in := range []string{"", "x", "-1", "10XB", "99999999999999999999"} {
-		if _, err := proxy.ParseSize(in); err == nil {
-			t.Errorf("ParseSize(%q) accepted", in)
-		}
+}
+
+// A route's set field wins over the top level, zero included.
+func TestRouteZeroWins(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("upstream: http://x\nwait: 5s\nhandler_timeout: 1m\nroutes:\n  - path: /now\n    wait: 0s\n    handler_timeout: 0s\n  - path: /inherit\n"), 0o600)
+	cfg, err := proxy.ParseArgs([]string{"--config", file}, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, inherit := cfg.Config.Merged(cfg.Routes[0].Config), cfg.Config.Merged(cfg.Routes[1].Config)
+	if *now.Wait != 0 || *now.HandlerTimeout != 0 {
+		t.Errorf("route zeros lost: wait %v handler_timeout %v", *now.Wait, *now.HandlerTimeout)
+	}
+	if inherit.Wait.Std() != 5*time.Second || inherit.HandlerTimeout.Std() != time.Minute {
+		t.Errorf("unset route fields must take the top level: wait %v handler_timeout %v", *inherit.Wait, *inherit.HandlerTimeout)
 	}
 }

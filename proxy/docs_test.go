@@ -1,30 +1,90 @@
 package proxy_test
 
 import (
-	"bytes"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
-// Every flag --help lists is in the README's configuration table.
-func TestREADMEListsEveryFlag(t *testing.T) {
+// readmeRows returns the README's configuration table rows, keyed by the setting
+// name in their first cell, as their cells.
+func readmeRows(t *testing.T) map[string][]string {
+	t.Helper()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var help bytes.Buffer
-	proxy.Usage(&help)
-	flags := regexp.MustCompile(`(?m)^  --([a-z-]+)`).FindAllStringSubmatch(help.String(), -1)
-	if len(flags) < 20 {
-		t.Fatalf("found only %d flags in --help", len(flags))
+	section := string(readme)
+	start := strings.Index(section, "## Configuration")
+	end := strings.Index(section[start+1:], "\n## ")
+	section = section[start : start+1+end]
+	rows := map[string][]string{}
+	name := regexp.MustCompile("^`([a-z_]+)`$")
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) < 4 {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if m := name.FindStringSubmatch(cells[0]); m != nil {
+			rows[m[1]] = cells
+		}
 	}
-	for _, f := range flags {
-		if !strings.Contains(string(readme), "`--"+f[1]+"`") {
-			t.Errorf("README lacks --%s", f[1])
+	return rows
+}
+
+// Every setting of the proxy and the core is a row of the README's table, with its
+// flag, and the default the row states is the default in the code.
+func TestREADMETableMatchesTheConfigType(t *testing.T) {
+	rows := readmeRows(t)
+	fields := conf.Fields(reflect.TypeFor[proxy.Config]())
+	if len(fields) < 25 {
+		t.Fatalf("only %d settings found", len(fields))
+	}
+	def := proxy.DefaultConfig()
+	for _, f := range fields {
+		row, ok := rows[f.Name]
+		if !ok {
+			t.Errorf("README table lacks `%s`", f.Name)
+			continue
+		}
+		if row[1] != "`--"+f.FlagName()+"`" {
+			t.Errorf("%s: flag cell %q, want `--%s`", f.Name, row[1], f.FlagName())
+		}
+		// The default is the cell before "what it does".
+		cell := row[len(row)-2]
+		var got proxy.Config
+		switch {
+		case cell == "none" && f.List():
+			_ = f.Set(&got)
+		case cell == "required":
+			continue
+		case cell == "off": // an empty address
+			_ = f.Set(&got, "")
+		default:
+			text := strings.Trim(cell, "`")
+			if f.List() {
+				var items []string
+				for _, it := range strings.Split(text, ",") {
+					items = append(items, strings.TrimSpace(it))
+				}
+				if err := f.Set(&got, items...); err != nil {
+					t.Errorf("%s: default cell %q: %v", f.Name, cell, err)
+				}
+			} else if err := f.Set(&got, text); err != nil {
+				t.Errorf("%s: default cell %q: %v", f.Name, cell, err)
+				continue
+			}
+		}
+		if f.Text(&got) != f.Text(&def) {
+			t.Errorf("%s: README says the default is %s, the code says %q", f.Name, cell, f.Text(&def))
 		}
 	}
 }

@@ -16,9 +16,8 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
-	"github.com/idemproxy/idemproxy/cache/memstore"
-	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/forward"
+	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -31,7 +30,7 @@ type Proxy struct {
 	cfg     *Config
 	log     *slog.Logger
 	store   cache.Store
-	closers []func() error
+	opened  *stores.Opened
 	rp      *httputil.ReverseProxy
 	next    middleware.Next
 	def     *route
@@ -51,9 +50,11 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, log: log, metrics: newMetrics()}
-	if err := p.openStore(ctx); err != nil {
-		return nil, err
+	opened, err := stores.Open(ctx, cfg.storeSpec())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.source("store"), err)
 	}
+	p.opened, p.store, p.metrics.mem = opened, opened.Store, opened.Memory
 	target, _ := url.Parse(cfg.Upstream) // checked by Validate
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -70,7 +71,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 				}
 			}
 		},
-		Transport:    forward.NewTransport(time.Duration(cfg.UpstreamTimeout)),
+		Transport:    forward.NewTransport(cfg.UpstreamTimeout.Std()),
 		BufferPool:   forward.BufferPool{},
 		ErrorHandler: p.upstreamError,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -83,26 +84,24 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		p.metrics.upstreamInFlight.Add(-1)
 		return nil
 	})
-	var err error
-	if p.def, err = p.buildRoute(cfg.Route); err != nil {
+	if p.def, err = p.buildRoute("", true, cfg.Config); err != nil {
 		p.Close()
-		return nil, err
+		return nil, cfg.named(err, "")
 	}
-	for _, rc := range cfg.Routes {
-		rt, err := p.buildRoute(cfg.resolved(rc))
+	for i, rc := range cfg.Routes {
+		rt, err := p.buildRoute(rc.Path, rc.Enabled == nil || *rc.Enabled, cfg.route(rc))
 		if err != nil {
 			p.Close()
-			return nil, fmt.Errorf("route %s: %w", rc.Path, err)
+			return nil, cfg.named(err, fmt.Sprintf("routes[%d] (%s)", i, rc.Path))
 		}
-		rt.path = rc.Path
 		p.routes = append(p.routes, rt)
 	}
 	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
 	return p, nil
 }
 
-func (p *Proxy) buildRoute(rc Route) (*route, error) {
-	opts, err := rc.options()
+func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*route, error) {
+	opts, err := mc.Options()
 	if err != nil {
 		return nil, err
 	}
@@ -111,35 +110,7 @@ func (p *Proxy) buildRoute(rc Route) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: rc.Path, enabled: *rc.Enabled, h: h}, nil
-}
-
-func (p *Proxy) openStore(ctx context.Context) error {
-	if p.cfg.Store == "memory" {
-		s, err := memstore.New(memstore.WithMaxRecords(p.cfg.MemoryMaxRecs), memstore.WithMaxBytes(int64(p.cfg.MemoryMaxBytes)))
-		if err != nil {
-			return err
-		}
-		p.store = s
-		p.metrics.mem = s
-		p.closers = append(p.closers, s.Close)
-		return nil
-	}
-	client, err := redisstore.NewClient(p.cfg.Store)
-	if err != nil {
-		return fmt.Errorf("--store: %w", err)
-	}
-	p.closers = append(p.closers, client.Close)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		client.Close()
-		return fmt.Errorf("--store %s: Redis unreachable: %v", redisstore.Redact(p.cfg.Store), err)
-	}
-	rs := redisstore.New(client, redisstore.WithPrefix(p.cfg.RedisPrefix))
-	p.closers = append(p.closers, rs.Close) // its pub/sub subscription, before the client
-	p.store = rs
-	return nil
+	return &route{path: path, enabled: enabled, h: h}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see middleware.Handler.Wait).
@@ -153,14 +124,7 @@ func (p *Proxy) Wait(ctx context.Context) error {
 }
 
 // Close releases the store.
-func (p *Proxy) Close() error {
-	var errs []error
-	for i := len(p.closers) - 1; i >= 0; i-- {
-		errs = append(errs, p.closers[i]())
-	}
-	p.closers = nil
-	return errors.Join(errs...)
-}
+func (p *Proxy) Close() error { return p.opened.Close() }
 
 // match returns the route for a path: the longest matching prefix, whole segments.
 func (p *Proxy) match(path string) *route {

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -23,7 +22,7 @@ func (d *discard) WriteHeader(int)             {}
 // on loopback (each includes the round trips: 2 and 1).
 func BenchmarkCoreRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	store := redisstore.New(srv.Client())
+	store := mustNew(b, srv.Client())
 	defer store.Close()
 	h, err := middleware.New(store)
 	if err != nil {

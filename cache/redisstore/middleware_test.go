@@ -131,7 +131,7 @@ func TestRoundTrips(t *testing.T) {
 
 func newMiddleware(t *testing.T, c redis.UniversalClient, opts ...middleware.Option) *middleware.Handler {
 	t.Helper()
-	h, err := middleware.New(redisstore.New(c), opts...)
+	h, err := middleware.New(mustNew(t, c), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte("done"))
 	})
-	storeA, storeB := redisstore.New(srv.Client()), redisstore.New(srv.Client())
+	storeA, storeB := mustNew(t, srv.Client()), mustNew(t, srv.Client())
 	defer storeA.Close()
 	defer storeB.Close()
 	t.Cleanup(func() { storeA.Close(); storeB.Close() })

@@ -56,15 +56,26 @@ var (
 // New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
 // failover client or a redis.UniversalClient. Call Close when done with it: it
 // stops the store's pipeline workers and its pub/sub subscription.
-func New(c redis.UniversalClient, opts ...Option) *Store {
+//
+// New does not dial: call the client's Ping to learn whether Redis answers.
+func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
 	s := &Store{c: c, prefix: DefaultPrefix, pipelines: DefaultPipelines}
 	for _, o := range opts {
 		o(s)
 	}
+	switch {
+	case s.prefix == "":
+		return nil, errors.New("redisstore: the key prefix must not be empty")
+	case s.pipelines < 0:
+		return nil, fmt.Errorf("redisstore: pipelines must not be negative, got %d", s.pipelines)
+	}
 	if s.pipelines > 0 {
 		s.pipe = newPipeliner(c, s.pipelines)
 	}
-	return s
+	return s, nil
 }
 
 // run sends one script call, through a pipeline when the store batches.

@@ -18,7 +18,7 @@ import (
 func harness(client redis.UniversalClient) func(t *testing.T) cachetest.Harness {
 	return func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		s := redisstore.New(client, redisstore.WithClock(clk.Now))
+		s := mustNew(t, client, redisstore.WithClock(clk.Now))
 		t.Cleanup(func() { s.Close() })
 		return cachetest.Harness{Store: s, Clock: clk}
 	}
@@ -44,7 +44,7 @@ func TestConformanceCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer uc.Close()
-	s := redisstore.New(uc)
+	s := mustNew(t, uc)
 	defer s.Close()
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
@@ -64,7 +64,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestServerClockExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := redisstore.New(client)
+	s := mustNew(t, client)
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
@@ -104,7 +104,7 @@ func waitGone(t *testing.T, c *redis.Client, key string) {
 func TestNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := redisstore.New(client)
+	s := mustNew(t, client)
 	defer s.Close()
 	ctx := context.Background()
 	flush := func() {
@@ -146,7 +146,7 @@ func TestNoScript(t *testing.T) {
 func TestForeignAndCorruptValues(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := redisstore.New(client)
+	s := mustNew(t, client)
 	defer s.Close()
 	ctx := context.Background()
 	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
@@ -186,7 +186,7 @@ func errString(err error) string {
 func TestKeyLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
+	s := mustNew(t, client, redisstore.WithPrefix("myapp:idem:"))
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
@@ -216,7 +216,7 @@ func TestRedisErrorsSurface(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()
-	s := redisstore.New(client)
+	s := mustNew(t, client)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -253,4 +253,14 @@ func TestConformanceSentinel(t *testing.T) {
 	if n, err := master.Client().DBSize(context.Background()).Result(); err != nil || n == 0 {
 		t.Fatalf("master holds %d keys (%v)", n, err)
 	}
+}
+
+// mustNew is redisstore.New for tests.
+func mustNew(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -1,0 +1,186 @@
+// Package stores opens an idempotency store from its configuration: the one place
+// the proxy and the Caddy module both go through, so a new store is one package
+// plus one entry in kinds.
+package stores
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of the stores' own settings.
+const (
+	DefaultRedisPrefix      = redisstore.DefaultPrefix
+	DefaultMemoryMaxRecords = memstore.DefaultMaxRecords
+	DefaultMemoryMaxBytes   = memstore.DefaultMaxBytes
+	// PingTimeout bounds the reachability check at start-up.
+	PingTimeout = 5 * time.Second
+)
+
+// Spec selects a store and carries every store's settings; each store reads its own.
+type Spec struct {
+	URL              string // "memory", or a URL whose scheme names the store
+	RedisPrefix      string
+	MemoryMaxRecords int64
+	MemoryMaxBytes   int64
+}
+
+// Kind is a store type: its Caddy module name and the URL schemes that select it.
+type Kind struct {
+	Name    string
+	Schemes []string
+}
+
+// Kinds are the stores, by the schemes that select them.
+var Kinds = []Kind{
+	{Name: "memory", Schemes: []string{"memory"}},
+	{Name: "redis", Schemes: []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}},
+}
+
+// KindOf returns the store kind a URL selects ("memory" alone selects memory).
+func KindOf(rawURL string) (string, error) {
+	scheme := rawURL
+	if i := strings.Index(rawURL, "://"); i >= 0 {
+		scheme = rawURL[:i]
+	}
+	for _, k := range Kinds {
+		for _, s := range k.Schemes {
+			if strings.EqualFold(scheme, s) {
+				return k.Name, nil
+			}
+		}
+	}
+	var all []string
+	for _, k := range Kinds {
+		for _, s := range k.Schemes {
+			if s == "memory" {
+				all = append(all, s)
+			} else {
+				all = append(all, s+"://")
+			}
+		}
+	}
+	return "", fmt.Errorf("%q: want %s", redisstore.Redact(rawURL), strings.Join(all, ", "))
+}
+
+// Check validates spec without opening anything.
+func Check(spec Spec) error {
+	kind, err := KindOf(spec.URL)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "memory":
+		if spec.MemoryMaxRecords < 1 || spec.MemoryMaxBytes < 1 {
+			return errors.New("memory store bounds must be at least 1")
+		}
+	case "redis":
+		if spec.RedisPrefix == "" {
+			return errors.New("the Redis key prefix must not be empty")
+		}
+		client, err := redisstore.NewClient(spec.URL) // parses only; nothing is dialled
+		if err != nil {
+			return err
+		}
+		client.Close()
+	}
+	return nil
+}
+
+// Opened is an open store.
+type Opened struct {
+	Store  cache.Store
+	Memory *memstore.Store // the memory store, for its gauges; nil for others
+	close  []func() error
+}
+
+// Close closes the store and what it holds, last opened first.
+func (o *Opened) Close() error {
+	var errs []error
+	for i := len(o.close) - 1; i >= 0; i-- {
+		errs = append(errs, o.close[i]())
+	}
+	o.close = nil
+	return errors.Join(errs...)
+}
+
+// Open opens the store spec selects. A store that does not answer at once is an
+// error (the proxy refuses to start against an unreachable Redis).
+func Open(ctx context.Context, spec Spec) (*Opened, error) {
+	if err := Check(spec); err != nil {
+		return nil, err
+	}
+	kind, _ := KindOf(spec.URL)
+	switch kind {
+	case "memory":
+		s, err := OpenMemory(spec.MemoryMaxRecords, spec.MemoryMaxBytes)
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: s, Memory: s, close: []func() error{s.Close}}, nil
+	default:
+		client, err := DialRedis(ctx, spec.URL)
+		if err != nil {
+			if client != nil {
+				client.Close()
+			}
+			return nil, err
+		}
+		rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix))
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		// Close the store (its pub/sub and pipelines) before the client.
+		return &Opened{Store: rs, close: []func() error{client.Close, rs.Close}}, nil
+	}
+}
+
+// OpenMemory opens a memory store with the given bounds.
+func OpenMemory(maxRecords, maxBytes int64) (*memstore.Store, error) {
+	return memstore.New(memstore.WithMaxRecords(maxRecords), memstore.WithMaxBytes(maxBytes))
+}
+
+// DialRedis opens a Redis client from its URL and checks that it answers within
+// PingTimeout. On a failed check it returns the client (usable once Redis is up)
+// with an *UnreachableError.
+func DialRedis(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	client, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		return client, &UnreachableError{URL: redisstore.Redact(rawURL), Err: err}
+	}
+	return client, nil
+}
+
+// UnreachableError: the store did not answer at start-up.
+type UnreachableError struct {
+	URL string // redacted
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("%s: Redis unreachable: %v", e.URL, e.Err)
+}
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Redact hides the password in a store URL, for logs.
+func Redact(rawURL string) string {
+	if _, err := url.Parse(rawURL); err != nil || !strings.Contains(rawURL, "://") {
+		return rawURL
+	}
+	return redisstore.Redact(rawURL)
+}

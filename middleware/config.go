@@ -1,0 +1,238 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/idemproxy/idemproxy/internal/conf"
+)
+
+// Config is the core's settings as every surface writes them. Caddy's JSON for the
+// handler is this type; the Caddyfile, the proxy's flags, its IDEMPROXY_* variables,
+// its config file and its routes all fill it. A nil field is unset: the default
+// applies (or, in a proxy route, the top level's value). A set field wins, zero
+// included. Go users may use it (New(store, cfg.Options()...)) or the With*
+// options directly.
+//
+// Each field with a help tag is a setting: its json name is the Caddyfile
+// subdirective and the config-file key, and, with dashes, the proxy's flag.
+type Config struct {
+	// Methods protected; others pass through untouched, key or not. HTTP methods
+	// are case-sensitive: write them in upper case. Default: POST, PATCH.
+	Methods []string `json:"methods,omitzero" yaml:"methods,omitempty" help:"methods protected, upper case"`
+
+	// KeyHeader is the request header carrying the key. Default: Idempotency-Key.
+	KeyHeader *string `json:"key_header,omitempty" yaml:"key_header,omitempty" help:"request header carrying the key"`
+
+	// RequireKey answers 400 to a protected request without a key, instead of
+	// passing it through unprotected. Default: false.
+	RequireKey *bool `json:"require_key,omitempty" yaml:"require_key,omitempty" help:"answer 400 to a protected request without a key instead of passing it through"`
+
+	// ScopeHeaders are the request headers that, with the Host, scope a key, so
+	// one client can never read another's stored response. That holds only when
+	// the client's credential is in one of them. An entry "Cookie:NAME" names one
+	// cookie. An empty list scopes by the Host alone. Default: Authorization.
+	ScopeHeaders []string `json:"scope_headers,omitzero" yaml:"scope_headers,omitempty" help:"request headers that, with the Host, scope a key (Cookie:NAME for one cookie; empty: Host only)"`
+
+	// FingerprintHeaders are request headers added to the fingerprint (method,
+	// path and query, body), which decides whether a repeat is the same request.
+	// Default: none.
+	FingerprintHeaders []string `json:"fingerprint_headers,omitzero" yaml:"fingerprint_headers,omitempty" help:"request headers added to the fingerprint (method, path, query and body)"`
+
+	// MaxRequestBody is the largest request body accepted with a key; larger ones
+	// get 413. Default: 10MiB.
+	MaxRequestBody *Size `json:"max_request_body,omitempty" yaml:"max_request_body,omitempty" help:"largest request body accepted with a key (413 above)"`
+
+	// MaxBody is the largest response body stored for replay. A larger response
+	// is remembered as done; repeats get a not-replayable problem, never a second
+	// execution. Default: 10MiB.
+	MaxBody *Size `json:"max_body,omitempty" yaml:"max_body,omitempty" help:"largest response body stored for replay (above: remembered as done, not replayable)"`
+
+	// StoreStatuses are the statuses stored for replay: codes, ranges
+	// ("200-299"), classes ("2xx") and exclusions ("!404"). Others release the
+	// key so a retry runs again. Default: 200-499, !408, !425, !429.
+	StoreStatuses []string `json:"store_statuses,omitzero" yaml:"store_statuses,omitempty" help:"statuses stored for replay: codes, ranges (200-299), classes (2xx), !exclusions"`
+
+	// IgnoreHeaders are response headers never stored nor replayed. Default: none.
+	IgnoreHeaders []string `json:"ignore_headers,omitzero" yaml:"ignore_headers,omitempty" help:"response headers never stored nor replayed"`
+
+	// FailOpen passes requests through unprotected when the store fails, instead
+	// of answering 503. Default: false.
+	FailOpen *bool `json:"fail_open,omitempty" yaml:"fail_open,omitempty" help:"pass requests through unprotected when the store fails, instead of 503"`
+
+	// TTL is how long a completed response is kept for replay. Default: 24h.
+	TTL *Duration `json:"ttl,omitempty" yaml:"ttl,omitempty" help:"how long a completed response is kept for replay"`
+
+	// LockTTL is the in-flight lease, renewed every third of it while the first
+	// request runs; if its instance dies, the key can run again once it lapses.
+	// At least 3ms. Default: 30s.
+	LockTTL *Duration `json:"lock_ttl,omitempty" yaml:"lock_ttl,omitempty" help:"in-flight lease, renewed while the first request runs; a crashed instance's lock lapses after it"`
+
+	// HandlerTimeout bounds a first execution, which does not stop when the
+	// client hangs up (its response is stored for the retry). 0 means no bound.
+	// Default: 5m.
+	HandlerTimeout *Duration `json:"handler_timeout,omitempty" yaml:"handler_timeout,omitempty" help:"bound on a first execution (not cancelled when the client hangs up); 0 = no bound"`
+
+	// StoreTimeout bounds each store call (claim, complete, release, lease
+	// renewal). Default: 5s.
+	StoreTimeout *Duration `json:"store_timeout,omitempty" yaml:"store_timeout,omitempty" help:"bound on each store call"`
+
+	// Wait lets a duplicate that arrives while the first request runs wait up to
+	// this long for its result, then replay it, instead of an immediate 409
+	// (which it still gets on timeout). 0 means no waiting. Default: 0.
+	Wait *Duration `json:"wait,omitempty" yaml:"wait,omitempty" help:"let a duplicate of an in-flight request wait this long for its result instead of an immediate 409; 0 = no waiting"`
+
+	// WaitPoll is how often a waiting duplicate re-reads the store when no
+	// notification arrives. Default: 250ms.
+	WaitPoll *Duration `json:"wait_poll,omitempty" yaml:"wait_poll,omitempty" help:"how often a waiting duplicate re-reads the store when no notification comes"`
+
+	// InFlightOnly deduplicates concurrent duplicates but stores no result: the
+	// lock is released when the response is done, so a later retry runs again.
+	// Default: false.
+	InFlightOnly *bool `json:"in_flight_only,omitempty" yaml:"in_flight_only,omitempty" help:"deduplicate concurrent duplicates but store no result: a later retry runs again"`
+}
+
+// DefaultConfig returns the configuration with every field set to its default.
+func DefaultConfig() Config {
+	return Config{
+		Methods:            append([]string(nil), DefaultMethods...),
+		KeyHeader:          ptr(DefaultKeyHeader),
+		RequireKey:         ptr(false),
+		ScopeHeaders:       append([]string(nil), DefaultScopeHeaders...),
+		FingerprintHeaders: []string{},
+		MaxRequestBody:     ptr(Size(DefaultMaxRequestBody)),
+		MaxBody:            ptr(Size(DefaultMaxStoredBody)),
+		StoreStatuses:      DefaultStoreStatusSpec(),
+		IgnoreHeaders:      []string{},
+		FailOpen:           ptr(false),
+		TTL:                ptr(Duration(DefaultTTL)),
+		LockTTL:            ptr(Duration(DefaultLockTTL)),
+		HandlerTimeout:     ptr(Duration(DefaultHandlerTimeout)),
+		StoreTimeout:       ptr(Duration(DefaultStoreTimeout)),
+		Wait:               ptr(Duration(0)),
+		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
+		InFlightOnly:       ptr(false),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// ConfigFields lists the settings of Config, in declaration order: every surface
+// derives its flags, variables and subdirectives from it.
+func ConfigFields() []conf.Field { return configFields }
+
+var configFields = conf.Fields(reflect.TypeFor[Config]())
+
+// Merged returns c with every field that is set in over replacing c's.
+func (c Config) Merged(over Config) Config {
+	conf.Merge(configFields, &c, &over)
+	return c
+}
+
+// ConfigError is a configuration error that names the setting at fault by its
+// config name (lock_ttl), so each surface can name it in its own terms.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Options returns the options that apply every set field of c. An unparsable
+// value (store_statuses) is a *ConfigError.
+func (c Config) Options() ([]Option, error) {
+	var opts []Option
+	if c.Methods != nil {
+		opts = append(opts, WithMethods(c.Methods...))
+	}
+	if c.KeyHeader != nil {
+		opts = append(opts, WithKeyHeader(*c.KeyHeader))
+	}
+	if c.RequireKey != nil {
+		opts = append(opts, WithRequireKey(*c.RequireKey))
+	}
+	if c.ScopeHeaders != nil {
+		opts = append(opts, WithScopeHeaders(c.ScopeHeaders...))
+	}
+	if c.FingerprintHeaders != nil {
+		opts = append(opts, WithFingerprintHeaders(c.FingerprintHeaders...))
+	}
+	if c.MaxRequestBody != nil {
+		opts = append(opts, WithMaxRequestBody(int64(*c.MaxRequestBody)))
+	}
+	if c.MaxBody != nil {
+		opts = append(opts, WithMaxStoredBody(int64(*c.MaxBody)))
+	}
+	if c.StoreStatuses != nil {
+		set, err := ParseStatuses(c.StoreStatuses...)
+		if err != nil {
+			return nil, &ConfigError{Field: "store_statuses", Err: err}
+		}
+		opts = append(opts, WithStoreStatuses(set))
+	}
+	if c.IgnoreHeaders != nil {
+		opts = append(opts, WithIgnoredHeaders(c.IgnoreHeaders...))
+	}
+	if c.FailOpen != nil {
+		opts = append(opts, WithFailOpen(*c.FailOpen))
+	}
+	if c.TTL != nil {
+		opts = append(opts, WithTTL(c.TTL.Std()))
+	}
+	if c.LockTTL != nil {
+		opts = append(opts, WithLockTTL(c.LockTTL.Std()))
+	}
+	if c.HandlerTimeout != nil {
+		opts = append(opts, WithHandlerTimeout(c.HandlerTimeout.Std()))
+	}
+	if c.StoreTimeout != nil {
+		opts = append(opts, WithStoreTimeout(c.StoreTimeout.Std()))
+	}
+	if c.Wait != nil {
+		opts = append(opts, WithWait(c.Wait.Std()))
+	}
+	if c.WaitPoll != nil {
+		opts = append(opts, WithWaitPoll(c.WaitPoll.Std()))
+	}
+	if c.InFlightOnly != nil {
+		opts = append(opts, WithInFlightOnly(*c.InFlightOnly))
+	}
+	return opts, nil
+}
+
+// Validate checks c as New would, without a store. Errors are *ConfigError.
+func (c Config) Validate() error {
+	opts, err := c.Options()
+	if err != nil {
+		return err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg.finish()
+}
+
+// FieldOf returns the setting named in err, if err is a *ConfigError.
+func FieldOf(err error) (string, bool) {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return ce.Field, true
+	}
+	return "", false
+}
+
+// methodHint suggests the upper-case spelling of a lower-case method.
+func methodHint(m string) string {
+	if u := strings.ToUpper(m); u != m && validToken(m) {
+		return fmt.Sprintf(" (methods are case-sensitive: did you mean %s?)", u)
+	}
+	return ""
+}

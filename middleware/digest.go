@@ -1,0 +1,131 @@
+package middleware
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"hash"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// StoreKey returns the store key for key as sent with r: a hex SHA-256 of the
+// request's scope and the key, so keys of different clients never meet and a
+// client's key never reaches the store verbatim.
+func (h *Handler) StoreKey(r *http.Request, key string) string {
+	d := getDigest()
+	defer digests.Put(d)
+	if h.cfg.scopeFunc != nil {
+		d.field(h.cfg.scopeFunc(r))
+	} else {
+		d.field(r.Host)
+		for _, sp := range h.cfg.scope {
+			if sp.cookie {
+				d.cookie(r, sp.name)
+			} else {
+				d.header(r.Header, sp.name)
+			}
+		}
+	}
+	d.field(key)
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], d.sum(sum[:0]))
+	return string(out[:]) // one allocation, where EncodeToString makes two
+}
+
+// fingerprint identifies the request: method, path and query, chosen headers, body.
+func (h *Handler) fingerprint(r *http.Request, body []byte) string {
+	if h.cfg.fpFunc != nil {
+		return h.cfg.fpFunc(r, body)
+	}
+	d := getDigest()
+	defer digests.Put(d)
+	d.field(r.Method)
+	d.field(r.URL.RequestURI())
+	for _, name := range h.cfg.fpHeaders {
+		d.header(r.Header, name)
+	}
+	d.flush()
+	_, _ = d.h.Write(body)
+	var sum [sha256.Size]byte
+	return string(d.sum(sum[:0]))
+}
+
+// digest is a SHA-256 state with a scratch buffer: fields are length-prefixed (so
+// their boundaries are unambiguous) and gathered before hashing, which spares an
+// allocation per field. Recycled through digests.
+type digest struct {
+	h   hash.Hash
+	buf []byte
+}
+
+var digests = sync.Pool{New: func() any { return &digest{h: sha256.New(), buf: make([]byte, 0, 512)} }}
+
+func getDigest() *digest {
+	d := digests.Get().(*digest)
+	d.h.Reset()
+	d.buf = d.buf[:0]
+	return d
+}
+
+func (d *digest) field(s string) {
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(s)))
+	d.buf = append(d.buf, s...)
+	if len(d.buf) > 4096 {
+		d.flush()
+	}
+}
+
+func (d *digest) header(hdr http.Header, name string) {
+	vals := hdr.Values(name)
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(vals)))
+	for _, v := range vals {
+		d.field(v)
+	}
+}
+
+// cookie adds the values of every cookie named name (in the order sent).
+func (d *digest) cookie(r *http.Request, name string) {
+	cs := r.CookiesNamed(name)
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(cs)))
+	for _, c := range cs {
+		d.field(c.Value)
+	}
+}
+
+func (d *digest) flush() {
+	_, _ = d.h.Write(d.buf)
+	d.buf = d.buf[:0]
+}
+
+func (d *digest) sum(b []byte) []byte {
+	d.flush()
+	if cap(d.buf) > 64<<10 {
+		d.buf = make([]byte, 0, 512) // do not keep a huge scratch buffer pooled
+	}
+	return d.h.Sum(b)
+}
+
+// Lock tokens need only be unique per claim across every process sharing a
+// store (they fence writes; they are never shown to clients). A random 64-bit
+// prefix per process and a counter give that without a trip to the system's
+// random source per request.
+var (
+	tokenPrefix = func() (p [8]byte) {
+		_, _ = rand.Read(p[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+		return p
+	}()
+	tokenCounter atomic.Uint64
+)
+
+func newToken() string {
+	var b [16]byte
+	copy(b[:8], tokenPrefix[:])
+	binary.BigEndian.PutUint64(b[8:], tokenCounter.Add(1))
+	var out [32]byte
+	hex.Encode(out[:], b[:])
+	return string(out[:])
+}

@@ -1,0 +1,236 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// execute runs the first request under the lock and stores or releases its outcome.
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key, token string, ev *Event) (err error) {
+	// Detach from the client: a hang-up must not cancel the work whose result the
+	// client's retry will ask for. The handler timeout bounds it instead.
+	ctx := context.WithoutCancel(r.Context())
+	cancel := context.CancelFunc(func() {})
+	if h.cfg.handlerTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, h.cfg.handlerTimeout)
+	}
+	defer cancel()
+
+	renew := h.startRenewal(ctx, key, token, ev.KeyHash)
+	rw := &recorder{w: w, cfg: &h.cfg}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p := recover() // next panicked: release the key so a retry runs, then re-raise
+		renew.stop()
+		h.release(ctx, key, token, ev.KeyHash)
+		ev.Outcome, ev.Status = OutcomeNotStored, rw.status
+		if p == nil {
+			return // runtime.Goexit, not a panic: let it continue
+		}
+		ev.Err = fmt.Errorf("handler panicked: %v", p)
+		panic(p)
+	}()
+	err = next.ServeHTTP(rw, r.WithContext(ctx))
+	returned = true
+	renew.stop()
+
+	ev.Status = rw.status
+	if ev.Status == 0 && !rw.hijacked && err == nil {
+		ev.Status = http.StatusOK // net/http sends 200 for a handler that wrote nothing
+	}
+	if err != nil || rw.hijacked || h.cfg.inFlightOnly || !h.cfg.storeStatuses.Has(ev.Status) {
+		ev.Outcome, ev.Err = OutcomeNotStored, err
+		h.release(ctx, key, token, ev.KeyHash)
+		return err
+	}
+	if renew.lost() {
+		// The lease lapsed while next ran (store unreachable for a whole lease):
+		// another request may hold the key now; Complete would be refused anyway.
+		ev.Outcome = OutcomeNotStored
+		return nil
+	}
+	resp := &cache.Response{Status: ev.Status, BodySize: rw.size}
+	if rw.oversize {
+		resp.Oversize = true
+	} else {
+		resp.Header, resp.Body = rw.header, rw.body
+	}
+	// Detached from the handler's deadline: storing must not fail because the
+	// handler used its time; the store timeout bounds it instead.
+	sctx, scancel := h.storeCtx(ctx)
+	defer scancel()
+	rec := &cache.Record{State: cache.StateCompleted, Response: resp}
+	cerr := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+	if errors.Is(cerr, cache.ErrFull) && !resp.Oversize {
+		// The response is larger than the store can ever hold (its bound is
+		// below max_body). Remember the key as done without the response, as
+		// for one above max_body: its retries get 409, never a second run.
+		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
+			slog.String("key_hash", ev.KeyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", cerr))
+		rec = &cache.Record{State: cache.StateCompleted,
+			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true}}
+		cerr = h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+	}
+	switch {
+	case cerr == nil:
+		ev.Outcome = OutcomeStored
+	case errors.Is(cerr, cache.ErrLockLost):
+		ev.Outcome, ev.Err = OutcomeNotStored, cerr
+		h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: the lease was lost; a retry will run again",
+			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status))
+	default:
+		// The store failed (e.g. Redis restarting). The lock still holds the key,
+		// so retries get 409 and nothing runs twice; keep trying to store the
+		// response until the lease would have lapsed.
+		ev.Outcome, ev.Err = OutcomeNotStored, cerr
+		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
+			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status), slog.Any("error", cerr))
+		h.pending.Add(1)
+		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, renew.lastExtended())
+	}
+	return nil
+}
+
+// completeLater retries Complete until it succeeds, the lock is lost, or the lease
+// (counted from its last renewal) would have lapsed. Wait waits for it.
+func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, leaseFrom time.Time) {
+	defer h.pending.Done()
+	deadline := leaseFrom.Add(h.cfg.lockTTL)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		if time.Until(deadline) < backoff {
+			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored before the lease lapsed; a retry will run again",
+				slog.String("key_hash", keyHash))
+			return
+		}
+		time.Sleep(backoff)
+		sctx, cancel := h.storeCtx(ctx)
+		err := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			h.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", keyHash))
+			return
+		case errors.Is(err, cache.ErrLockLost):
+			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: the lease was lost; a retry will run again",
+				slog.String("key_hash", keyHash))
+			return
+		}
+	}
+}
+
+// Wait blocks until responses whose storing is being retried in the background
+// are stored or given up, or ctx is done. Call it on shutdown, after the server
+// stopped accepting requests.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { h.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *Handler) release(ctx context.Context, key, token, keyHash string) {
+	sctx, cancel := h.storeCtx(ctx)
+	defer cancel()
+	if err := h.store.Release(sctx, key, token); err != nil {
+		level := slog.LevelError
+		if errors.Is(err, cache.ErrLockLost) {
+			level = slog.LevelWarn
+		}
+		h.cfg.logger.LogAttrs(ctx, level, "idempotency lock not released; the key stays locked until its lease lapses",
+			slog.String("key_hash", keyHash), slog.Any("error", err))
+	}
+}
+
+// renewal extends the lease every third of it while next runs. It uses a timer,
+// not a goroutine, so fast requests pay almost nothing for it.
+type renewal struct {
+	h        *Handler
+	ctx      context.Context
+	key, tok string
+	keyHash  string
+	t        *time.Timer
+	mu       sync.Mutex
+	stopped  bool
+	lostLock bool
+	extended time.Time // when the lease was last set (claim or renewal)
+	running  sync.WaitGroup
+}
+
+func (h *Handler) startRenewal(ctx context.Context, key, token, keyHash string) *renewal {
+	rn := &renewal{h: h, ctx: ctx, key: key, tok: token, keyHash: keyHash, extended: time.Now()}
+	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
+	rn.t = time.AfterFunc(h.cfg.lockTTL/3, rn.fire)
+	rn.mu.Unlock()
+	return rn
+}
+
+func (rn *renewal) fire() {
+	rn.mu.Lock()
+	if rn.stopped {
+		rn.mu.Unlock()
+		return
+	}
+	rn.running.Add(1)
+	rn.mu.Unlock()
+	defer rn.running.Done()
+
+	cfg := &rn.h.cfg
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(cfg.storeTimeout, cfg.lockTTL/3))
+	started := time.Now()
+	err := rn.h.store.Extend(ctx, rn.key, rn.tok, cfg.lockTTL)
+	cancel()
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if err == nil {
+		rn.extended = started
+	}
+	switch {
+	case errors.Is(err, cache.ErrLockLost):
+		rn.lostLock = true
+		cfg.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; its response will not be stored",
+			slog.String("key_hash", rn.keyHash))
+		return
+	case err != nil:
+		cfg.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
+			slog.String("key_hash", rn.keyHash), slog.Any("error", err))
+	}
+	if !rn.stopped {
+		rn.t.Reset(cfg.lockTTL / 3)
+	}
+}
+
+// stop ends renewal and waits for a renewal under way.
+func (rn *renewal) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.mu.Unlock()
+	rn.t.Stop()
+	rn.running.Wait()
+}
+
+// lastExtended is when the lease was last set; it lapses lockTTL after that.
+func (rn *renewal) lastExtended() time.Time {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.extended
+}
+
+func (rn *renewal) lost() bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.lostLock
+}

@@ -1,0 +1,47 @@
+package middleware
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// waitForFirst waits, up to the configured wait, for the in-flight request holding
+// key to finish. It returns the record as last read (loaded=true), or loaded=false
+// when this request claimed the key itself (the first one was released).
+func (h *Handler) waitForFirst(r *http.Request, key, fp, token string) (*cache.Record, bool, error) {
+	deadline := time.NewTimer(h.cfg.wait)
+	defer deadline.Stop()
+	notifier, _ := h.store.(cache.Notifier)
+	for {
+		var changed <-chan struct{}
+		cancel := func() {}
+		if notifier != nil {
+			changed, cancel = notifier.Subscribe(key)
+		}
+		// Read after subscribing: a change in between still wakes us.
+		sctx, scancel := h.storeCtx(r.Context())
+		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL})
+		scancel()
+		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != fp {
+			cancel()
+			return rec, loaded, err
+		}
+		poll := time.NewTimer(h.cfg.waitPoll)
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-deadline.C:
+			poll.Stop()
+			cancel()
+			return rec, true, nil // still in flight: 409
+		case <-r.Context().Done():
+			poll.Stop()
+			cancel()
+			return rec, true, nil // the client left
+		}
+		poll.Stop()
+		cancel()
+	}
+}
