@@ -63,6 +63,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 				max_bytes 64MiB
 			}
 		}`, want: `{"store":{"max_bytes":67108864,"max_records":1000,"type":"memory"}}`},
+		{name: "sizes: Caddy's grammar, as in the proxy", input: `idempotency {
+			max_body 10M
+			max_request_body 1.5MiB
+		}`, want: `{"max_body":10000000,"max_request_body":1572864}`},
 		{name: "wait", input: `idempotency {
 			wait 10s
 		}`, want: `{"wait":"10s"}`},

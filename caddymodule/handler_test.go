@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -261,5 +262,32 @@ func TestHandlerWaitAndInFlightOnly(t *testing.T) {
 	serve(ifo, call{key: "p"}, next)
 	if a := serve(ifo, call{key: "p"}, next); a.header.Get("Idempotent-Replayed") != "" || next.calls.Load() != 2 {
 		t.Fatalf("in_flight_only stored a result: %+v", a)
+	}
+}
+
+// handler_timeout 0 means no bound, as in every surface (it used to mean the
+// default, 5m, in Caddy alone); unset means the default.
+func TestHandlerTimeoutZeroMeansNoBound(t *testing.T) {
+	n := 0
+	for cfg, wantDeadline := range map[string]bool{
+		`{}`:                       true,
+		`{"handler_timeout":"0s"}`: false,
+		`{"handler_timeout":0}`:    false,
+		`{"handler_timeout":"1m"}`: true,
+	} {
+		h, _, _ := provision(t, cfg)
+		var has bool
+		next := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+			_, has = r.Context().Deadline()
+			w.WriteHeader(201)
+			return nil
+		}}
+		n++
+		if a := serve(h, call{key: fmt.Sprint("timeout-", n)}, next); a.code != 201 || next.calls.Load() != 1 {
+			t.Fatalf("%s: %+v", cfg, a)
+		}
+		if has != wantDeadline {
+			t.Errorf("%s: the first execution has a deadline: %v, want %v", cfg, has, wantDeadline)
+		}
 	}
 }

@@ -496,6 +496,11 @@ func TestE2EBadStartup(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--store", "redis://u:hunter2@" + nobody + "/0"}, 1, "xxxxx"},
 		{[]string{"--upstream", "http://x", "--store", "redis://h/notadb"}, 2, "database"},
 		{[]string{"--config", bad}, 2, "config file"},
+		{[]string{"--upstream", "http://x", "--methods", "post"}, 2, "--methods"},
+		{[]string{"--upstream", "http://x", "--store-statuses", "2xx,!500,700"}, 2, "--store-statuses"},
+		{[]string{"--upstream", "http://x", "--lock-ttl", "0s"}, 2, "--lock-ttl"},
+		{[]string{"--upstream", "http://x", "--wait", "5s", "--in-flight-only"}, 2, "--wait"},
+		{[]string{"--upstream", "http://x", "--max-body", "10"}, 2, "--max-body"},
 		{[]string{"--upstream", "http://x", "--listen", taken.Addr().String()}, 1, "--listen"},
 	}
 	for _, c := range cases {
@@ -666,5 +671,34 @@ func TestE2EWaitAndInFlightOnly(t *testing.T) {
 	}
 	if r := send(t, q.addr, "/pay", "ifo2", "x"); !r.replayed {
 		t.Fatalf("other routes still store: %+v", r)
+	}
+}
+
+// A route's set field wins over the top level, zero included: wait 0s on a route
+// under a top-level wait of 5s answers a duplicate 409 at once.
+func TestE2ERouteWaitZero(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nwait: 5s\nroutes:\n  - path: /block\n    wait: 0s\n", up.URL)), 0o600)
+	p := start(t, "--config", cfg)
+	first := make(chan result, 1)
+	go func() {
+		r, _ := sendErr(context.Background(), p.addr, "/block", "w0", "")
+		first <- r
+	}()
+	<-up.started
+	// Should the duplicate wait (the bug), release the first after 3s: the
+	// duplicate then gets a replay instead of the 409 asserted below.
+	safety := time.AfterFunc(3*time.Second, func() { close(up.release) })
+	dup := send(t, p.addr, "/block", "w0", "")
+	if safety.Stop() {
+		close(up.release)
+	}
+	if dup.status != 409 {
+		t.Fatalf("duplicate on a wait: 0s route: %d %s, want an immediate 409", dup.status, dup.body)
+	}
+	if r := <-first; r.status != 201 {
+		t.Fatalf("first: %+v", r)
 	}
 }
