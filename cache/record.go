@@ -59,30 +59,6 @@ type Response struct {
 	BodySize int64 `msgpack:"n,omitempty"`
 }
 
-// Encode returns the msgpack encoding of rec, stamped with FormatVersion.
-func Encode(rec *Record) ([]byte, error) {
-	v := *rec
-	v.Version = FormatVersion
-	b, err := msgpack.Marshal(&v)
-	if err != nil {
-		return nil, fmt.Errorf("encoding record: %w", err)
-	}
-	return b, nil
-}
-
-// Decode parses an encoded record. Anything that is not a record of FormatVersion
-// is an error wrapping ErrCorrupt, never a panic.
-func Decode(b []byte) (*Record, error) {
-	var rec Record
-	if err := unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if err := rec.validate(); err != nil {
-		return nil, err
-	}
-	return &rec, nil
-}
-
 // EncodeResponse and DecodeResponse encode only the response, for stores that keep
 // the other fields apart (the Redis store keeps them as hash fields).
 func EncodeResponse(resp *Response) ([]byte, error) {
@@ -121,27 +97,6 @@ func DecodeResponse(b []byte) (*Response, error) {
 	return resp, nil
 }
 
-func (rec *Record) validate() error {
-	if rec.Version != FormatVersion {
-		return fmt.Errorf("%w: format version %d, want %d", ErrCorrupt, rec.Version, FormatVersion)
-	}
-	switch rec.State {
-	case StateInFlight:
-	case StateCompleted:
-		if rec.Response == nil {
-			return fmt.Errorf("%w: completed record without response", ErrCorrupt)
-		}
-		if rec.Response.Status < 100 || rec.Response.Status > 999 {
-			return fmt.Errorf("%w: response status %d", ErrCorrupt, rec.Response.Status)
-		}
-	default:
-		return fmt.Errorf("%w: state %d", ErrCorrupt, rec.State)
-	}
-	return nil
-}
-
-// unmarshal is msgpack.Unmarshal that turns the decoder's panics on hostile input
-// (it panics on some malformed values, e.g. nil for a struct) into errors.
 // decodeResponse decodes straight into resp with a pooled decoder, sparing
 // msgpack.Unmarshal's reflection and allocations on the replay path.
 func decodeResponse(b []byte, resp *Response) (err error) {
@@ -166,12 +121,3 @@ type responseDecoder struct {
 }
 
 var responseDecoders = sync.Pool{New: func() any { return &responseDecoder{dec: msgpack.NewDecoder(nil)} }}
-
-func unmarshal(b []byte, v any) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("malformed msgpack: %v", p)
-		}
-	}()
-	return msgpack.Unmarshal(b, v)
-}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Response is encoded by hand: it is on every replay's path, and msgpack's
@@ -36,14 +37,14 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if err := enc.EncodeMapLen(n); err != nil {
 		return err
 	}
-	if err := encodeKey(enc, "s"); err != nil {
+	if err := enc.EncodeString("s"); err != nil {
 		return err
 	}
 	if err := enc.EncodeInt(int64(r.Status)); err != nil {
 		return err
 	}
 	if len(r.Header) > 0 {
-		if err := encodeKey(enc, "h"); err != nil {
+		if err := enc.EncodeString("h"); err != nil {
 			return err
 		}
 		if err := enc.EncodeMapLen(len(r.Header)); err != nil {
@@ -64,7 +65,7 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 	}
 	if len(r.Body) > 0 {
-		if err := encodeKey(enc, "b"); err != nil {
+		if err := enc.EncodeString("b"); err != nil {
 			return err
 		}
 		if err := enc.EncodeBytes(r.Body); err != nil {
@@ -72,7 +73,7 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 	}
 	if r.Oversize {
-		if err := encodeKey(enc, "o"); err != nil {
+		if err := enc.EncodeString("o"); err != nil {
 			return err
 		}
 		if err := enc.EncodeBool(true); err != nil {
@@ -80,7 +81,7 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 	}
 	if r.BodySize != 0 {
-		if err := encodeKey(enc, "n"); err != nil {
+		if err := enc.EncodeString("n"); err != nil {
 			return err
 		}
 		if err := enc.EncodeInt(r.BodySize); err != nil {
@@ -89,8 +90,6 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	return nil
 }
-
-func encodeKey(enc *msgpack.Encoder, k string) error { return enc.EncodeString(k) }
 
 // DecodeMsgpack implements msgpack.CustomDecoder. Unknown keys are skipped, so a
 // newer writer's extra fields do not break an older reader.
@@ -164,9 +163,46 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 				return err
 			}
 		default:
-			if err := dec.Skip(); err != nil {
+			if err := skipBounded(dec, 0); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// maxSkipDepth bounds the nesting of an unknown field's value. The library's
+// Skip recurses once per level, and a deep enough value overflows the stack,
+// which is fatal: no recover catches it.
+const maxSkipDepth = 32
+
+// skipBounded skips one value, refusing nesting deeper than maxSkipDepth.
+func skipBounded(dec *msgpack.Decoder, depth int) error {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	isArray := msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+	isMap := msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+	if !isArray && !isMap {
+		return dec.Skip() // a scalar, a string, bytes or an extension: no nesting
+	}
+	if depth >= maxSkipDepth {
+		return fmt.Errorf("a value nested deeper than %d levels", maxSkipDepth)
+	}
+	var n int
+	if isArray {
+		n, err = dec.DecodeArrayLen()
+	} else {
+		n, err = dec.DecodeMapLen()
+		n *= 2 // keys and values
+	}
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := skipBounded(dec, depth+1); err != nil {
+			return err
 		}
 	}
 	return nil

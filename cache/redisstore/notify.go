@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"sync"
+
+	"github.com/idemproxy/idemproxy/cache/internal/waiters"
 )
 
 // channel is the pub/sub channel on which this store's scripts announce changes.
@@ -12,8 +14,8 @@ func (s *Store) channel() string { return s.prefix + "notify" }
 // subscriber is one pub/sub connection per Store, opened on the first Subscribe,
 // dispatching announcements to the local waiters of each key.
 type subscriber struct {
-	mu      sync.Mutex
-	waiters map[string][]chan struct{}
+	mu      sync.Mutex // guards stop and done
+	waiters waiters.Registry[string]
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -22,33 +24,12 @@ type subscriber struct {
 // sharing the store; one may be lost (e.g. while the connection reconnects), so
 // waiters also poll.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
-	full := s.prefix + key
-	ch := make(chan struct{})
 	s.sub.mu.Lock()
-	if s.sub.waiters == nil {
-		s.sub.waiters = make(map[string][]chan struct{})
-	}
 	if s.sub.stop == nil {
 		s.startSubscriber()
 	}
-	s.sub.waiters[full] = append(s.sub.waiters[full], ch)
 	s.sub.mu.Unlock()
-	return ch, func() {
-		s.sub.mu.Lock()
-		defer s.sub.mu.Unlock()
-		list := s.sub.waiters[full]
-		for i, c := range list {
-			if c == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(s.sub.waiters, full)
-		} else {
-			s.sub.waiters[full] = list
-		}
-	}
+	return s.sub.waiters.Subscribe(s.prefix + key)
 }
 
 // startSubscriber opens the subscription; s.sub.mu is held.
@@ -69,12 +50,7 @@ func (s *Store) startSubscriber() {
 				if !ok {
 					return
 				}
-				s.sub.mu.Lock()
-				for _, c := range s.sub.waiters[m.Payload] {
-					close(c)
-				}
-				delete(s.sub.waiters, m.Payload)
-				s.sub.mu.Unlock()
+				s.sub.waiters.Notify(m.Payload)
 			}
 		}
 	}()

@@ -1,0 +1,238 @@
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+type lock struct {
+	token, fingerprint string
+	created, expires   int64 // unix nanoseconds
+}
+
+func (l *lock) size() int64 { return lockOverhead + int64(len(l.token)+len(l.fingerprint)) }
+
+// LockOrGet implements cache.Store.
+func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
+	if l.Token == "" {
+		return nil, false, fmt.Errorf("memstore: empty lock token")
+	}
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	if cur, ok := sh.locks[k]; ok {
+		if cur.expires > now {
+			rec := cur.record()
+			sh.mu.Unlock()
+			return rec, true, nil
+		}
+		s.dropLockLocked(sh, &k, cur)
+	}
+	if e := s.lookupLocked(sh, &k); e != nil {
+		if e.expires() > now {
+			sh.mu.Unlock()
+			rec, err := e.record()
+			return rec, true, err
+		}
+		s.dropIndexLocked(sh, &k)
+	}
+	nl := &lock{token: l.Token, fingerprint: l.Fingerprint, created: now, expires: now + int64(l.Lease)}
+	sh.locks[k] = nl
+	s.records.Add(1)
+	s.bytes.Add(nl.size())
+	sh.mu.Unlock()
+
+	if s.over() && !s.makeRoom(&k) {
+		// Only in-flight locks are left: refuse this claim rather than evict one.
+		sh.mu.Lock()
+		if cur := sh.locks[k]; cur == nl {
+			s.dropLockLocked(sh, &k, nl)
+		}
+		sh.mu.Unlock()
+		return nil, false, fmt.Errorf("memstore: claiming key: %w", cache.ErrFull)
+	}
+	return nil, false, nil
+}
+
+var encodeBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// Complete implements cache.Store.
+func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
+	if rec == nil || rec.Response == nil {
+		return fmt.Errorf("memstore: completing without a response")
+	}
+	buf := encodeBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			encodeBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if err := cache.WriteResponse(buf, rec.Response); err != nil {
+		return err
+	}
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	l, err := s.heldLocked(sh, &k, token, now)
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	n := entryHeader + len(l.fingerprint) + buf.Len()
+	if need := int64(n) + indexBytes; need > s.maxByte {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte, cache.ErrFull)
+	}
+	if n > 1<<31 {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
+	}
+	pos, e := s.appendLocked(sh, n)
+	entry(e).write(&k, l.fingerprint, l.created, now+int64(ttl), buf.Bytes())
+
+	delete(sh.locks, k)
+	s.bytes.Add(-l.size())
+	p := s.prefixOf(&k)
+	if _, taken := sh.index[p]; taken {
+		// Another key with the same 128-bit prefix (never seen in practice): its
+		// record becomes a hole; this one takes the slot.
+		s.records.Add(-1)
+		s.bytes.Add(-indexBytes)
+	}
+	sh.index[p] = pos
+	s.bytes.Add(indexBytes)
+	sh.waiters.Notify(k)
+	sh.mu.Unlock()
+
+	if s.over() {
+		s.makeRoom(&k)
+	}
+	return nil
+}
+
+// Release implements cache.Store.
+func (s *Store) Release(_ context.Context, key, token string) error {
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, err := s.heldLocked(sh, &k, token, now)
+	if err != nil {
+		return err
+	}
+	s.dropLockLocked(sh, &k, l)
+	return nil
+}
+
+// Extend implements cache.Store.
+func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration) error {
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, err := s.heldLocked(sh, &k, token, now)
+	if err != nil {
+		return err
+	}
+	l.expires = now + int64(lease)
+	return nil
+}
+
+// Get implements cache.Store.
+func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	if l, ok := sh.locks[k]; ok {
+		if l.expires > now {
+			rec := l.record()
+			sh.mu.Unlock()
+			return rec, nil
+		}
+		s.dropLockLocked(sh, &k, l)
+	}
+	e := s.lookupLocked(sh, &k)
+	if e == nil {
+		sh.mu.Unlock()
+		return nil, cache.ErrNotFound
+	}
+	if e.expires() <= now {
+		s.dropIndexLocked(sh, &k)
+		sh.mu.Unlock()
+		return nil, cache.ErrNotFound
+	}
+	sh.mu.Unlock()
+	return e.record()
+}
+
+// Delete implements cache.Store.
+func (s *Store) Delete(_ context.Context, key string) error {
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if l, ok := sh.locks[k]; ok {
+		s.dropLockLocked(sh, &k, l)
+		if l.expires <= now {
+			return cache.ErrNotFound
+		}
+		return nil
+	}
+	e := s.lookupLocked(sh, &k)
+	if e == nil {
+		return cache.ErrNotFound
+	}
+	s.dropIndexLocked(sh, &k)
+	if e.expires() <= now {
+		return cache.ErrNotFound
+	}
+	return nil
+}
+
+// Ping implements cache.Store; the memory store is always reachable.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// heldLocked returns the live lock under k held by token.
+func (s *Store) heldLocked(sh *shard, k *ikey, token string, now int64) (*lock, error) {
+	l, ok := sh.locks[*k]
+	if !ok || l.token != token || token == "" {
+		return nil, cache.ErrLockLost
+	}
+	if l.expires <= now {
+		s.dropLockLocked(sh, k, l)
+		return nil, cache.ErrLockLost
+	}
+	return l, nil
+}
+
+func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
+	sh.waiters.Notify(*k)
+	delete(sh.locks, *k)
+	s.records.Add(-1)
+	s.bytes.Add(-l.size())
+}
+
+func (l *lock) record() *cache.Record {
+	return &cache.Record{
+		Version:     cache.FormatVersion,
+		State:       cache.StateInFlight,
+		Fingerprint: l.fingerprint,
+		CreatedAt:   time.Unix(0, l.created),
+		ExpiresAt:   time.Unix(0, l.expires),
+	}
+}
+
+// InProcess implements cache.InProcess: no operation blocks on I/O.
+func (s *Store) InProcess() {}
