@@ -13,6 +13,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/cachetest"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 )
 
 func TestConformance(t *testing.T) {
@@ -371,4 +372,16 @@ func TestStructuredKeys(t *testing.T) {
 			t.Fatalf("key %d: %v", i, err)
 		}
 	}
+}
+
+// The core's behaviour suite on the memory store.
+func TestMiddlewareSuite(t *testing.T) {
+	middlewaretest.Run(t, func(t *testing.T) cache.Store {
+		s, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
 }

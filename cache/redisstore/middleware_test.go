@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -297,4 +300,17 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("calls = %d", calls.Load())
 	}
+}
+
+// The core's behaviour suite on Redis: each subtest gets its own key prefix on
+// one real server, so their records never meet.
+func TestMiddlewareSuite(t *testing.T) {
+	srv := redistest.Start(t)
+	n := 0
+	middlewaretest.Run(t, func(t *testing.T) cache.Store {
+		n++
+		s := mustNew(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("suite%d:", n)))
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
 }
