@@ -112,17 +112,22 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// storeArg reads the one value of a store option.
-func storeArg(d *caddyfile.Dispenser) (string, error) {
-	name := d.Val()
-	if !d.NextArg() {
-		return "", d.ArgErr()
+// storeOptions reads a store's block of `<option> <value>` lines, handing each to set.
+func storeOptions(d *caddyfile.Dispenser, set func(opt, v string) error) error {
+	for d.NextBlock(0) {
+		opt := d.Val()
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		v := d.Val()
+		if d.NextArg() {
+			return d.Errf("%s: takes one value", opt)
+		}
+		if err := set(opt, v); err != nil {
+			return err
+		}
 	}
-	v := d.Val()
-	if d.NextArg() {
-		return "", d.Errf("%s: takes one value", name)
-	}
-	return v, nil
+	return nil
 }
 
 // Interface guards.
@@ -138,12 +143,7 @@ func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		v, err := storeArg(d)
-		if err != nil {
-			return err
-		}
+	return storeOptions(d, func(opt, v string) error {
 		switch opt {
 		case "max_records":
 			var n int64
@@ -161,8 +161,8 @@ func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unknown memory store option %q", opt)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix> }]`, or `<url> [{ … }]`.
@@ -178,18 +178,11 @@ func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		v, err := storeArg(d)
-		if err != nil {
-			return err
-		}
-		switch opt {
-		case "prefix":
-			rs.Prefix = v
-		default:
+	return storeOptions(d, func(opt, v string) error {
+		if opt != "prefix" {
 			return d.Errf("unknown redis store option %q", opt)
 		}
-	}
-	return nil
+		rs.Prefix = v
+		return nil
+	})
 }

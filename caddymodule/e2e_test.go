@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // TestCaddyEndToEnd builds the example Caddy (examples/caddy: standard modules plus
@@ -143,14 +144,10 @@ func TestCaddyEndToEnd(t *testing.T) {
 	}
 }
 
+// freePort is a free loopback port, as Caddyfile sites want it.
 func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	_, port, _ := strings.Cut(testutil.FreeAddr(t), ":")
+	return port
 }
 
 func waitHTTP(t *testing.T, url string) {

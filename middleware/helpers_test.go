@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -153,12 +154,5 @@ func (f *flaky) Extend(ctx context.Context, key, tok string, lease time.Duration
 
 // waitFor polls cond until it holds or 5 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, what, cond)
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 var binPath string
@@ -72,16 +73,6 @@ func runBin(t *testing.T, args ...string) (int, string) {
 		t.Fatalf("idemproxy %s: %v", strings.Join(args, " "), err)
 		return -1, ""
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // upstream counts executions per Idempotency-Key and answers as the path says:
@@ -168,7 +159,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // /healthz answers.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{t: t, addr: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(binPath, append([]string{"--listen", p.addr, "--admin", p.admin, "--log-format", "json"}, args...)...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
@@ -378,7 +369,7 @@ func TestE2ERequireKeyAndClientHangUp(t *testing.T) {
 
 func TestE2EUpstreamDown(t *testing.T) {
 	skipShort(t)
-	p := start(t, "--upstream", "http://"+freeAddr(t))
+	p := start(t, "--upstream", "http://"+testutil.FreeAddr(t))
 	for i := 0; i < 2; i++ { // released each time: a retry is a new attempt, not a 409
 		if r := send(t, p.addr, "/pay", "down", "x"); r.status != 502 || !strings.Contains(r.body, "upstream-unavailable") {
 			t.Fatalf("attempt %d with the upstream down: %+v", i, r)
@@ -468,7 +459,7 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 	if code, _ := keys("get"); code != 2 {
 		t.Fatalf("keys get without a key: exit %d, want 2", code)
 	}
-	if code, out := keys("get", "k", "--admin", freeAddr(t)); code != 2 || !strings.Contains(out, "admin API") {
+	if code, out := keys("get", "k", "--admin", testutil.FreeAddr(t)); code != 2 || !strings.Contains(out, "admin API") {
 		t.Fatalf("keys get with no admin listener: exit %d %s", code, out)
 	}
 }
@@ -484,7 +475,7 @@ func TestE2EBadStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	nobody := freeAddr(t) // a port nothing listens on
+	nobody := testutil.FreeAddr(t) // a port nothing listens on
 	cases := []struct {
 		args []string
 		code int

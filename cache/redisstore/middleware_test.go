@@ -15,6 +15,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 	"github.com/redis/go-redis/v9"
@@ -118,7 +119,7 @@ func TestRoundTrips(t *testing.T) {
 		r.Header.Set("Idempotency-Key", "slow")
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}()
-	waitUntil(t, func() bool { return calls.Load() == 3 })
+	testutil.Eventually(t, 5*time.Second, "the condition", func() bool { return calls.Load() == 3 })
 	measure("conflict", 1, func() {
 		r := httptest.NewRequest("POST", "/charge?block=1", nil)
 		r.Header.Set("Idempotency-Key", "slow")
@@ -139,17 +140,6 @@ func newMiddleware(t *testing.T, c redis.UniversalClient, opts ...middleware.Opt
 		t.Fatal(err)
 	}
 	return h
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // Two independent instances (separate clients) sharing one Redis: concurrent
@@ -236,7 +226,7 @@ func TestRedisOutage(t *testing.T) {
 		}
 	}
 	srv.Restart() // empty: the restarted server kept nothing
-	waitUntil(t, func() bool { return post(h, "probe", "x").Code == 201 })
+	testutil.Eventually(t, 5*time.Second, "the condition", func() bool { return post(h, "probe", "x").Code == 201 })
 	if w := post(h, "during", "x"); w.Code != 201 || w.Header().Get("Idempotent-Replayed") == "true" {
 		t.Fatalf("after recovery: %d", w.Code)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -133,7 +134,7 @@ func inFlight409(t *testing.T, store cache.Store) {
 	h := newHandler(t, store).Wrap(up)
 	done := make(chan int)
 	go func() { done <- send(h, "busy", "x").Code }()
-	waitFor(t, func() bool { return up.calls.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return up.calls.Load() == 1 })
 	dup := sendWithin(t, 10*time.Second, up, h, "busy", "x")
 	close(up.gate)
 	if dup.Code != http.StatusConflict || dup.Header().Get("Retry-After") != "1" {
@@ -187,7 +188,7 @@ func waitThenReplay(t *testing.T, store cache.Store) {
 	h := newHandler(t, store, middleware.WithWait(10*time.Second), middleware.WithWaitPoll(20*time.Millisecond)).Wrap(up)
 	first := make(chan *httptest.ResponseRecorder)
 	go func() { first <- send(h, "wait", "x") }()
-	waitFor(t, func() bool { return up.calls.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return up.calls.Load() == 1 })
 	dup := make(chan *httptest.ResponseRecorder)
 	go func() { dup <- send(h, "wait", "x") }()
 	time.Sleep(50 * time.Millisecond) // let the duplicate start waiting (it is correct either way)
@@ -215,7 +216,7 @@ func waitReleaseOneRuns(t *testing.T, store cache.Store) {
 	h := newHandler(t, store, middleware.WithWait(10*time.Second), middleware.WithWaitPoll(20*time.Millisecond)).Wrap(next)
 	first := make(chan int)
 	go func() { first <- send(h, "released", "x").Code }()
-	waitFor(t, func() bool { return calls.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return calls.Load() == 1 })
 	const waiters = 4
 	codes := make(chan int, waiters)
 	for range waiters {
@@ -249,17 +250,5 @@ func sendWithin(t *testing.T, d time.Duration, up *upstream, h http.Handler, key
 		close(up.gate)
 		t.Fatalf("the duplicate was not answered while the first ran: it ran too (executions %d)", up.calls.Load())
 		return nil
-	}
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -1,0 +1,35 @@
+// Package testutil holds the helpers the project's tests share: free loopback
+// ports and polling for a condition.
+package testutil
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// FreeAddr returns a loopback address with a port free at the time of the call.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// Eventually polls cond every 2 ms until it holds, and fails the test if it does
+// not within d. It is for conditions that other goroutines make true; it never
+// moves a clock.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
