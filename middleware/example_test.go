@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -49,4 +50,28 @@ func ExampleParseStatuses() {
 	s, _ := middleware.ParseStatuses("2xx", "409", "!202")
 	fmt.Println(s.Has(201), s.Has(202), s.Has(409), s.Has(500))
 	// Output: true false true false
+}
+
+// Config is the settings as data (from JSON or YAML, say); Options bridges it to
+// New. Unset fields keep their defaults; set ones win, zero included.
+func ExampleConfig() {
+	var cfg middleware.Config
+	_ = json.Unmarshal([]byte(`{"require_key": true, "ttl": "48h", "max_body": "1MiB", "handler_timeout": "0s"}`), &cfg)
+	opts, err := cfg.Options()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, _ := memstore.New()
+	defer store.Close()
+	if _, err := middleware.New(store, opts...); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(*cfg.RequireKey, cfg.TTL, *cfg.MaxBody, cfg.HandlerTimeout)
+	bad := middleware.Config{Methods: []string{"post"}}
+	fmt.Println(bad.Validate())
+	// Output:
+	// true 48h0m0s 1MiB 0s
+	// methods: "post" is not an upper-case HTTP method token (methods are case-sensitive: did you mean POST?)
 }

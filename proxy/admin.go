@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"sort"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -77,6 +78,17 @@ type KeyResponse struct {
 type adminError struct {
 	Error   string `json:"error"`
 	KeyHash string `json:"key_hash,omitempty"`
+	// Scope is what the key was looked up under, on a miss: a key is scoped by
+	// the Host and the scope headers the client sent.
+	Scope *lookupScope `json:"scope,omitempty"`
+}
+
+// lookupScope names the scope of a lookup; header values are never shown.
+type lookupScope struct {
+	Host    string   `json:"host"`
+	Route   string   `json:"route"`
+	Headers []string `json:"headers_given"`
+	Hint    string   `json:"hint"`
 }
 
 func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
@@ -106,13 +118,24 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 	}
 	storeKey := rt.h.StoreKey(client, key)
 	keyHash := storeKey[:12]
+	routePath := rt.path
+	if routePath == "" {
+		routePath = "(top level)"
+	}
+	given := make([]string, 0, len(client.Header))
+	for name := range client.Header {
+		given = append(given, name)
+	}
+	sort.Strings(given)
+	notFound := adminError{Error: "not found", KeyHash: keyHash, Scope: &lookupScope{Host: host, Route: routePath, Headers: given,
+		Hint: "a key is scoped by the Host and the scope headers (Authorization by default) the client sent: pass the same --host and --header"}}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if r.Method == http.MethodDelete {
 		err := p.store.Delete(ctx, storeKey)
 		switch {
 		case errors.Is(err, cache.ErrNotFound):
-			writeJSON(w, http.StatusNotFound, adminError{Error: "not found", KeyHash: keyHash})
+			writeJSON(w, http.StatusNotFound, notFound)
 		case err != nil:
 			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})
 		default:
@@ -124,7 +147,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 	rec, err := p.store.Get(ctx, storeKey)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, adminError{Error: "not found", KeyHash: keyHash})
+		writeJSON(w, http.StatusNotFound, notFound)
 		return
 	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})

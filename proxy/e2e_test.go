@@ -447,7 +447,8 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
 		t.Fatalf("keys get: exit %d\n%s", code, out)
 	}
-	if code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer other"); code != 1 || !strings.Contains(out, "not found") {
+	if code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer other"); code != 1 || !strings.Contains(out, "not found") ||
+		!strings.Contains(out, `"host": "api.example"`) || !strings.Contains(out, `"Authorization"`) || strings.Contains(out, "Bearer other") {
 		t.Fatalf("keys get with another scope: exit %d\n%s", code, out)
 	}
 	if code, out := keys("delete", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1"); code != 0 || !strings.Contains(out, `"deleted": true`) {

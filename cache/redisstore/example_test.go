@@ -1,0 +1,36 @@
+package redisstore_test
+
+import (
+	"context"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// A Go service on Redis. New does not dial: Ping at start-up to learn that Redis
+// is unreachable now rather than from the first request's 503.
+func Example() {
+	client, err := redisstore.NewClient("redis://127.0.0.1:6379/0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		log.Fatalf("redis unreachable: %v", err)
+	}
+	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close() // before the client: it stops the store's pipelines and pub/sub
+	idem, err := middleware.New(store, middleware.WithRequireKey(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.ListenAndServe(":8080", idem.Wrap(http.NotFoundHandler())))
+}
