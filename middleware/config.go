@@ -79,6 +79,10 @@ type Config struct {
 	// renewal). Default: 5s.
 	StoreTimeout *Duration `json:"store_timeout,omitempty" yaml:"store_timeout,omitempty" help:"bound on each store call"`
 
+	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
+	// unavailable). Default: 1s.
+	RetryAfter *Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
+
 	// Wait lets a duplicate that arrives while the first request runs wait up to
 	// this long for its result, then replay it, instead of an immediate 409
 	// (which it still gets on timeout). 0 means no waiting. Default: 0.
@@ -111,6 +115,7 @@ func DefaultConfig() Config {
 		LockTTL:            ptr(Duration(DefaultLockTTL)),
 		HandlerTimeout:     ptr(Duration(DefaultHandlerTimeout)),
 		StoreTimeout:       ptr(Duration(DefaultStoreTimeout)),
+		RetryAfter:         ptr(Duration(DefaultRetryAfter)),
 		Wait:               ptr(Duration(0)),
 		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
 		InFlightOnly:       ptr(false),
@@ -194,6 +199,9 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.StoreTimeout != nil {
 		opts = append(opts, WithStoreTimeout(c.StoreTimeout.Std()))
+	}
+	if c.RetryAfter != nil {
+		opts = append(opts, WithRetryAfter(c.RetryAfter.Std()))
 	}
 	if c.Wait != nil {
 		opts = append(opts, WithWait(c.Wait.Std()))
