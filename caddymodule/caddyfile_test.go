@@ -67,6 +67,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			max_body 10M
 			max_request_body 1.5MiB
 		}`, want: `{"max_body":10000000,"max_request_body":1572864}`},
+		{name: "retry_after", input: `idempotency {
+			retry_after 5s
+		}`, want: `{"retry_after":"5s"}`},
 		{name: "wait", input: `idempotency {
 			wait 10s
 		}`, want: `{"wait":"10s"}`},

@@ -152,6 +152,18 @@ func TestSizesMeanTheSameEverywhere(t *testing.T) {
 	}
 }
 
+// A setting added to middleware.Config is a flag and a variable with no other edit.
+func TestNewSettingReachesEverySurface(t *testing.T) {
+	cfg, err := proxy.ParseArgs([]string{"--upstream", "http://x", "--retry-after", "7s"}, env(nil), &bytes.Buffer{})
+	if err != nil || cfg.RetryAfter.Std() != 7*time.Second {
+		t.Fatalf("--retry-after: %v %v", err, cfg)
+	}
+	cfg, err = proxy.ParseArgs([]string{"--upstream", "http://x"}, env(map[string]string{"IDEMPROXY_RETRY_AFTER": "3s"}), &bytes.Buffer{})
+	if err != nil || cfg.RetryAfter.Std() != 3*time.Second {
+		t.Fatalf("IDEMPROXY_RETRY_AFTER: %v %v", err, cfg)
+	}
+}
+
 // A route's set field wins over the top level, zero included.
 func TestRouteZeroWins(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
