@@ -40,20 +40,29 @@ type Lock struct {
 
 // Store is the storage contract. Every method is safe for concurrent use, and the
 // atomicity promised below holds across every process that shares the store.
+//
+// Every operation is idempotent for its token: a client library that re-sends a
+// call after a lost reply (go-redis does, on a broken connection) gets the answer
+// the first call got, never a conflict with itself.
 type Store interface {
 	// LockOrGet claims key if no live record exists: it stores an in-flight record
 	// with lock.Fingerprint and returns (nil, false, nil), and the caller now holds the
-	// lease. Otherwise it returns the existing record (in flight or completed) with
-	// loaded=true and changes nothing. Check and claim are one atomic step.
+	// lease. A claim by the token that already holds the live lock answers the
+	// same (a re-sent claim). Otherwise it returns the existing record (in flight
+	// or completed) with loaded=true and changes nothing. Check and claim are one
+	// atomic step.
 	LockOrGet(ctx context.Context, key string, lock Lock) (rec *Record, loaded bool, err error)
 
 	// Complete replaces the caller's in-flight lock with the completed record rec,
 	// which then lives for ttl. It fails with ErrLockLost unless token still holds
-	// the key.
+	// the key, or already completed the live record (a re-sent Complete, which
+	// succeeds and writes nothing).
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 
 	// Release deletes the caller's in-flight lock so the key can be claimed again.
-	// It fails with ErrLockLost unless token still holds the key.
+	// It succeeds when the key is free afterwards, also when nobody held it (a
+	// re-sent Release); it fails with ErrLockLost when another claim or a completed
+	// record holds the key.
 	Release(ctx context.Context, key, token string) error
 
 	// Extend renews the caller's lease to lease from now. It fails with ErrLockLost

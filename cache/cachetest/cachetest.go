@@ -73,6 +73,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RoundTripFidelity", testRoundTripFidelity},
 		{"OversizeMarker", testOversizeMarker},
 		{"ReleaseFreesKey", testReleaseFreesKey},
+		{"IdempotentForToken", testIdempotentForToken},
 		{"WrongTokenFenced", testWrongTokenFenced},
 		{"LapsedLeaseFenced", testLapsedLeaseFenced},
 		{"ExtendKeepsLock", testExtendKeepsLock},

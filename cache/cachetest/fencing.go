@@ -39,8 +39,10 @@ func testWrongTokenFenced(t *testing.T, h Harness) {
 	if err := h.Store.Extend(ctx, missing, tok, lease); !errors.Is(err, cache.ErrLockLost) {
 		t.Fatalf("Extend on missing key: err = %v, want ErrLockLost", err)
 	}
-	if err := h.Store.Release(ctx, missing, tok); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Release on missing key: err = %v, want ErrLockLost", err)
+	// Release is idempotent: a key nobody holds is free, as a Release wants it
+	// (this is also what a re-sent Release finds after a lost reply).
+	if err := h.Store.Release(ctx, missing, tok); err != nil {
+		t.Fatalf("Release on missing key: err = %v, want success", err)
 	}
 }
 
@@ -98,8 +100,12 @@ func testNoWritesAfterComplete(t *testing.T, h Harness) {
 	if err := h.Store.Complete(ctx, key, tok, completed(200, "first"), ttl); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if err := h.Store.Complete(ctx, key, tok, completed(200, "second"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("second Complete: err = %v, want ErrLockLost", err)
+	// A re-sent Complete (a lost reply) succeeds and changes nothing.
+	if err := h.Store.Complete(ctx, key, tok, completed(200, "second"), ttl); err != nil {
+		t.Fatalf("second Complete with the same token: err = %v, want success", err)
+	}
+	if err := h.Store.Complete(ctx, key, "another-token", completed(200, "third"), ttl); !errors.Is(err, cache.ErrLockLost) {
+		t.Fatalf("Complete with another token: err = %v, want ErrLockLost", err)
 	}
 	if err := h.Store.Release(ctx, key, tok); !errors.Is(err, cache.ErrLockLost) {
 		t.Fatalf("Release after Complete: err = %v, want ErrLockLost", err)
@@ -170,5 +176,55 @@ func testRaceAfterRelease(t *testing.T, h Harness) {
 		if err := h.Store.Release(context.Background(), key, tok); err != nil {
 			t.Fatalf("round %d: Release: %v", round, err)
 		}
+	}
+}
+
+// Every operation is idempotent for its token: a client library that re-sends a
+// call after a lost reply gets the answer of the first, never a conflict with
+// itself.
+func testIdempotentForToken(t *testing.T, h Harness) {
+	ctx := context.Background()
+	key := Key(t, "k")
+	lock := cache.Lock{Token: Token(), Fingerprint: "fp", Lease: lease}
+	for i := range 2 {
+		rec, loaded, err := h.Store.LockOrGet(ctx, key, lock)
+		if err != nil || loaded {
+			t.Fatalf("claim #%d with the same token: loaded=%v rec=%+v err=%v; want claimed", i+1, loaded, rec, err)
+		}
+	}
+	if _, loaded, _ := h.Store.LockOrGet(ctx, key, cache.Lock{Token: Token(), Fingerprint: "fp", Lease: lease}); !loaded {
+		t.Fatal("another token claimed a held key")
+	}
+	for i := range 2 {
+		if err := h.Store.Extend(ctx, key, lock.Token, lease); err != nil {
+			t.Fatalf("Extend #%d: %v", i+1, err)
+		}
+	}
+	for i := range 2 {
+		if err := h.Store.Complete(ctx, key, lock.Token, completed(201, "done"), ttl); err != nil {
+			t.Fatalf("Complete #%d: %v", i+1, err)
+		}
+	}
+	if got := mustLoad(t, h.Store, key); got.State != cache.StateCompleted || string(got.Response.Body) != "done" {
+		t.Fatalf("after two Completes: %+v", got)
+	}
+	// A claim re-sent after the Complete sees the completed record.
+	if rec, loaded, err := h.Store.LockOrGet(ctx, key, lock); err != nil || !loaded || rec.State != cache.StateCompleted {
+		t.Fatalf("claim after Complete: loaded=%v rec=%+v err=%v; want the completed record", loaded, rec, err)
+	}
+
+	other := Key(t, "released")
+	tok := claim(t, h.Store, other, "fp")
+	for i := range 2 {
+		if err := h.Store.Release(ctx, other, tok); err != nil {
+			t.Fatalf("Release #%d: %v", i+1, err)
+		}
+	}
+	newer := claim(t, h.Store, other, "fp") // the key is free
+	if err := h.Store.Release(ctx, other, tok); !errors.Is(err, cache.ErrLockLost) {
+		t.Fatalf("a late Release of the old token after another claim: err = %v, want ErrLockLost", err)
+	}
+	if rec := mustLoad(t, h.Store, other); rec.State != cache.StateInFlight {
+		t.Fatalf("the late Release touched the newer claim (%s): %+v", newer, rec)
 	}
 }

@@ -27,6 +27,10 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 	sh := s.shardFor(&k)
 	sh.mu.Lock()
 	if cur, ok := sh.locks[k]; ok {
+		if cur.expires > now && cur.token == l.Token {
+			sh.mu.Unlock()
+			return nil, false, nil // a re-sent claim: this token holds the lock
+		}
 		if cur.expires > now {
 			rec := cur.record()
 			sh.mu.Unlock()
@@ -83,6 +87,10 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 	sh.mu.Lock()
 	l, err := s.heldLocked(sh, &k, token, now)
 	if err != nil {
+		// A re-sent Complete: the record this token completed is there.
+		if e := s.lookupLocked(sh, &k); e != nil && e.expires() > now && token != "" && e.tokenHash() == tokenHash(token) {
+			err = nil
+		}
 		sh.mu.Unlock()
 		return err
 	}
@@ -96,7 +104,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
 	}
 	pos, e := s.appendLocked(sh, n)
-	entry(e).write(&k, l.fingerprint, l.created, now+int64(ttl), buf.Bytes())
+	entry(e).write(&k, token, l.fingerprint, l.created, now+int64(ttl), buf.Bytes())
 
 	delete(sh.locks, k)
 	s.bytes.Add(-l.size())
@@ -127,6 +135,12 @@ func (s *Store) Release(_ context.Context, key, token string) error {
 	defer sh.mu.Unlock()
 	l, err := s.heldLocked(sh, &k, token, now)
 	if err != nil {
+		// Idempotent: a key nobody holds is free, as a Release wants it.
+		if _, locked := sh.locks[k]; !locked {
+			if e := s.lookupLocked(sh, &k); e == nil || e.expires() <= now {
+				return nil
+			}
+		}
 		return err
 	}
 	s.dropLockLocked(sh, &k, l)

@@ -3,6 +3,7 @@ package memstore
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"time"
 
@@ -105,7 +106,7 @@ func (s *Store) trimLocked(sh *shard) {
 
 // entry is one completed record in a shard's log, laid out as
 //
-//	size u32 | fingerprint length u32 | created i64 | expires i64 | key [32] | fingerprint | encoded response
+//	size u32 | fingerprint length u32 | created i64 | expires i64 | key [32] | token hash u64 | fingerprint | encoded response
 //
 // (entryHeader bytes before the fingerprint). Entries are never written again
 // once appended and chunks are never reused, so reading one needs no lock.
@@ -117,14 +118,23 @@ func (e entry) created() int64     { return int64(binary.LittleEndian.Uint64(e[8
 func (e entry) expires() int64     { return int64(binary.LittleEndian.Uint64(e[16:])) }
 func (e entry) key() *ikey         { return (*ikey)(e[24:56]) }
 func (e entry) isKey(k *ikey) bool { return *e.key() == *k }
+func (e entry) tokenHash() uint64  { return binary.LittleEndian.Uint64(e[56:]) }
+
+// tokenHash identifies the token that completed a record, so a re-sent Complete
+// is recognised. 64 bits: a different token matching would be a 2^-64 accident,
+// and would only make a late Complete answer success without writing anything.
+func tokenHash(token string) uint64 { return maphash.String(tokenSeed, token) }
+
+var tokenSeed = maphash.MakeSeed()
 
 // write fills a freshly reserved entry of len(e) bytes.
-func (e entry) write(k *ikey, fingerprint string, created, expires int64, response []byte) {
+func (e entry) write(k *ikey, token, fingerprint string, created, expires int64, response []byte) {
 	binary.LittleEndian.PutUint32(e[0:], uint32(len(e)))
 	binary.LittleEndian.PutUint32(e[4:], uint32(len(fingerprint)))
 	binary.LittleEndian.PutUint64(e[8:], uint64(created))
 	binary.LittleEndian.PutUint64(e[16:], uint64(expires))
 	copy(e[24:56], k[:])
+	binary.LittleEndian.PutUint64(e[56:], tokenHash(token))
 	copy(e[entryHeader:], fingerprint)
 	copy(e[entryHeader+len(fingerprint):], response)
 }

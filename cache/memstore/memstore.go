@@ -48,8 +48,8 @@ const (
 	maxChunk = 16 << 10
 	minChunk = 512
 	// A log entry: size u32 | fingerprint length u32 | created i64 | expires i64 |
-	// key [32] | fingerprint | encoded response.
-	entryHeader = 56
+	// key [32] | token hash u64 | fingerprint | encoded response.
+	entryHeader = 64
 	// indexBytes is what a completed record's slot in its shard's index costs: 24
 	// bytes at the map's typical load.
 	indexBytes = 40

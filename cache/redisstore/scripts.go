@@ -12,7 +12,7 @@ import (
 //	v    format version ("1")
 //	st   state: "1" in flight, "2" completed
 //	fp   request fingerprint
-//	tok  lock token (in flight; empty once completed)
+//	tok  lock token; kept once completed, so a re-sent Complete is recognised
 //	ca   created-at, Unix milliseconds
 //	ex   lease or record expiry, Unix milliseconds (checked on read)
 //	resp msgpack-encoded response (completed only)
@@ -22,6 +22,12 @@ import (
 //
 // Token mismatches are answered with a value (0), never an error: Go does not match
 // on error text. A value under the key that is not one of our hashes answers -1.
+//
+// Every script is idempotent for its token: go-redis re-sends a call whose reply
+// was lost with the connection, and the re-run must answer as the first did. A
+// claim by the token that already holds the lock answers "claimed"; a Complete by
+// the token that completed the record answers 1; a Release of a key nobody holds
+// answers 1 (the key is free, as the Release wants it).
 
 // nowLua sets `now`, in milliseconds, from ARGV[n] or the server clock.
 const nowLua = `
@@ -32,7 +38,7 @@ if now == 0 then
 end
 `
 
-// readLua reads the record into r = {v, st, fp, ca, ex, resp}; live is true when it
+// readLua reads the record into r = {v, st, fp, ca, ex, resp, tok}; live is true when it
 // exists and has not expired. It answers -1 for a foreign value.
 //
 // A record always has v and ex, so HMGET alone tells a record from a missing key
@@ -40,7 +46,7 @@ end
 // Only when HMGET finds neither field does EXISTS tell a missing key (the first
 // execution's path) from a foreign hash.
 const readLua = `
-local r = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp')
+local r = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp', 'tok')
 if r['err'] then return {-1} end
 local kind = 'hash'
 if not r[1] and not r[5] then
@@ -53,9 +59,13 @@ local live = kind == 'hash' and tonumber(r[5]) > now
 `
 
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms.
-// Answers {0} when claimed, {1, v, st, fp, ca, ex, resp} when a live record exists.
+// Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
+// claim), {1, v, st, fp, ca, ex, resp} when another live record exists.
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + `
-if live then return {1, r[1], r[2], r[3], r[4], r[5], r[6]} end
+if live then
+  if r[2] == '1' and r[7] == ARGV[1] then return {0} end
+  return {1, r[1], r[2], r[3], r[4], r[5], r[6]}
+end
 if kind == 'hash' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -72,16 +82,30 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // channel (the last ARGV), for duplicates waiting on the key: a PUBLISH inside the
 // script, so it costs no round trip.
 
-// completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel. Answers 1 or 0.
-var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + heldLua + `
-redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]), 'tok', '')
+// completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel. Answers 1
+// (also when ARGV token already completed the live record) or 0.
+var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex')
+if h[1] == '2' and h[2] == ARGV[1] and tonumber(h[3]) and tonumber(h[3]) > now then return 1 end
+if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now then return 0 end
+redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PUBLISH', ARGV[5], KEYS[1])
 return 1
 `)
 
-// releaseScript: KEYS[1]; ARGV token, now ms, channel. Answers 1 or 0.
-var releaseScript = redis.NewScript(fmt.Sprintf(nowLua, 2) + heldLua + `
+// releaseScript: KEYS[1]; ARGV token, now ms, channel. Answers 1 when the key is
+// free afterwards (released now, or nobody held it: a re-sent Release), 0 when
+// another claim or a completed record holds it.
+var releaseScript = redis.NewScript(fmt.Sprintf(nowLua, 2) + `
+local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
+if h['err'] then return 0 end
+if not h[1] and not h[3] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  return 1
+end
+local live = tonumber(h[3]) and tonumber(h[3]) > now
+if live and (h[1] ~= '1' or h[2] ~= ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[3], KEYS[1])
 return 1
