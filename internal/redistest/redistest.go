@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -238,15 +239,7 @@ func clusterInfo(url string) (string, error) {
 	return c.ClusterInfo(ctx).Result()
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: no free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return testutil.FreeAddr(t) }
 
 func ping(url string) error {
 	o, err := redis.ParseURL(url)
