@@ -694,3 +694,30 @@ func TestE2ERouteWaitZero(t *testing.T) {
 		t.Fatalf("first: %+v", r)
 	}
 }
+
+// A path with "..", "." or an empty segment cannot pick one route and reach
+// another: /internal/../charges used to match the disabled /internal route and
+// reach /charges unprotected, without its required key.
+func TestE2ENonCanonicalPaths(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nroutes:\n  - path: /charges\n    require_key: true\n  - path: /internal\n    enabled: false\n", up.URL)), 0o600)
+	p := start(t, "--config", cfg)
+	for _, path := range []string{"/internal/../charges", "//charges", "/charges/./", "/internal/%2e%2e/charges", "/charges/x/.."} {
+		r := send(t, p.addr, path, "", "")
+		if r.status != 400 || !strings.Contains(r.body, "non-canonical-path") {
+			t.Errorf("POST %s: %d %s; want 400 non-canonical-path", path, r.status, r.body)
+		}
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("%d non-canonical requests reached the upstream", n)
+	}
+	// Canonical paths, a trailing slash included, are served as before.
+	if r := send(t, p.addr, "/charges/", "", ""); r.status != 400 || !strings.Contains(r.body, "missing-key") {
+		t.Fatalf("/charges/ without a key: %+v", r)
+	}
+	if r := send(t, p.addr, "/internal/job", "", ""); r.status != 201 {
+		t.Fatalf("/internal/job: %+v", r)
+	}
+}

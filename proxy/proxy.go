@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -21,8 +22,13 @@ import (
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// ProblemUpstream is the problem type of a 502/504 when the upstream fails.
-const ProblemUpstream = middleware.ProblemTypeBase + "upstream-unavailable"
+// Problem types the proxy answers itself.
+const (
+	// ProblemUpstream: a 502/504 when the upstream fails.
+	ProblemUpstream = middleware.ProblemTypeBase + "upstream-unavailable"
+	// ProblemPath: a 400 for a path that is not in canonical form.
+	ProblemPath = middleware.ProblemTypeBase + "non-canonical-path"
+)
 
 // Proxy serves clients: it routes each request to its route's idempotency handler
 // and forwards first executions to the upstream.
@@ -34,11 +40,13 @@ type Proxy struct {
 	rp      *httputil.ReverseProxy
 	next    middleware.Next
 	def     *route
-	routes  []*route // longest path first
+	routes  []*route        // longest path first
+	guarded map[string]bool // methods tracked by some route: their paths must be canonical
 	metrics *metrics
 }
 
 type route struct {
+	methods []string
 	path    string
 	enabled bool
 	h       *middleware.Handler
@@ -96,6 +104,12 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		}
 		p.routes = append(p.routes, rt)
 	}
+	p.guarded = map[string]bool{}
+	for _, rt := range append([]*route{p.def}, p.routes...) {
+		for _, m := range rt.methods {
+			p.guarded[m] = true
+		}
+	}
 	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
 	return p, nil
 }
@@ -110,7 +124,7 @@ func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*ro
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, enabled: enabled, h: h}, nil
+	return &route{path: path, enabled: enabled, h: h, methods: mc.Methods}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see middleware.Handler.Wait).
@@ -126,6 +140,19 @@ func (p *Proxy) Wait(ctx context.Context) error {
 // Close releases the store.
 func (p *Proxy) Close() error { return p.opened.Close() }
 
+// canonical reports whether a path has no empty, "." or ".." segment (a trailing
+// slash is allowed), so that it names what the upstream will resolve.
+func canonical(p string) bool { return p == "" || cleaned(p) == p }
+
+// cleaned is path.Clean keeping a trailing slash.
+func cleaned(p string) string {
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
 // match returns the route for a path: the longest matching prefix, whole segments.
 func (p *Proxy) match(path string) *route {
 	for _, rt := range p.routes {
@@ -139,6 +166,14 @@ func (p *Proxy) match(path string) *route {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.guarded[r.Method] && !canonical(r.URL.Path) {
+		// Routes match the path as sent; a "..", "." or "//" segment would pick one
+		// route here and reach another upstream (/internal/../charges).
+		p.metrics.untracked.Add(1)
+		middleware.WriteProblem(w, middleware.Problem{Type: ProblemPath, Title: "Path not in canonical form",
+			Status: http.StatusBadRequest, Detail: "the path has an empty, \".\" or \"..\" segment; send it as " + cleaned(r.URL.Path)}, 0)
+		return
+	}
 	rt := p.match(r.URL.Path)
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
 		p.metrics.untracked.Add(1)
