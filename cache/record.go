@@ -57,6 +57,8 @@ type Response struct {
 	Oversize bool `msgpack:"o,omitempty"`
 	// BodySize is the length of the original body, also when Oversize.
 	BodySize int64 `msgpack:"n,omitempty"`
+	// Trailer holds the response's trailers, sent after the body on replay.
+	Trailer http.Header `msgpack:"t,omitempty"`
 }
 
 // EncodeResponse and DecodeResponse encode only the response, for stores that keep

@@ -22,6 +22,7 @@ func sample() *cache.Record {
 			Header:   http.Header{"Set-Cookie": {"a=1", "b=2"}, "Content-Type": {"application/json"}},
 			Body:     []byte{0, 1, 2, 0xff},
 			BodySize: 4,
+			Trailer:  http.Header{"X-Checksum": {"abc"}},
 		},
 	}
 }

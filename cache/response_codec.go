@@ -34,6 +34,9 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if r.BodySize != 0 {
 		n++
 	}
+	if len(r.Trailer) > 0 {
+		n++
+	}
 	if err := enc.EncodeMapLen(n); err != nil {
 		return err
 	}
@@ -44,24 +47,8 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		return err
 	}
 	if len(r.Header) > 0 {
-		if err := enc.EncodeString("h"); err != nil {
+		if err := encodeHeader(enc, "h", r.Header); err != nil {
 			return err
-		}
-		if err := enc.EncodeMapLen(len(r.Header)); err != nil {
-			return err
-		}
-		for k, vs := range r.Header {
-			if err := enc.EncodeString(k); err != nil {
-				return err
-			}
-			if err := enc.EncodeArrayLen(len(vs)); err != nil {
-				return err
-			}
-			for _, v := range vs {
-				if err := enc.EncodeString(v); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	if len(r.Body) > 0 {
@@ -86,6 +73,35 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		}
 		if err := enc.EncodeInt(r.BodySize); err != nil {
 			return err
+		}
+	}
+	if len(r.Trailer) > 0 {
+		if err := encodeHeader(enc, "t", r.Trailer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeHeader writes key and a header map.
+func encodeHeader(enc *msgpack.Encoder, key string, h http.Header) error {
+	if err := enc.EncodeString(key); err != nil {
+		return err
+	}
+	if err := enc.EncodeMapLen(len(h)); err != nil {
+		return err
+	}
+	for k, vs := range h {
+		if err := enc.EncodeString(k); err != nil {
+			return err
+		}
+		if err := enc.EncodeArrayLen(len(vs)); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if err := enc.EncodeString(v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -115,40 +131,12 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 			}
 			r.Status = s
 		case "h":
-			hn, err := dec.DecodeMapLen()
-			if err != nil {
+			if r.Header, err = decodeHeader(dec); err != nil {
 				return err
 			}
-			if hn < 0 {
-				continue
-			}
-			if hn > 1<<16 {
-				return fmt.Errorf("%d headers", hn)
-			}
-			r.Header = make(http.Header, hn)
-			for j := 0; j < hn; j++ {
-				name, err := dec.DecodeString()
-				if err != nil {
-					return err
-				}
-				vn, err := dec.DecodeArrayLen()
-				if err != nil {
-					return err
-				}
-				if vn < 0 {
-					r.Header[name] = nil
-					continue
-				}
-				if vn > 1<<16 {
-					return fmt.Errorf("%d values for one header", vn)
-				}
-				vals := make([]string, vn)
-				for k := range vals {
-					if vals[k], err = dec.DecodeString(); err != nil {
-						return err
-					}
-				}
-				r.Header[name] = vals
+		case "t":
+			if r.Trailer, err = decodeHeader(dec); err != nil {
+				return err
 			}
 		case "b":
 			if r.Body, err = dec.DecodeBytes(); err != nil {
@@ -169,6 +157,43 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 		}
 	}
 	return nil
+}
+
+// decodeHeader reads a header map (nil for msgpack nil).
+func decodeHeader(dec *msgpack.Decoder) (http.Header, error) {
+	hn, err := dec.DecodeMapLen()
+	if err != nil || hn < 0 {
+		return nil, err
+	}
+	if hn > 1<<16 {
+		return nil, fmt.Errorf("%d headers", hn)
+	}
+	h := make(http.Header, hn)
+	for range hn {
+		name, err := dec.DecodeString()
+		if err != nil {
+			return nil, err
+		}
+		vn, err := dec.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if vn < 0 {
+			h[name] = nil
+			continue
+		}
+		if vn > 1<<16 {
+			return nil, fmt.Errorf("%d values for one header", vn)
+		}
+		vals := make([]string, vn)
+		for k := range vals {
+			if vals[k], err = dec.DecodeString(); err != nil {
+				return nil, err
+			}
+		}
+		h[name] = vals
+	}
+	return h, nil
 }
 
 // maxSkipDepth bounds the nesting of an unknown field's value. The library's

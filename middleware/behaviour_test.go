@@ -638,3 +638,46 @@ func TestResponseTooLargeForTheStore(t *testing.T) {
 		t.Fatalf("handler ran %d times", n)
 	}
 }
+
+// A replay carries what the first answer carried: the headers of a handler that
+// wrote nothing (net/http's implicit 200), and trailers, announced or not.
+func TestReplayKeepsImplicitHeadersAndTrailers(t *testing.T) {
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/empty":
+			w.Header().Set("Location", "/orders/7") // and nothing written
+		case "/trailers":
+			w.Header().Set("Trailer", "X-Checksum")
+			w.WriteHeader(201)
+			_, _ = io.WriteString(w, "body")
+			w.Header().Set("X-Checksum", "abc")
+			w.Header().Set(http.TrailerPrefix+"X-Late", "late")
+		}
+	}}
+	srv := httptest.NewServer(newHandler(t, newMem(t)).Wrap(c))
+	defer srv.Close()
+	do := func(path string) (*http.Response, string) {
+		r, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader("p"))
+		r.Header.Set("Idempotency-Key", "k"+path)
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body) // trailers arrive after the body
+		return resp, string(b)
+	}
+	for i := range 2 {
+		resp, _ := do("/empty")
+		if resp.StatusCode != 200 || resp.Header.Get("Location") != "/orders/7" || (resp.Header.Get("Idempotent-Replayed") == "true") != (i == 1) {
+			t.Fatalf("/empty answer %d: %d Location %q replayed %q", i, resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Idempotent-Replayed"))
+		}
+		resp, body := do("/trailers")
+		if resp.StatusCode != 201 || body != "body" || resp.Trailer.Get("X-Checksum") != "abc" || resp.Trailer.Get("X-Late") != "late" {
+			t.Fatalf("/trailers answer %d: %d %q trailers %v", i, resp.StatusCode, body, resp.Trailer)
+		}
+	}
+	if c.calls.Load() != 2 {
+		t.Fatalf("ran %d times", c.calls.Load())
+	}
+}

@@ -44,10 +44,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	returned = true
 	renew.stop()
 
-	ev.Status = rw.status
-	if ev.Status == 0 && !rw.hijacked && err == nil {
-		ev.Status = http.StatusOK // net/http sends 200 for a handler that wrote nothing
+	if rw.status == 0 && !rw.hijacked && err == nil {
+		// net/http (and Caddy) send 200 for a handler that wrote nothing, with the
+		// headers it set: send it now, so those headers are recorded too.
+		rw.WriteHeader(http.StatusOK)
 	}
+	ev.Status = rw.status
 	if err != nil || rw.hijacked || h.cfg.inFlightOnly || !h.cfg.storeStatuses.Has(ev.Status) {
 		ev.Outcome, ev.Err = OutcomeNotStored, err
 		h.release(ctx, key, token, ev.KeyHash)
@@ -63,7 +65,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	if rw.oversize {
 		resp.Oversize = true
 	} else {
-		resp.Header, resp.Body = rw.header, rw.body
+		resp.Header, resp.Body, resp.Trailer = rw.header, rw.body, rw.trailers()
 	}
 	// Detached from the handler's deadline: storing must not fail because the
 	// handler used its time; the store timeout bounds it instead.

@@ -209,14 +209,19 @@ func replay(w http.ResponseWriter, resp *cache.Response) {
 		h[k] = v
 	}
 	h.Del("Transfer-Encoding")
-	if bodyAllowed(resp.Status) {
-		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	} else {
-		h.Del("Content-Length")
+	h.Del("Content-Length")
+	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body))) // trailers need chunked encoding
+	}
+	for name := range resp.Trailer {
+		h.Add("Trailer", name)
 	}
 	h.Set("Idempotent-Replayed", "true")
 	w.WriteHeader(resp.Status)
 	if bodyAllowed(resp.Status) && len(resp.Body) > 0 {
 		_, _ = w.Write(resp.Body)
+	}
+	for name, vals := range resp.Trailer {
+		h[name] = vals // announced above: net/http sends them after the body
 	}
 }

@@ -104,6 +104,36 @@ func (rw *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // full duplex.
 func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
 
+// trailers returns the trailers the handler set: the values of the names it
+// announced in a Trailer header, and headers with http.TrailerPrefix. Nil when
+// there are none (the common case costs one map lookup and one scan of the keys).
+func (rw *recorder) trailers() http.Header {
+	h := rw.w.Header()
+	var out http.Header
+	add := func(name string, vals []string) {
+		name = http.CanonicalHeaderKey(name)
+		if name == "" || hopByHop[name] || rw.cfg.ignoredCanon[name] || len(vals) == 0 {
+			return
+		}
+		if out == nil {
+			out = http.Header{}
+		}
+		out[name] = append([]string(nil), vals...)
+	}
+	for _, v := range h["Trailer"] {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			add(f, h[http.CanonicalHeaderKey(f)])
+		}
+	}
+	for k, vals := range h {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			add(name, vals)
+		}
+	}
+	return out
+}
+
 // hopByHop are the connection-specific headers (RFC 9110 §7.6.1) never stored.
 var hopByHop = map[string]bool{
 	"Connection":          true,
