@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -679,5 +680,28 @@ func TestReplayKeepsImplicitHeadersAndTrailers(t *testing.T) {
 	}
 	if c.calls.Load() != 2 {
 		t.Fatalf("ran %d times", c.calls.Load())
+	}
+}
+
+// A declared Content-Length reserves no memory before the bytes arrive: a client
+// that declares 8 MiB and sends 10 bytes costs about 10 bytes, not 8 MiB.
+func TestDeclaredLengthReservesNothing(t *testing.T) {
+	h := newHandler(t, newMem(t)).Wrap(&counter{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 8 {
+		r := httptest.NewRequest("POST", "/charge", strings.NewReader("0123456789"))
+		r.ContentLength = 8 << 20 // declared, never sent
+		r.Header.Set("Idempotency-Key", "declared")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("a body shorter than declared: %d, want 400", w.Code)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Fatalf("8 requests declaring 8 MiB each allocated %d bytes", got)
 	}
 }

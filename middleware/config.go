@@ -55,6 +55,11 @@ type Config struct {
 	// key so a retry runs again. Default: 200-499, !408, !425, !429.
 	StoreStatuses []string `json:"store_statuses,omitzero" yaml:"store_statuses,omitempty" help:"statuses stored for replay: codes, ranges (200-299), classes (2xx), !exclusions"`
 
+	// BodyReadTimeout bounds the time a client has to send the body of a keyed
+	// request, which the core buffers to fingerprint it; a slower client gets 400
+	// and holds no buffer longer. 0 means no bound. Default: 1m.
+	BodyReadTimeout *Duration `json:"body_read_timeout,omitempty" yaml:"body_read_timeout,omitempty" help:"time a client has to send the body of a keyed request (buffered to fingerprint it); 0 = no bound"`
+
 	// IgnoreHeaders are response headers never stored nor replayed. Default: none.
 	IgnoreHeaders []string `json:"ignore_headers,omitzero" yaml:"ignore_headers,omitempty" help:"response headers never stored nor replayed"`
 
@@ -109,6 +114,7 @@ func DefaultConfig() Config {
 		MaxRequestBody:     ptr(Size(DefaultMaxRequestBody)),
 		MaxBody:            ptr(Size(DefaultMaxStoredBody)),
 		StoreStatuses:      DefaultStoreStatusSpec(),
+		BodyReadTimeout:    ptr(Duration(DefaultBodyReadTimeout)),
 		IgnoreHeaders:      []string{},
 		FailOpen:           ptr(false),
 		TTL:                ptr(Duration(DefaultTTL)),
@@ -181,6 +187,9 @@ func (c Config) Options() ([]Option, error) {
 			return nil, &ConfigError{Field: "store_statuses", Err: err}
 		}
 		opts = append(opts, WithStoreStatuses(set))
+	}
+	if c.BodyReadTimeout != nil {
+		opts = append(opts, WithBodyReadTimeout(c.BodyReadTimeout.Std()))
 	}
 	if c.IgnoreHeaders != nil {
 		opts = append(opts, WithIgnoredHeaders(c.IgnoreHeaders...))

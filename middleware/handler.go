@@ -107,7 +107,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return nil
 	}
-	body, err := h.readBody(r)
+	body, err := h.readBody(w, r)
 	if errors.Is(err, errBodyTooLarge) {
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.cfg.maxRequestBody)), 0)

@@ -9,15 +9,16 @@ import (
 
 // Defaults. Every one can be changed with the Option of the same name.
 const (
-	DefaultKeyHeader      = "Idempotency-Key"
-	DefaultTTL            = 24 * time.Hour
-	DefaultLockTTL        = 30 * time.Second
-	DefaultMaxRequestBody = 10 << 20 // 10 MiB
-	DefaultMaxStoredBody  = 10 << 20 // 10 MiB
-	DefaultHandlerTimeout = 5 * time.Minute
-	DefaultStoreTimeout   = 5 * time.Second
-	DefaultRetryAfter     = time.Second
-	DefaultWaitPoll       = 250 * time.Millisecond
+	DefaultKeyHeader       = "Idempotency-Key"
+	DefaultTTL             = 24 * time.Hour
+	DefaultLockTTL         = 30 * time.Second
+	DefaultMaxRequestBody  = 10 << 20 // 10 MiB
+	DefaultMaxStoredBody   = 10 << 20 // 10 MiB
+	DefaultHandlerTimeout  = 5 * time.Minute
+	DefaultStoreTimeout    = 5 * time.Second
+	DefaultRetryAfter      = time.Second
+	DefaultWaitPoll        = 250 * time.Millisecond
+	DefaultBodyReadTimeout = time.Minute
 )
 
 // DefaultMethods are the tracked methods.
@@ -38,6 +39,7 @@ type config struct {
 	fpHeaders       []string
 	fpFunc          func(r *http.Request, body []byte) string
 	maxRequestBody  int64
+	bodyTimeout     time.Duration
 	maxStoredBody   int64
 	ttl             time.Duration
 	lockTTL         time.Duration
@@ -102,6 +104,12 @@ func WithFingerprintFunc(fn func(r *http.Request, body []byte) string) Option {
 // WithMaxRequestBody bounds the request body read for fingerprinting; a larger body
 // gets 413. Default DefaultMaxRequestBody.
 func WithMaxRequestBody(n int64) Option { return func(c *config) { c.maxRequestBody = n } }
+
+// WithBodyReadTimeout bounds the time a client has to send the body of a keyed
+// request, which the core buffers; a slower one gets 400. It sets a read deadline
+// on the connection (http.ResponseController) while the body is read. 0 means no
+// bound. Default DefaultBodyReadTimeout.
+func WithBodyReadTimeout(d time.Duration) Option { return func(c *config) { c.bodyTimeout = d } }
 
 // WithMaxStoredBody bounds the response body stored for replay. A larger response is
 // still remembered as done; duplicates get a not-replayable problem instead of a
@@ -174,6 +182,7 @@ func defaultConfig() config {
 		keyHeader:      DefaultKeyHeader,
 		scopeHeaders:   DefaultScopeHeaders,
 		maxRequestBody: DefaultMaxRequestBody,
+		bodyTimeout:    DefaultBodyReadTimeout,
 		maxStoredBody:  DefaultMaxStoredBody,
 		ttl:            DefaultTTL,
 		lockTTL:        DefaultLockTTL,
@@ -232,6 +241,8 @@ func (c *config) finish() error {
 		return fieldErr("lock_ttl", "must be at least 3ms, got %v", c.lockTTL)
 	case c.maxRequestBody < 0:
 		return fieldErr("max_request_body", "must not be negative, got %d", c.maxRequestBody)
+	case c.bodyTimeout < 0:
+		return fieldErr("body_read_timeout", "must not be negative, got %v", c.bodyTimeout)
 	case c.maxStoredBody < 0:
 		return fieldErr("max_body", "must not be negative, got %d", c.maxStoredBody)
 	case c.handlerTimeout < 0:

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -23,17 +24,19 @@ import (
 // (its json name with dashes: lock_ttl → --lock-ttl), a variable (IDEMPROXY_LOCK_TTL)
 // and a file key (lock_ttl). The core's settings are middleware.Config, embedded.
 type Config struct {
-	Listen           string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
-	Upstream         string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
-	Store            string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
-	Admin            string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	RedisPrefix      string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
-	MemoryMaxRecords int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
-	MemoryMaxBytes   middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
-	UpstreamTimeout  middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout  middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
-	LogFormat        string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel         string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
+	Listen            string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
+	Upstream          string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
+	Store             string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
+	Admin             string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	RedisPrefix       string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
+	MemoryMaxRecords  int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
+	MemoryMaxBytes    middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
+	UpstreamTimeout   middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
+	ShutdownTimeout   middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ReadHeaderTimeout middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
+	IdleTimeout       middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat         string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
+	LogLevel          string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
@@ -68,15 +71,17 @@ var fields = conf.Fields(reflect.TypeFor[Config]())
 // DefaultConfig is the configuration before flags, variables and file.
 func DefaultConfig() Config {
 	return Config{
-		Listen:           DefaultListen,
-		Store:            DefaultStore,
-		RedisPrefix:      stores.DefaultRedisPrefix,
-		MemoryMaxRecords: stores.DefaultMemoryMaxRecords,
-		MemoryMaxBytes:   middleware.Size(stores.DefaultMemoryMaxBytes),
-		ShutdownTimeout:  DefaultShutdownTimeout,
-		LogFormat:        "auto",
-		LogLevel:         "info",
-		Config:           middleware.DefaultConfig(),
+		Listen:            DefaultListen,
+		Store:             DefaultStore,
+		RedisPrefix:       stores.DefaultRedisPrefix,
+		MemoryMaxRecords:  stores.DefaultMemoryMaxRecords,
+		MemoryMaxBytes:    middleware.Size(stores.DefaultMemoryMaxBytes),
+		ShutdownTimeout:   DefaultShutdownTimeout,
+		ReadHeaderTimeout: middleware.Duration(10 * time.Second),
+		IdleTimeout:       middleware.Duration(2 * time.Minute),
+		LogFormat:         "auto",
+		LogLevel:          "info",
+		Config:            middleware.DefaultConfig(),
 	}
 }
 
@@ -154,6 +159,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MemoryMaxBytes < 1 {
 		return fmt.Errorf("%s: must be at least 1B", c.source("memory_max_bytes"))
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		return fmt.Errorf("%s: must be positive", c.source("read_header_timeout"))
+	}
+	if c.IdleTimeout <= 0 {
+		return fmt.Errorf("%s: must be positive", c.source("idle_timeout"))
 	}
 	switch c.LogFormat {
 	case "auto", "json", "text":

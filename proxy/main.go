@@ -73,13 +73,6 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// Server timeouts. Bodies and upstream calls may be slow, so only the header read is
-// bounded tightly; first executions are bounded by --handler-timeout.
-const (
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
-)
-
 // Run serves until ctx is done, then shuts down gracefully: it stops accepting,
 // lets in-flight requests finish (their responses are stored) for up to
 // ShutdownTimeout, and closes the store.
@@ -93,7 +86,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	servers := []*http.Server{newServer(p, log)}
+	servers := []*http.Server{newServer(p, cfg, log)}
 	listeners := []net.Listener{ln}
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
@@ -101,7 +94,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			ln.Close()
 			return fmt.Errorf("--admin: %w", err)
 		}
-		servers = append(servers, newServer(p.AdminHandler(), log))
+		servers = append(servers, newServer(p.AdminHandler(), cfg, log))
 		listeners = append(listeners, aln)
 	}
 	errc := make(chan error, len(servers))
@@ -140,11 +133,15 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return serveErr
 }
 
-func newServer(h http.Handler, log *slog.Logger) *http.Server {
+// newServer bounds how long a client may take to send its request headers and
+// keep an idle connection. The body a request buffers is bounded by the core's
+// body_read_timeout; responses by handler_timeout. (http.Server.ReadTimeout would
+// cancel a slow pass-through response's context when it fires.)
+func newServer(h http.Handler, cfg *Config, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout.Std(),
+		IdleTimeout:       cfg.IdleTimeout.Std(),
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
