@@ -112,14 +112,15 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// storeOptions reads a store's block of `<option> <value>` lines, handing each to set.
+// storeOptions reads a store's block of `<option> [<value>]` lines, handing each
+// to set ("" when the option has no value).
 func storeOptions(d *caddyfile.Dispenser, set func(opt, v string) error) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if !d.NextArg() {
-			return d.ArgErr()
+		var v string
+		if d.NextArg() {
+			v = d.Val()
 		}
-		v := d.Val()
 		if d.NextArg() {
 			return d.Errf("%s: takes one value", opt)
 		}
@@ -165,7 +166,8 @@ func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	})
 }
 
-// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix> }]`, or `<url> [{ … }]`.
+// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction }]`, or
+// `<url> [{ … }]`.
 func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "redis", or the URL itself
 	rs.URL = d.Val()
@@ -179,10 +181,20 @@ func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	return storeOptions(d, func(opt, v string) error {
-		if opt != "prefix" {
+		switch opt {
+		case "prefix":
+			if v == "" {
+				return d.Errf("prefix: takes one value")
+			}
+			rs.Prefix = v
+		case "allow_eviction":
+			if v != "" {
+				return d.Errf("allow_eviction: takes no value")
+			}
+			rs.AllowEviction = true
+		default:
 			return d.Errf("unknown redis store option %q", opt)
 		}
-		rs.Prefix = v
 		return nil
 	})
 }

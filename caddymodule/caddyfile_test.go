@@ -104,6 +104,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "store without kind", input: "idempotency {\nstore\n}", wantErr: "wrong argument count"},
 		{name: "unknown store", input: "idempotency {\nstore mysql\n}", wantErr: `unknown store "mysql"`},
 		{name: "redis without URL", input: "idempotency {\nstore redis\n}", wantErr: "missing the Redis URL"},
+		{name: "redis allow_eviction", input: "idempotency {\nstore redis redis://h:1 {\nallow_eviction\n}\n}", want: `{"store":{"type":"redis","url":"redis://h:1","allow_eviction":true}}`},
+		{name: "allow_eviction with a value", input: "idempotency {\nstore redis redis://h:1 {\nallow_eviction yes\n}\n}", wantErr: "allow_eviction: takes no value"},
+		{name: "prefix without a value", input: "idempotency {\nstore redis redis://h:1 {\nprefix\n}\n}", wantErr: "prefix: takes one value"},
 		{name: "unknown redis option", input: "idempotency {\nstore redis redis://h:1 {\n db 2\n}\n}", wantErr: `unknown redis store option "db"`},
 		{name: "unknown memory option", input: "idempotency {\nstore memory {\n size 2\n}\n}", wantErr: `unknown memory store option "size"`},
 	}

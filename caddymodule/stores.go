@@ -106,6 +106,10 @@ type RedisStore struct {
 	URL string `json:"url,omitempty"`
 	// Prefix of every key this store writes. Default: "idem:".
 	Prefix string `json:"prefix,omitempty"`
+	// Start even when Redis's maxmemory-policy may evict keys (in-flight locks
+	// included, so a duplicate could run while the first runs). Default: false,
+	// and provisioning fails on an evicting policy.
+	AllowEviction bool `json:"allow_eviction,omitempty"`
 
 	key   string
 	store *redisstore.Store
@@ -135,12 +139,18 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
 		client, err := stores.DialRedis(ctx, url)
 		var unreachable *stores.UnreachableError
-		if errors.As(err, &unreachable) {
+		switch {
+		case errors.As(err, &unreachable):
 			// Not fatal: Redis may come up after Caddy. Requests fail closed
 			// (or open) until it answers.
 			ctx.Slogger().Warn("idempotency: Redis unreachable at start-up", "url", unreachable.URL, "error", unreachable.Err)
-		} else if err != nil {
+		case err != nil:
 			return nil, err
+		default:
+			if err := stores.EnforceNoEviction(ctx, client, r.AllowEviction, ctx.Slogger().Warn); err != nil {
+				client.Close()
+				return nil, err
+			}
 		}
 		return &pooled{client: client}, nil
 	})

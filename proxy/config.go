@@ -24,19 +24,20 @@ import (
 // (its json name with dashes: lock_ttl → --lock-ttl), a variable (IDEMPROXY_LOCK_TTL)
 // and a file key (lock_ttl). The core's settings are middleware.Config, embedded.
 type Config struct {
-	Listen            string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
-	Upstream          string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
-	Store             string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
-	Admin             string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	RedisPrefix       string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
-	MemoryMaxRecords  int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
-	MemoryMaxBytes    middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
-	UpstreamTimeout   middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout   middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
-	ReadHeaderTimeout middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
-	IdleTimeout       middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat         string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel          string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
+	Listen             string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
+	Upstream           string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
+	Store              string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
+	Admin              string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	RedisPrefix        string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
+	RedisAllowEviction bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
+	MemoryMaxRecords   int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
+	MemoryMaxBytes     middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
+	UpstreamTimeout    middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
+	ShutdownTimeout    middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ReadHeaderTimeout  middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
+	IdleTimeout        middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat          string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
+	LogLevel           string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
@@ -210,6 +211,6 @@ func (c *Config) named(err error, route string) error {
 func (c *Config) route(r Route) middleware.Config { return c.Config.Merged(r.Config) }
 
 func (c *Config) storeSpec() stores.Spec {
-	return stores.Spec{URL: c.Store, RedisPrefix: c.RedisPrefix,
+	return stores.Spec{URL: c.Store, RedisPrefix: c.RedisPrefix, RedisAllowEviction: c.RedisAllowEviction,
 		MemoryMaxRecords: c.MemoryMaxRecords, MemoryMaxBytes: int64(c.MemoryMaxBytes)}
 }

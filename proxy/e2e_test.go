@@ -748,3 +748,24 @@ func TestE2ESlowBodyIsCutOff(t *testing.T) {
 		t.Fatalf("the key after a cut-off body: %+v", r)
 	}
 }
+
+// The binary refuses a Redis whose maxmemory-policy may evict in-flight locks,
+// in one line, unless --redis-allow-eviction accepts it.
+func TestE2EEvictingRedisRefused(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("changes the server's configuration")
+	}
+	if err := srv.Client().ConfigSet(context.Background(), "maxmemory-policy", "volatile-ttl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runBin(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--listen", testutil.FreeAddr(t))
+	if out = strings.TrimSpace(out); code != 1 || !strings.Contains(out, "maxmemory-policy is volatile-ttl") || strings.Contains(out, "\n") {
+		t.Fatalf("exit %d, output %q; want exit 1 and one line naming the policy", code, out)
+	}
+	p := start(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--redis-allow-eviction")
+	if !strings.Contains(p.stderr.String(), "eviction allowed by configuration") {
+		t.Fatalf("no warning when eviction is allowed:\n%s", p.stderr)
+	}
+}

@@ -58,7 +58,9 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, log: log, metrics: newMetrics()}
-	opened, err := stores.Open(ctx, cfg.storeSpec())
+	spec := cfg.storeSpec()
+	spec.Warn = log.Warn
+	opened, err := stores.Open(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.source("store"), err)
 	}

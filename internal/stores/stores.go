@@ -32,6 +32,10 @@ type Spec struct {
 	RedisPrefix      string
 	MemoryMaxRecords int64
 	MemoryMaxBytes   int64
+	// RedisAllowEviction accepts a Redis whose maxmemory-policy may evict keys.
+	RedisAllowEviction bool
+	// Warn receives what Open tolerates but an operator should know.
+	Warn func(msg string, args ...any)
 }
 
 // Kind is a store type: its Caddy module name and the URL schemes that select it.
@@ -135,6 +139,10 @@ func Open(ctx context.Context, spec Spec) (*Opened, error) {
 			}
 			return nil, err
 		}
+		if err := EnforceNoEviction(ctx, client, spec.RedisAllowEviction, spec.Warn); err != nil {
+			client.Close()
+			return nil, err
+		}
 		rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix))
 		if err != nil {
 			client.Close()
@@ -183,4 +191,57 @@ func Redact(rawURL string) string {
 		return rawURL
 	}
 	return redisstore.Redact(rawURL)
+}
+
+// EnforceNoEviction applies CheckEviction's answer: an evicting policy is an error
+// unless allowed (then a warning); an unanswered check is a warning.
+func EnforceNoEviction(ctx context.Context, client redis.UniversalClient, allow bool, warn func(string, ...any)) error {
+	err := CheckEviction(ctx, client)
+	var ev *EvictionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ev) && !allow:
+		return err
+	}
+	if warn != nil {
+		if ev != nil {
+			warn("Redis may evict in-flight locks: eviction allowed by configuration", "maxmemory-policy", ev.Policy)
+		} else {
+			warn("could not check Redis's maxmemory-policy; make sure it is noeviction", "error", err)
+		}
+	}
+	return nil
+}
+
+// EvictionError: Redis runs with a maxmemory-policy that may evict idemproxy's
+// keys, in-flight locks included, so a duplicate could run while the first runs.
+type EvictionError struct {
+	Policy string
+}
+
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("Redis maxmemory-policy is %s: at its memory limit Redis may evict in-flight locks, and a duplicate would run while the first still runs; set it to noeviction (CONFIG SET maxmemory-policy noeviction), or allow eviction explicitly", e.Policy)
+}
+
+// CheckEviction reads Redis's maxmemory-policy on every primary the client
+// reaches. It answers an *EvictionError for any policy but noeviction (every key
+// the store writes has a TTL, so volatile-* policies evict them too), and a
+// plain error when the server does not say (CONFIG refused, as on managed
+// Redis): the caller logs that and goes on.
+func CheckEviction(ctx context.Context, client redis.UniversalClient) error {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return fmt.Errorf("reading maxmemory-policy: %w", err)
+		}
+		if p, ok := res["maxmemory-policy"]; ok && p != "noeviction" {
+			return &EvictionError{Policy: p}
+		}
+		return nil
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	}
+	return check(ctx, client)
 }

@@ -1,0 +1,76 @@
+package stores_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/stores"
+)
+
+func TestKindOf(t *testing.T) {
+	for url, want := range map[string]string{"memory": "memory", "redis://h:1": "redis", "rediss+sentinel://h:1": "redis", "REDIS://h": "redis"} {
+		if got, err := stores.KindOf(url); err != nil || got != want {
+			t.Errorf("KindOf(%q) = %q, %v; want %q", url, got, err, want)
+		}
+	}
+	if _, err := stores.KindOf("mysql://u:secret@db"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("mysql: %v (want an error without the password)", err)
+	}
+}
+
+// An evicting maxmemory-policy is refused at start-up unless allowed: Redis would
+// evict in-flight locks first (volatile-ttl) and a duplicate would run.
+func TestEvictingRedisIsRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("changes the server's configuration")
+	}
+	ctx := context.Background()
+	admin := srv.Client()
+	spec := stores.Spec{URL: srv.URL(), RedisPrefix: "idem:"}
+	open := func(spec stores.Spec) error {
+		o, err := stores.Open(ctx, spec)
+		if err == nil {
+			o.Close()
+		}
+		return err
+	}
+	if err := open(spec); err != nil {
+		t.Fatalf("noeviction: %v", err)
+	}
+	for _, policy := range []string{"volatile-ttl", "allkeys-lru", "volatile-lru"} {
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := open(spec)
+		var ev *stores.EvictionError
+		if !errors.As(err, &ev) || ev.Policy != policy || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("%s: err = %v, want a one-line EvictionError", policy, err)
+		}
+		var warned []string
+		allowed := spec
+		allowed.RedisAllowEviction = true
+		allowed.Warn = func(msg string, args ...any) { warned = append(warned, msg+fmt.Sprint(args...)) }
+		if err := open(allowed); err != nil || len(warned) != 1 || !strings.Contains(warned[0], policy) {
+			t.Fatalf("%s allowed: err %v, warnings %q", policy, err, warned)
+		}
+	}
+	// A server that refuses CONFIG (managed Redis) is tolerated, with a warning.
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited := spec
+	limited.URL = strings.Replace(srv.URL(), "redis://", "redis://limited:pw@", 1)
+	var warned []string
+	limited.Warn = func(msg string, args ...any) { warned = append(warned, msg) }
+	if err := open(limited); err != nil || len(warned) != 1 || !strings.Contains(warned[0], "could not check") {
+		t.Fatalf("CONFIG refused: err %v, warnings %q", err, warned)
+	}
+}
