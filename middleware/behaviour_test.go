@@ -705,3 +705,24 @@ func TestDeclaredLengthReservesNothing(t *testing.T) {
 		t.Fatalf("8 requests declaring 8 MiB each allocated %d bytes", got)
 	}
 }
+
+// A scope entry Cookie:NAME scopes keys by one cookie, for cookie-authenticated
+// APIs: two sessions never share a key's response; other cookies do not matter.
+func TestCookieScope(t *testing.T) {
+	c := &counter{}
+	h := newHandler(t, newMem(t), middleware.WithScopeHeaders("Cookie:session")).Wrap(c)
+	cookie := func(v string) http.Header { return http.Header{"Cookie": {v}} }
+	serve(h, req{key: "k", header: cookie("session=alice; theme=dark")})
+	if w := serve(h, req{key: "k", header: cookie("theme=light; session=alice")}); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("same session, other cookies: not replayed (%d)", w.Code)
+	}
+	if w := serve(h, req{key: "k", header: cookie("session=bob")}); w.Header().Get("Idempotent-Replayed") == "true" {
+		t.Fatal("bob got alice's response")
+	}
+	if c.calls.Load() != 2 {
+		t.Fatalf("ran %d times, want 2 (alice, bob)", c.calls.Load())
+	}
+	if _, err := middleware.New(newMem(t), middleware.WithScopeHeaders("Cookie:")); err == nil {
+		t.Fatal("Cookie: without a name accepted")
+	}
+}
