@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -30,6 +31,10 @@ import (
 // each scope header either as the same header on the admin request or as a query
 // parameter of that name (?authorization=Bearer%20…).
 // ?path=/route picks the route whose settings apply (default: the top level).
+//
+// With admin_token set, every endpoint but /healthz requires
+// "Authorization: Bearer <token>" (401 otherwise), and the Authorization header of
+// an admin request is that token, never a scope header.
 func (p *Proxy) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +58,31 @@ func (p *Proxy) AdminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /keys/{key...}", p.adminKey)
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
+	if p.cfg.AdminToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + p.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemproxy admin"`)
+			writeJSON(w, http.StatusUnauthorized, adminError{Error: "admin token required (Authorization: Bearer …)"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// MetricsHandler serves /metrics and /healthz alone, without a token: for
+// Prometheus on a listener of its own.
+func (p *Proxy) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		p.metrics.write(w)
+	})
 	return mux
 }
 
@@ -109,6 +139,9 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 	}
 	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
 	for name, vals := range r.Header {
+		if name == "Authorization" && p.cfg.AdminToken != "" {
+			continue // the admin credential, not the client's
+		}
 		client.Header[name] = vals
 	}
 	for name, vals := range q {

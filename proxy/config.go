@@ -28,6 +28,8 @@ type Config struct {
 	Upstream           string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
 	Store              string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
 	Admin              string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	AdminToken         string              `json:"admin_token" yaml:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
+	Metrics            string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	RedisPrefix        string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
 	RedisAllowEviction bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
 	MemoryMaxRecords   int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
@@ -150,6 +152,11 @@ func (c *Config) Validate() error {
 	if c.Admin != "" {
 		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
 			return fmt.Errorf("%s %q: want host:port", c.source("admin"), c.Admin)
+		}
+	}
+	if c.Metrics != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics); err != nil {
+			return fmt.Errorf("%s %q: want host:port", c.source("metrics"), c.Metrics)
 		}
 	}
 	if err := stores.Check(c.storeSpec()); err != nil {

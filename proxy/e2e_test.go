@@ -769,3 +769,65 @@ func TestE2EEvictingRedisRefused(t *testing.T) {
 		t.Fatalf("no warning when eviction is allowed:\n%s", p.stderr)
 	}
 }
+
+// With an admin token, the admin API answers 401 without it (but /healthz), the
+// keys command sends it from IDEMPROXY_ADMIN_TOKEN, the metrics listener needs
+// none, and an admin bound beyond loopback without a token is warned about.
+func TestE2EAdminTokenAndMetricsListener(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	metrics := testutil.FreeAddr(t)
+	p := start(t, "--upstream", up.URL, "--metrics", metrics, "--admin-token", "s3cret")
+	send(t, p.addr, "/pay", "tok", "x", "Authorization", "Bearer client")
+	get := func(addr, path, auth string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/metrics": 401, "/readyz": 401, "/keys/tok": 401, "/debug/pprof/": 401} {
+		if got := get(p.admin, path, ""); got != want {
+			t.Errorf("admin %s without a token: %d, want %d", path, got, want)
+		}
+		if got := get(p.admin, path, "Bearer wrong"); path != "/healthz" && got != 401 {
+			t.Errorf("admin %s with a wrong token: %d", path, got)
+		}
+	}
+	if got := get(p.admin, "/metrics", "Bearer s3cret"); got != 200 {
+		t.Errorf("admin /metrics with the token: %d", got)
+	}
+	if got := get(metrics, "/metrics", ""); got != 200 {
+		t.Errorf("metrics listener: %d", got)
+	}
+	if got := get(metrics, "/keys/tok", ""); got != 404 {
+		t.Errorf("the metrics listener serves /keys: %d", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, "keys", "get", "tok", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer client")
+	cmd.Env = append(os.Environ(), "IDEMPROXY_ADMIN_TOKEN=s3cret")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `"state": "completed"`) {
+		t.Fatalf("keys get with the token: %v\n%s", err, out)
+	}
+	if strings.Contains(p.stderr.String(), "s3cret") {
+		t.Fatal("the admin token was logged")
+	}
+	// An admin listener beyond loopback without a token is warned about.
+	_, port, _ := strings.Cut(testutil.FreeAddr(t), ":")
+	open := exec.CommandContext(ctx, binPath, "--upstream", up.URL, "--listen", testutil.FreeAddr(t), "--admin", "0.0.0.0:"+port)
+	log := &syncBuffer{}
+	open.Stderr, open.Stdout = log, log
+	if err := open.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { open.Process.Kill(); open.Wait() }()
+	testutil.Eventually(t, 10*time.Second, "the warning for an open admin listener", func() bool {
+		return strings.Contains(log.String(), "has no token")
+	})
+}

@@ -73,6 +73,16 @@ admin listener. Give the scope as the client sent it.
 	if *path != "" {
 		q.Set("path", *path)
 	}
+	// Scope headers travel as query parameters, so the admin request's own
+	// Authorization header can carry the admin token.
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			fmt.Fprintf(stderr, "idemproxy keys: --header %q: want 'Name: value'\n", h)
+			return 2
+		}
+		q.Add(strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(value))
+	}
 	base := admin
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -90,13 +100,8 @@ admin listener. Give the scope as the client sent it.
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
 		return 2
 	}
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			fmt.Fprintf(stderr, "idemproxy keys: --header %q: want 'Name: value'\n", h)
-			return 2
-		}
-		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	if token := getenv(EnvName("admin-token")); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {

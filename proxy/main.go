@@ -96,6 +96,21 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 		servers = append(servers, newServer(p.AdminHandler(), cfg, log))
 		listeners = append(listeners, aln)
+		if cfg.AdminToken == "" && !loopback(aln.Addr()) {
+			log.Warn("the admin listener is reachable beyond this host and has no token: anyone who reaches it can read and delete keys; set IDEMPROXY_ADMIN_TOKEN",
+				"admin", aln.Addr().String())
+		}
+	}
+	if cfg.Metrics != "" {
+		mln, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("%s: %w", cfg.source("metrics"), err)
+		}
+		servers = append(servers, newServer(p.MetricsHandler(), cfg, log))
+		listeners = append(listeners, mln)
 	}
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -137,6 +152,12 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 // keep an idle connection. The body a request buffers is bounded by the core's
 // body_read_timeout; responses by handler_timeout. (http.Server.ReadTimeout would
 // cancel a slow pass-through response's context when it fires.)
+// loopback reports whether addr is a loopback address.
+func loopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
 func newServer(h http.Handler, cfg *Config, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
