@@ -98,3 +98,11 @@ type Notifier interface {
 type InProcess interface {
 	InProcess()
 }
+
+// Holder is implemented by stores shared through a pool that may be closed while
+// requests still use them (a Caddy config reload). The middleware holds the store
+// for every tracked request, and for a completion retried in the background until
+// it ends; the store must not close while any hold is out.
+type Holder interface {
+	Hold() (release func())
+}

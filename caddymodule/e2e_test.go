@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -27,19 +29,8 @@ func TestCaddyEndToEnd(t *testing.T) {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "caddy")
-	if out, err := exec.Command("go", "build", "-o", bin, "../examples/caddy").CombinedOutput(); err != nil {
-		t.Fatalf("building Caddy: %v\n%s", err, out)
-	}
-	// Every short-lived Caddy command gets a deadline: a hang fails the test in
-	// a minute rather than holding the package until go test's timeout.
-	short := func(args ...string) ([]byte, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c := exec.CommandContext(ctx, bin, args...)
-		c.WaitDelay = 5 * time.Second
-		return c.CombinedOutput()
-	}
+	bin := caddyBinary(t)
+	short := func(args ...string) ([]byte, error) { return caddyShort(bin, args...) }
 	out, err := short("list-modules")
 	for _, id := range []string{"http.handlers.idempotency", "http.handlers.idempotency.stores.memory", "http.handlers.idempotency.stores.redis"} {
 		if err != nil || !strings.Contains(string(out), id+"\n") {
@@ -130,8 +121,11 @@ func TestCaddyEndToEnd(t *testing.T) {
 		t.Fatalf("slow first: %d", code)
 	}
 
-	// Reload with a changed config: the stored response is still replayed.
-	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
+	// Reload with a changed config, the memory store's bounds included: the
+	// store is kept with its records (a changed bound used to swap in an empty
+	// store), so the stored response is still replayed.
+	reloaded := strings.Replace(caddyfile("header X-Reloaded yes"), "store memory", "store memory {\n\t\t\tmax_records 5000\n\t\t}", 1)
+	os.WriteFile(cfgPath, []byte(reloaded), 0o644)
 	if out, err := short("reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin); err != nil {
 		t.Fatalf("caddy reload: %v\n%s", err, out)
 	}
@@ -141,6 +135,137 @@ func TestCaddyEndToEnd(t *testing.T) {
 	}
 	if r3.Header.Get("Idempotent-Replayed") != "true" || b3 != b1 || calls.Load() != 2 {
 		t.Fatalf("after reload: replayed=%q body %q calls %d; the stored response must survive", r3.Header.Get("Idempotent-Replayed"), b3, calls.Load())
+	}
+}
+
+var (
+	caddyOnce  sync.Once
+	caddyBin   string
+	caddyBuild error
+)
+
+// caddyBinary builds the example Caddy (standard modules plus this one) once per
+// test binary.
+func caddyBinary(t *testing.T) string {
+	t.Helper()
+	caddyOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "idemproxy-caddy")
+		if err != nil {
+			caddyBuild = err
+			return
+		}
+		caddyBin = filepath.Join(dir, "caddy")
+		if out, err := exec.Command("go", "build", "-o", caddyBin, "../examples/caddy").CombinedOutput(); err != nil {
+			caddyBuild = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if caddyBuild != nil {
+		t.Fatalf("building Caddy: %v", caddyBuild)
+	}
+	return caddyBin
+}
+
+// caddyShort runs a short-lived Caddy command with a deadline: a hang fails the
+// test in a minute rather than holding the package until go test's timeout.
+func caddyShort(bin string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, args...)
+	c.WaitDelay = 5 * time.Second
+	return c.CombinedOutput()
+}
+
+// runCaddy runs `caddy run` on the Caddyfile at path until the test ends.
+func runCaddy(t *testing.T, bin, dir, path string) *syncLog {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	logs := &syncLog{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("caddy log:\n%s", logs.String())
+		}
+	})
+	return logs
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// A reload while a first execution runs on the Redis store: the old config's
+// store stays open until that request is done, so its response is stored and the
+// retry replays it. Before, the old config's cleanup closed the store under the
+// request, storing failed, and the retry ran the operation again.
+func TestCaddyReloadWhileRunningOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	srv := redistest.Start(t)
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	var calls atomic.Int64
+	started := make(chan struct{}, 4)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return // the health poll
+		}
+		n := calls.Add(1)
+		started <- struct{}{}
+		time.Sleep(3 * time.Second)
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"charge":%d}`, n)
+	}))
+	defer upstream.Close()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	caddyfile := func(extra string) string {
+		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 2s\n\t}\n\t%s\n\treverse_proxy %s\n}\n",
+			admin, site, srv.URL(), extra, strings.TrimPrefix(upstream.URL, "http://"))
+	}
+	cfgPath := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
+	runCaddy(t, bin, dir, cfgPath)
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/healthz")
+	post := func() (*http.Response, string) {
+		req, _ := http.NewRequest("POST", base+"/charge", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "reload-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	first := make(chan string, 1)
+	go func() { r, b := post(); first <- fmt.Sprint(r.StatusCode, " ", b) }()
+	<-started
+	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
+	if out, err := caddyShort(bin, "reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin); err != nil {
+		t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+	if got := <-first; got != `201 {"charge":1}` {
+		t.Fatalf("first: %s", got)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the 2s lease: a lock left behind would have lapsed
+	r, b := post()
+	if r.StatusCode != 201 || r.Header.Get("Idempotent-Replayed") != "true" || b != `{"charge":1}` || calls.Load() != 1 {
+		t.Fatalf("retry after a reload: %d %q replayed %q, upstream ran %d times; want a replay of the first",
+			r.StatusCode, b, r.Header.Get("Idempotent-Replayed"), calls.Load())
+	}
+	if r.Header.Get("X-Reloaded") != "yes" {
+		t.Fatalf("the reload did not take effect")
 	}
 }
 

@@ -202,17 +202,27 @@ func TestReloadKeepsStore(t *testing.T) {
 }
 
 func TestMetricsCounter(t *testing.T) {
+	stored := func() float64 { return testutil.ToFloat64(outcomes.WithLabelValues("stored")) }
+	replayed := func() float64 { return testutil.ToFloat64(outcomes.WithLabelValues("replayed")) }
+	s0, r0 := stored(), replayed()
 	h, ctx, _ := provision(t, `{}`)
 	h2 := new(Handler) // a second handler in the same config shares the counter
 	if err := h2.Provision(ctx); err != nil {
 		t.Fatal(err)
 	}
 	next := &counting{}
-	serve(h, call{key: "m"}, next)
-	serve(h2, call{key: "m"}, next)
-	n, err := testutil.GatherAndCount(ctx.GetMetricsRegistry(), "caddy_http_idempotency_requests_total")
-	if err != nil || n != 2 { // two series: stored, replayed
-		t.Fatalf("series = %d, err %v", n, err)
+	serve(h, call{key: "metrics-1"}, next)
+	serve(h2, call{key: "metrics-1"}, next)
+	if stored()-s0 != 1 || replayed()-r0 != 1 {
+		t.Fatalf("stored +%v, replayed +%v; want +1 each", stored()-s0, replayed()-r0)
+	}
+	// A reload (a new context, a new registry) keeps the counts: Prometheus sees
+	// no reset at every config change.
+	h3, ctx3, _ := provision(t, `{}`)
+	serve(h3, call{key: "metrics-1"}, next)
+	got, err := testutil.GatherAndCount(ctx3.GetMetricsRegistry(), "caddy_http_idempotency_requests_total")
+	if err != nil || got < 2 || replayed()-r0 != 2 {
+		t.Fatalf("after a reload: %d series (%v), replayed +%v; want the counts kept", got, err, replayed()-r0)
 	}
 }
 

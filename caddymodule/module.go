@@ -168,27 +168,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return h.core.Handle(w, r, next)
 }
 
-// outcomeCounter registers caddy_http_idempotency_requests_total in Caddy's
-// metrics registry, or returns the one another handler of this config registered.
+// outcomes is caddy_http_idempotency_requests_total. It lives as long as the
+// process, so its counts survive config reloads: each config registers this same
+// collector in its metrics registry (a new collector per config restarted the
+// counts from zero at every reload).
+var outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "caddy", Subsystem: "http", Name: "idempotency_requests_total",
+	Help: "Requests handled by the idempotency handler, by outcome.",
+}, []string{"outcome"})
+
+// outcomeCounter registers outcomes in the config's metrics registry (once per
+// registry: other handlers of the same config find it registered).
 func outcomeCounter(ctx caddy.Context) *prometheus.CounterVec {
 	reg := ctx.GetMetricsRegistry()
 	if reg == nil {
 		return nil
 	}
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "http", Name: "idempotency_requests_total",
-		Help: "Requests handled by the idempotency handler, by outcome.",
-	}, []string{"outcome"})
-	if err := reg.Register(c); err != nil {
+	if err := reg.Register(outcomes); err != nil {
 		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
+		if !errors.As(err, &are) {
+			ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
+			return nil
 		}
-		return nil
 	}
-	return c
+	return outcomes
 }
 
 // Interface guards.

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/idemproxy/idemproxy/cache"
@@ -10,30 +11,78 @@ import (
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
-	"github.com/redis/go-redis/v9"
 )
 
-// stores keeps memory stores and Redis clients alive across config reloads: Caddy
-// provisions the new config before cleaning up the old one, so a store used by
-// both is never closed, and in-flight locks and stored responses survive.
+// pool keeps stores alive across config reloads. Caddy provisions the new config
+// before it cleans up the old one, so a store both use is never let go; and a
+// store no config uses any more is closed only once the last request using it
+// (and its background completion) is done, for a reload does not wait for the
+// old config's requests.
 var pool = caddy.NewUsagePool()
 
-// pooled is one shared memory store or Redis client.
+// pooled counts the users of one shared store. With the store it implements
+// cache.Holder (the core holds it for every request) and caddy.Destructor, which
+// closes the store only when no hold is out.
 type pooled struct {
-	mem    *memstore.Store
-	client redis.UniversalClient
+	close func() error
+
+	mu       sync.Mutex
+	holds    int
+	released bool // no config uses it: close at the last release
+	closed   bool
 }
 
-// Destruct implements caddy.Destructor: the last config using it is gone.
-func (p *pooled) Destruct() error {
-	if p.mem != nil {
-		return p.mem.Close()
+// Hold implements cache.Holder.
+func (p *pooled) Hold() func() {
+	p.mu.Lock()
+	p.holds++
+	p.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(p.release) }
+}
+
+func (p *pooled) release() {
+	p.mu.Lock()
+	p.holds--
+	closeNow := p.released && p.holds == 0 && !p.closed
+	p.closed = p.closed || closeNow
+	p.mu.Unlock()
+	if closeNow {
+		_ = p.close()
 	}
-	return p.client.Close()
 }
 
-// MemoryStore keeps records in this process: the default. Every site and handler
-// that configures the same bounds shares one store.
+// Destruct implements caddy.Destructor: the last config using the store is gone.
+// It closes the store now, or at the release of the last hold.
+func (p *pooled) Destruct() error {
+	p.mu.Lock()
+	p.released = true
+	closeNow := p.holds == 0 && !p.closed
+	p.closed = p.closed || closeNow
+	p.mu.Unlock()
+	if closeNow {
+		return p.close()
+	}
+	return nil
+}
+
+// pooledMemory and pooledRedis are the pooled stores, each embedding its concrete
+// store so the core still sees its optional interfaces (cache.Notifier,
+// cache.InProcess).
+type pooledMemory struct {
+	*memstore.Store
+	*pooled
+}
+
+type pooledRedis struct {
+	*redisstore.Store
+	*pooled
+}
+
+// MemoryStore keeps records in this process: the default. There is one memory
+// store per process, shared by every site and handler and kept across reloads;
+// a reload that changes its bounds applies them to the live store, whose records
+// stay.
 type MemoryStore struct {
 	// Most records kept; the oldest completed ones are evicted first, in-flight
 	// locks never. Default: 1000000.
@@ -41,9 +90,11 @@ type MemoryStore struct {
 	// Most bytes kept (approximate). Default: 512MiB.
 	MaxBytes middleware.Size `json:"max_bytes,omitempty"`
 
-	key   string
-	store cache.Store
+	store *pooledMemory
 }
+
+// memoryKey is the pool key of the process's memory store.
+const memoryKey = "memory"
 
 // CaddyModule returns the Caddy module information.
 func (*MemoryStore) CaddyModule() caddy.ModuleInfo {
@@ -53,8 +104,9 @@ func (*MemoryStore) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision gets the shared store, creating it on first use.
-func (m *MemoryStore) Provision(caddy.Context) error {
+// Provision gets the shared store, creating it on first use, and applies this
+// config's bounds to it.
+func (m *MemoryStore) Provision(ctx caddy.Context) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -64,18 +116,27 @@ func (m *MemoryStore) Provision(caddy.Context) error {
 	if m.MaxBytes == 0 {
 		m.MaxBytes = stores.DefaultMemoryMaxBytes
 	}
-	m.key = fmt.Sprintf("memory/%d/%d", m.MaxRecords, m.MaxBytes)
-	v, _, err := pool.LoadOrNew(m.key, func() (caddy.Destructor, error) {
+	v, _, err := pool.LoadOrNew(memoryKey, func() (caddy.Destructor, error) {
 		s, err := stores.OpenMemory(m.MaxRecords, int64(m.MaxBytes))
 		if err != nil {
 			return nil, err
 		}
-		return &pooled{mem: s}, nil
+		return pooledMemory{Store: s, pooled: &pooled{close: s.Close}}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("memory store: %w", err)
 	}
-	m.store = v.(*pooled).mem
+	pm := v.(pooledMemory)
+	m.store = &pm
+	mem := pm.Store
+	if recs, bytes := mem.Bounds(); recs != m.MaxRecords || bytes != int64(m.MaxBytes) {
+		ctx.Slogger().Info("idempotency: memory store bounds changed; applied to the live store, its records kept",
+			"max_records", m.MaxRecords, "max_bytes", m.MaxBytes.String(), "was_max_records", recs, "was_max_bytes", middleware.Size(bytes).String())
+		if err := mem.SetBounds(m.MaxRecords, int64(m.MaxBytes)); err != nil {
+			_, _ = pool.Delete(memoryKey)
+			return fmt.Errorf("memory store: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -89,7 +150,7 @@ func (m *MemoryStore) Validate() error {
 
 // Cleanup releases this config's use of the store.
 func (m *MemoryStore) Cleanup() error {
-	_, err := pool.Delete(m.key)
+	_, err := pool.Delete(memoryKey)
 	return err
 }
 
@@ -112,7 +173,7 @@ type RedisStore struct {
 	AllowEviction bool `json:"allow_eviction,omitempty"`
 
 	key   string
-	store *redisstore.Store
+	store *pooledRedis
 }
 
 // CaddyModule returns the Caddy module information.
@@ -123,7 +184,8 @@ func (*RedisStore) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision connects, or reuses the client of the previous config.
+// Provision connects, or reuses the store of the previous config: one store
+// (client, pipelines and pub/sub) per URL and prefix, kept across reloads.
 func (r *RedisStore) Provision(ctx caddy.Context) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -135,7 +197,7 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 	if err := stores.Check(stores.Spec{URL: url, RedisPrefix: r.Prefix}); err != nil {
 		return fmt.Errorf("redis store: %w", err)
 	}
-	r.key = "redis/" + url
+	r.key = "redis/" + r.Prefix + "/" + url
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
 		client, err := stores.DialRedis(ctx, url)
 		var unreachable *stores.UnreachableError
@@ -152,16 +214,19 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 				return nil, err
 			}
 		}
-		return &pooled{client: client}, nil
+		s, err := redisstore.New(client, redisstore.WithPrefix(r.Prefix))
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		// The store (its pipelines and pub/sub) closes before its client.
+		return pooledRedis{Store: s, pooled: &pooled{close: func() error { return errors.Join(s.Close(), client.Close()) }}}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("redis store: %w", err)
 	}
-	// The client is shared; the store on top of it is per config (prefixes may differ).
-	if r.store, err = redisstore.New(v.(*pooled).client, redisstore.WithPrefix(r.Prefix)); err != nil {
-		_, _ = pool.Delete(r.key)
-		return fmt.Errorf("redis store: %w", err)
-	}
+	pr := v.(pooledRedis)
+	r.store = &pr
 	return nil
 }
 
@@ -173,12 +238,9 @@ func (r *RedisStore) Validate() error {
 	return nil
 }
 
-// Cleanup stops this config's pub/sub subscription and releases its use of the
-// client.
+// Cleanup releases this config's use of the store; it closes when no config and
+// no request uses it.
 func (r *RedisStore) Cleanup() error {
-	if r.store != nil {
-		r.store.Close()
-	}
 	_, err := pool.Delete(r.key)
 	return err
 }
@@ -196,4 +258,9 @@ var (
 	_ caddy.Validator    = (*RedisStore)(nil)
 	_ caddy.CleanerUpper = (*RedisStore)(nil)
 	_ StoreModule        = (*RedisStore)(nil)
+	_ cache.Holder       = (*pooledMemory)(nil)
+	_ cache.InProcess    = (*pooledMemory)(nil)
+	_ cache.Notifier     = (*pooledMemory)(nil)
+	_ cache.Holder       = (*pooledRedis)(nil)
+	_ cache.Notifier     = (*pooledRedis)(nil)
 )

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -725,4 +726,43 @@ func TestCookieScope(t *testing.T) {
 	if _, err := middleware.New(newMem(t), middleware.WithScopeHeaders("Cookie:")); err == nil {
 		t.Fatal("Cookie: without a name accepted")
 	}
+}
+
+// holding counts the holds on a store that implements cache.Holder.
+type holding struct {
+	*flaky
+	holds atomic.Int64
+}
+
+func (s *holding) Hold() func() {
+	s.holds.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { s.holds.Add(-1) }) }
+}
+
+// A store that implements cache.Holder is held for every tracked request and for
+// a completion retried in the background until that ends, so a pool that closes
+// stores on a reload never closes one under a request.
+func TestStoreHeldWhileUsed(t *testing.T) {
+	store := &holding{flaky: &flaky{Store: newMem(t)}}
+	store.failComplete.Store(true)
+	var during int64
+	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+		during = store.holds.Load()
+		w.WriteHeader(201)
+	}}
+	h := newHandler(t, store, middleware.WithLockTTL(10*time.Second)).Wrap(c)
+	serve(h, req{key: "held"})
+	if during != 1 {
+		t.Fatalf("holds while the request ran: %d, want 1", during)
+	}
+	if n := store.holds.Load(); n != 1 {
+		t.Fatalf("holds after the answer, its completion pending: %d, want 1", n)
+	}
+	store.failComplete.Store(false)
+	waitFor(t, "the background completion to release its hold", func() bool { return store.holds.Load() == 0 })
+	if w := serve(h, req{key: "held"}); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("not stored by the background completion: %d", w.Code)
+	}
+	waitFor(t, "the replay to release its hold", func() bool { return store.holds.Load() == 0 })
 }

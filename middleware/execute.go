@@ -98,15 +98,20 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
 			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status), slog.Any("error", cerr))
 		h.pending.Add(1)
-		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, renew.lastExtended())
+		release := func() {}
+		if h.holder != nil {
+			release = h.holder.Hold() // taken while this request still holds it
+		}
+		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, renew.lastExtended(), release)
 	}
 	return nil
 }
 
 // completeLater retries Complete until it succeeds, the lock is lost, or the lease
 // (counted from its last renewal) would have lapsed. Wait waits for it.
-func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, leaseFrom time.Time) {
+func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, leaseFrom time.Time, release func()) {
 	defer h.pending.Done()
+	defer release()
 	deadline := leaseFrom.Add(h.cfg.lockTTL)
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if time.Until(deadline) < backoff {

@@ -34,6 +34,7 @@ type Handler struct {
 	store     cache.Store
 	cfg       config
 	inProcess bool           // the store never blocks: no per-call timeouts
+	holder    cache.Holder   // the store must be held while used; nil for most
 	pending   sync.WaitGroup // responses whose storing is being retried
 }
 
@@ -62,7 +63,8 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
 	_, inProcess := store.(cache.InProcess)
-	return &Handler{store: store, cfg: cfg, inProcess: inProcess}, nil
+	holder, _ := store.(cache.Holder)
+	return &Handler{store: store, cfg: cfg, inProcess: inProcess, holder: holder}, nil
 }
 
 // Wrap returns next protected by h.
@@ -87,6 +89,9 @@ func (h *Handler) Tracked(method string) bool { return h.cfg.trackedByMethod[met
 func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) error {
 	if !h.cfg.trackedByMethod[r.Method] {
 		return next.ServeHTTP(w, r)
+	}
+	if h.holder != nil {
+		defer h.holder.Hold()()
 	}
 	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}}
 	defer t.emit()

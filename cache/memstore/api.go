@@ -95,9 +95,9 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return err
 	}
 	n := entryHeader + len(l.fingerprint) + buf.Len()
-	if need := int64(n) + indexBytes; need > s.maxByte {
+	if need := int64(n) + indexBytes; need > s.maxByte.Load() {
 		sh.mu.Unlock()
-		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte, cache.ErrFull)
+		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte.Load(), cache.ErrFull)
 	}
 	if n > 1<<31 {
 		sh.mu.Unlock()

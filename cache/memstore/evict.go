@@ -14,7 +14,7 @@ func (s *Store) reclaimDeadLocked(sh *shard, now int64) {
 }
 
 func (s *Store) over() bool {
-	return s.records.Load() > s.maxRecs || s.bytes.Load() > s.maxByte
+	return s.records.Load() > s.maxRecs.Load() || s.bytes.Load() > s.maxByte.Load()
 }
 
 // makeRoom evicts the oldest completed records, visiting shards round-robin and

@@ -95,8 +95,8 @@ type Store struct {
 
 	collideForTest bool
 	now            func() time.Time
-	maxRecs        int64
-	maxByte        int64
+	maxRecs        atomic.Int64 // bounds: SetBounds changes them on a live store
+	maxByte        atomic.Int64
 	chunkSize      int
 
 	records atomic.Int64
@@ -206,14 +206,14 @@ func New(opts ...Option) (*Store, error) {
 		seedA:   maphash.MakeSeed(),
 		seedB:   maphash.MakeSeed(),
 		now:     c.now,
-		maxRecs: c.maxRecords,
-		maxByte: c.maxBytes,
 		// A partly filled chunk in every shard may cost at most an eighth of the
 		// byte bound.
 		chunkSize: int(min(max(c.maxBytes/int64(c.shards)/8, minChunk), maxChunk)),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	s.maxRecs.Store(c.maxRecords)
+	s.maxByte.Store(c.maxBytes)
 	for i := range s.shards {
 		s.shards[i].locks = make(map[ikey]*lock)
 		s.shards[i].index = make(map[prefix]uint64)
@@ -225,6 +225,24 @@ func New(opts ...Option) (*Store, error) {
 	}
 	return s, nil
 }
+
+// SetBounds changes the store's bounds while it runs (a configuration reload keeps
+// its records): lower bounds evict the oldest completed records at once, never an
+// in-flight lock.
+func (s *Store) SetBounds(maxRecords, maxBytes int64) error {
+	if maxRecords < 1 || maxBytes < 1 {
+		return fmt.Errorf("memstore: bounds must be at least 1, got %d records and %d bytes", maxRecords, maxBytes)
+	}
+	s.maxRecs.Store(maxRecords)
+	s.maxByte.Store(maxBytes)
+	if s.over() {
+		s.makeRoom(nil)
+	}
+	return nil
+}
+
+// Bounds returns the store's bounds: records and bytes.
+func (s *Store) Bounds() (maxRecords, maxBytes int64) { return s.maxRecs.Load(), s.maxByte.Load() }
 
 // Close stops the sweeper. The store stays usable; Close is idempotent.
 func (s *Store) Close() error {

@@ -385,3 +385,41 @@ func TestMiddlewareSuite(t *testing.T) {
 		return s
 	})
 }
+
+// SetBounds applies new bounds to a live store: records survive a raise, a
+// lowering evicts the oldest completed ones, never an in-flight lock.
+func TestSetBoundsOnALiveStore(t *testing.T) {
+	s, err := memstore.New(memstore.WithMaxRecords(10), memstore.WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 6 {
+		key := fmt.Sprint("k", i)
+		tok := cachetest.Token()
+		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if i < 5 {
+			if err := s.Complete(ctx, key, tok, &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.SetBounds(1000, 1<<20); err != nil || s.Len() != 6 {
+		t.Fatalf("raise: %v, %d records", err, s.Len())
+	}
+	if err := s.SetBounds(2, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("%d records after lowering to 2", s.Len())
+	}
+	if rec, err := s.Get(ctx, "k5"); err != nil || rec.State != cache.StateInFlight {
+		t.Fatalf("the in-flight lock was evicted: %v %v", rec, err)
+	}
+	if err := s.SetBounds(0, 1); err == nil {
+		t.Fatal("zero bound accepted")
+	}
+}
