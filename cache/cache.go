@@ -54,9 +54,12 @@ type Store interface {
 	LockOrGet(ctx context.Context, key string, lock Lock) (rec *Record, loaded bool, err error)
 
 	// Complete replaces the caller's in-flight lock with the completed record rec,
-	// which then lives for ttl. It fails with ErrLockLost unless token still holds
-	// the key, or already completed the live record (a re-sent Complete, which
-	// succeeds and writes nothing).
+	// which then lives for ttl. It also succeeds when the key is free (no live
+	// lock or record: the lease lapsed during a store outage and nobody claimed
+	// the key since), storing rec with its Fingerprint and CreatedAt; and when
+	// token already completed the live record (a re-sent Complete, which writes
+	// nothing). It fails with ErrLockLost when another claim or record holds the
+	// key.
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 
 	// Release deletes the caller's in-flight lock so the key can be claimed again.

@@ -323,13 +323,37 @@ func TestStoreFailure(t *testing.T) {
 	}
 }
 
-// When the store stays down past the lease, the background completion gives up;
-// the lock lapses and a retry runs again (the documented limit).
-func TestCompleteRetryGivesUpAtLeaseEnd(t *testing.T) {
+// A store outage longer than the lease no longer makes a second run: the
+// finished response is kept and stored once the store answers, the lease having
+// lapsed, because nobody claimed the key meanwhile. (It used to give up at the
+// lease's end, and the retry ran again.)
+func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
 	store.failComplete.Store(true)
 	c := &counter{}
 	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	h := core.Wrap(c)
+	first := serve(h, req{key: "k"})
+	time.Sleep(200 * time.Millisecond) // the outage lasts over three leases
+	store.failComplete.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := core.Wait(ctx); err != nil {
+		t.Fatalf("the background completion did not finish: %v", err)
+	}
+	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
+		t.Fatalf("retry after an outage past the lease: %d replayed=%q, %d runs; want the replay of the one run",
+			w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	}
+}
+
+// complete_retry bounds the background completion; past it the lock lapses and a
+// retry runs again (the documented limit).
+func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
+	store := &flaky{Store: newMem(t)}
+	store.failComplete.Store(true)
+	c := &counter{}
+	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond), middleware.WithCompleteRetry(300*time.Millisecond))
 	h := core.Wrap(c)
 	serve(h, req{key: "k"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -84,6 +84,11 @@ type Config struct {
 	// renewal). Default: 5s.
 	StoreTimeout *Duration `json:"store_timeout,omitempty" yaml:"store_timeout,omitempty" help:"bound on each store call"`
 
+	// CompleteRetry is how long a finished response whose storing fails (the
+	// store unreachable) keeps being retried in the background, also after its
+	// lease lapsed, as long as no other request claims the key. Default: 5m.
+	CompleteRetry *Duration `json:"complete_retry,omitempty" yaml:"complete_retry,omitempty" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
+
 	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
 	// unavailable). Default: 1s.
 	RetryAfter *Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
@@ -121,6 +126,7 @@ func DefaultConfig() Config {
 		LockTTL:            ptr(Duration(DefaultLockTTL)),
 		HandlerTimeout:     ptr(Duration(DefaultHandlerTimeout)),
 		StoreTimeout:       ptr(Duration(DefaultStoreTimeout)),
+		CompleteRetry:      ptr(Duration(DefaultCompleteRetry)),
 		RetryAfter:         ptr(Duration(DefaultRetryAfter)),
 		Wait:               ptr(Duration(0)),
 		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
@@ -208,6 +214,9 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.StoreTimeout != nil {
 		opts = append(opts, WithStoreTimeout(c.StoreTimeout.Std()))
+	}
+	if c.CompleteRetry != nil {
+		opts = append(opts, WithCompleteRetry(c.CompleteRetry.Std()))
 	}
 	if c.RetryAfter != nil {
 		opts = append(opts, WithRetryAfter(c.RetryAfter.Std()))

@@ -13,7 +13,8 @@ import (
 )
 
 // execute runs the first request under the lock and stores or releases its outcome.
-func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key, token string, ev *Event) (err error) {
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key, token, fp string, ev *Event) (err error) {
+	started := time.Now()
 	// Detach from the client: a hang-up must not cancel the work whose result the
 	// client's retry will ask for. The handler timeout bounds it instead.
 	ctx := context.WithoutCancel(r.Context())
@@ -55,12 +56,6 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		h.release(ctx, key, token, ev.KeyHash)
 		return err
 	}
-	if renew.lost() {
-		// The lease lapsed while next ran (store unreachable for a whole lease):
-		// another request may hold the key now; Complete would be refused anyway.
-		ev.Outcome = OutcomeNotStored
-		return nil
-	}
 	resp := &cache.Response{Status: ev.Status, BodySize: rw.size}
 	if rw.oversize {
 		resp.Oversize = true
@@ -71,7 +66,9 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	// handler used its time; the store timeout bounds it instead.
 	sctx, scancel := h.storeCtx(ctx)
 	defer scancel()
-	rec := &cache.Record{State: cache.StateCompleted, Response: resp}
+	// The fingerprint and start go with the record: should the lease have lapsed
+	// (a store outage), Complete recreates the record on the free key.
+	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: resp}
 	cerr := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
 	if errors.Is(cerr, cache.ErrFull) && !resp.Oversize {
 		// The response is larger than the store can ever hold (its bound is
@@ -79,7 +76,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		// for one above max_body: its retries get 409, never a second run.
 		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
 			slog.String("key_hash", ev.KeyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", cerr))
-		rec = &cache.Record{State: cache.StateCompleted,
+		rec = &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started,
 			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true}}
 		cerr = h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
 	}
@@ -88,12 +85,14 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		ev.Outcome = OutcomeStored
 	case errors.Is(cerr, cache.ErrLockLost):
 		ev.Outcome, ev.Err = OutcomeNotStored, cerr
-		h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: the lease was lost; a retry will run again",
+		h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
 			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status))
 	default:
-		// The store failed (e.g. Redis restarting). The lock still holds the key,
-		// so retries get 409 and nothing runs twice; keep trying to store the
-		// response until the lease would have lapsed.
+		// The store failed (e.g. Redis restarting). Keep the finished response and
+		// keep trying to store it, for complete_retry: while the lease holds,
+		// retries get 409; after it lapses, Complete still lands as long as nobody
+		// else claimed the key. Each try is at most a second after the store
+		// answers again.
 		ev.Outcome, ev.Err = OutcomeNotStored, cerr
 		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
 			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status), slog.Any("error", cerr))
@@ -102,21 +101,21 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		if h.holder != nil {
 			release = h.holder.Hold() // taken while this request still holds it
 		}
-		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, renew.lastExtended(), release)
+		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, release)
 	}
 	return nil
 }
 
-// completeLater retries Complete until it succeeds, the lock is lost, or the lease
-// (counted from its last renewal) would have lapsed. Wait waits for it.
-func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, leaseFrom time.Time, release func()) {
+// completeLater retries Complete until it succeeds, another request claims the
+// key, or complete_retry passes. Wait waits for it.
+func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, release func()) {
 	defer h.pending.Done()
 	defer release()
-	deadline := leaseFrom.Add(h.cfg.lockTTL)
+	deadline := time.Now().Add(h.cfg.completeRetry)
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if time.Until(deadline) < backoff {
-			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored before the lease lapsed; a retry will run again",
-				slog.String("key_hash", keyHash))
+			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored within complete_retry; once its lease lapses a retry will run again",
+				slog.String("key_hash", keyHash), slog.Duration("complete_retry", h.cfg.completeRetry))
 			return
 		}
 		time.Sleep(backoff)
@@ -128,7 +127,7 @@ func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cac
 			h.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", keyHash))
 			return
 		case errors.Is(err, cache.ErrLockLost):
-			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: the lease was lost; a retry will run again",
+			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
 				slog.String("key_hash", keyHash))
 			return
 		}
@@ -172,13 +171,11 @@ type renewal struct {
 	t        *time.Timer
 	mu       sync.Mutex
 	stopped  bool
-	lostLock bool
-	extended time.Time // when the lease was last set (claim or renewal)
 	running  sync.WaitGroup
 }
 
 func (h *Handler) startRenewal(ctx context.Context, key, token, keyHash string) *renewal {
-	rn := &renewal{h: h, ctx: ctx, key: key, tok: token, keyHash: keyHash, extended: time.Now()}
+	rn := &renewal{h: h, ctx: ctx, key: key, tok: token, keyHash: keyHash}
 	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
 	rn.t = time.AfterFunc(h.cfg.lockTTL/3, rn.fire)
 	rn.mu.Unlock()
@@ -197,18 +194,14 @@ func (rn *renewal) fire() {
 
 	cfg := &rn.h.cfg
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(cfg.storeTimeout, cfg.lockTTL/3))
-	started := time.Now()
 	err := rn.h.store.Extend(ctx, rn.key, rn.tok, cfg.lockTTL)
 	cancel()
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	if err == nil {
-		rn.extended = started
-	}
 	switch {
 	case errors.Is(err, cache.ErrLockLost):
-		rn.lostLock = true
-		cfg.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; its response will not be stored",
+		// Its Complete still lands if nobody else claims the key meanwhile.
+		cfg.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
 			slog.String("key_hash", rn.keyHash))
 		return
 	case err != nil:
@@ -227,17 +220,4 @@ func (rn *renewal) stop() {
 	rn.mu.Unlock()
 	rn.t.Stop()
 	rn.running.Wait()
-}
-
-// lastExtended is when the lease was last set; it lapses lockTTL after that.
-func (rn *renewal) lastExtended() time.Time {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	return rn.extended
-}
-
-func (rn *renewal) lost() bool {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	return rn.lostLock
 }

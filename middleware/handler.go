@@ -156,7 +156,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		h.answerDuplicate(w, rec, fp, t)
 		return nil
 	}
-	return h.execute(w, r, next, storeKey, token, ev)
+	return h.execute(w, r, next, storeKey, token, fp, ev)
 }
 
 // tracker carries one request's event and emits it exactly once.

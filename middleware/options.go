@@ -19,6 +19,7 @@ const (
 	DefaultRetryAfter      = time.Second
 	DefaultWaitPoll        = 250 * time.Millisecond
 	DefaultBodyReadTimeout = time.Minute
+	DefaultCompleteRetry   = 5 * time.Minute
 )
 
 // DefaultMethods are the tracked methods.
@@ -40,6 +41,7 @@ type config struct {
 	fpFunc          func(r *http.Request, body []byte) string
 	maxRequestBody  int64
 	bodyTimeout     time.Duration
+	completeRetry   time.Duration
 	maxStoredBody   int64
 	ttl             time.Duration
 	lockTTL         time.Duration
@@ -110,6 +112,11 @@ func WithMaxRequestBody(n int64) Option { return func(c *config) { c.maxRequestB
 // on the connection (http.ResponseController) while the body is read. 0 means no
 // bound. Default DefaultBodyReadTimeout.
 func WithBodyReadTimeout(d time.Duration) Option { return func(c *config) { c.bodyTimeout = d } }
+
+// WithCompleteRetry sets how long a finished response whose storing fails (the
+// store unreachable) keeps being retried in the background, also after its lease
+// lapsed, while no other request claims the key. Default DefaultCompleteRetry.
+func WithCompleteRetry(d time.Duration) Option { return func(c *config) { c.completeRetry = d } }
 
 // WithMaxStoredBody bounds the response body stored for replay. A larger response is
 // still remembered as done; duplicates get a not-replayable problem instead of a
@@ -183,6 +190,7 @@ func defaultConfig() config {
 		scopeHeaders:   DefaultScopeHeaders,
 		maxRequestBody: DefaultMaxRequestBody,
 		bodyTimeout:    DefaultBodyReadTimeout,
+		completeRetry:  DefaultCompleteRetry,
 		maxStoredBody:  DefaultMaxStoredBody,
 		ttl:            DefaultTTL,
 		lockTTL:        DefaultLockTTL,
@@ -247,6 +255,8 @@ func (c *config) finish() error {
 		return fieldErr("max_body", "must not be negative, got %d", c.maxStoredBody)
 	case c.handlerTimeout < 0:
 		return fieldErr("handler_timeout", "must not be negative, got %v", c.handlerTimeout)
+	case c.completeRetry <= 0:
+		return fieldErr("complete_retry", "must be positive, got %v", c.completeRetry)
 	case c.storeTimeout <= 0:
 		return fieldErr("store_timeout", "must be positive, got %v", c.storeTimeout)
 	case c.retryAfter < 0:

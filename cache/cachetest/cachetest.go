@@ -74,6 +74,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OversizeMarker", testOversizeMarker},
 		{"ReleaseFreesKey", testReleaseFreesKey},
 		{"IdempotentForToken", testIdempotentForToken},
+		{"LateCompleteOnAFreeKey", testLateCompleteOnAFreeKey},
 		{"WrongTokenFenced", testWrongTokenFenced},
 		{"LapsedLeaseFenced", testLapsedLeaseFenced},
 		{"ExtendKeepsLock", testExtendKeepsLock},
@@ -136,8 +137,9 @@ func mustLoad(t *testing.T, s cache.Store, key string) *cache.Record {
 
 func completed(status int, body string) *cache.Record {
 	return &cache.Record{
-		State:    cache.StateCompleted,
-		Response: &cache.Response{Status: status, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(body), BodySize: int64(len(body))},
+		State:       cache.StateCompleted,
+		Fingerprint: "fp",
+		Response:    &cache.Response{Status: status, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(body), BodySize: int64(len(body))},
 	}
 }
 
@@ -277,9 +279,14 @@ func testGetAndDelete(t *testing.T, h Harness) {
 	if err := h.Store.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete in flight: %v", err)
 	}
-	// The deleted lock's holder is fenced out; the key runs again.
+	// The key is free: another claim may run it; a claim that comes first fences
+	// the deleted lock's holder out.
+	tok2 := claim(t, h.Store, key, "fp")
 	if err := h.Store.Complete(ctx, key, tok, completed(200, "x"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete after Delete: err = %v, want ErrLockLost", err)
+		t.Fatalf("Complete after Delete and a new claim: err = %v, want ErrLockLost", err)
+	}
+	if err := h.Store.Release(ctx, key, tok2); err != nil {
+		t.Fatal(err)
 	}
 	tok = claim(t, h.Store, key, "fp")
 	if err := h.Store.Complete(ctx, key, tok, completed(202, "done"), ttl); err != nil {

@@ -3,6 +3,7 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -71,6 +72,9 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 	if rec == nil || rec.Response == nil {
 		return fmt.Errorf("memstore: completing without a response")
 	}
+	if token == "" {
+		return cache.ErrLockLost
+	}
 	buf := encodeBufs.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= 1<<20 {
@@ -86,15 +90,22 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 	sh := s.shardFor(&k)
 	sh.mu.Lock()
 	l, err := s.heldLocked(sh, &k, token, now)
-	if err != nil {
-		// A re-sent Complete: the record this token completed is there.
-		if e := s.lookupLocked(sh, &k); e != nil && e.expires() > now && token != "" && e.tokenHash() == tokenHash(token) {
-			err = nil
-		}
+	fp, created := rec.Fingerprint, now
+	if !rec.CreatedAt.IsZero() {
+		created = rec.CreatedAt.UnixNano()
+	}
+	if err == nil {
+		fp, created = l.fingerprint, l.created
+	} else if err = s.freeLocked(sh, &k, token, now); err != nil {
+		// Held by another claim or record; or already completed by this token
+		// (a re-sent Complete: nil).
 		sh.mu.Unlock()
+		if errors.Is(err, errCompletedByUs) {
+			return nil
+		}
 		return err
 	}
-	n := entryHeader + len(l.fingerprint) + buf.Len()
+	n := entryHeader + len(fp) + buf.Len()
 	if need := int64(n) + indexBytes; need > s.maxByte.Load() {
 		sh.mu.Unlock()
 		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte.Load(), cache.ErrFull)
@@ -104,10 +115,14 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
 	}
 	pos, e := s.appendLocked(sh, n)
-	entry(e).write(&k, token, l.fingerprint, l.created, now+int64(ttl), buf.Bytes())
+	entry(e).write(&k, token, fp, created, now+int64(ttl), buf.Bytes())
 
-	delete(sh.locks, k)
-	s.bytes.Add(-l.size())
+	if l != nil {
+		delete(sh.locks, k) // the lock's record becomes the completed one
+		s.bytes.Add(-l.size())
+	} else {
+		s.records.Add(1) // a late Complete on a free key
+	}
 	p := s.prefixOf(&k)
 	if _, taken := sh.index[p]; taken {
 		// Another key with the same 128-bit prefix (never seen in practice): its
@@ -122,6 +137,29 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 
 	if s.over() {
 		s.makeRoom(&k)
+	}
+	return nil
+}
+
+var errCompletedByUs = errors.New("completed by this token")
+
+// freeLocked decides a Complete whose token does not hold a live lock on k: nil
+// when the key is free (no live lock or record: the lease lapsed and nobody
+// claimed it, or it was purged), and a lapsed lock is dropped; errCompletedByUs
+// when this token completed the live record; ErrLockLost when another claim or
+// record holds it.
+func (s *Store) freeLocked(sh *shard, k *ikey, token string, now int64) error {
+	if cur, ok := sh.locks[*k]; ok {
+		if cur.expires > now {
+			return cache.ErrLockLost
+		}
+		s.dropLockLocked(sh, k, cur)
+	}
+	if e := s.lookupLocked(sh, k); e != nil && e.expires() > now {
+		if e.tokenHash() == tokenHash(token) {
+			return errCompletedByUs
+		}
+		return cache.ErrLockLost
 	}
 	return nil
 }

@@ -202,10 +202,10 @@ func New(opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("memstore: nil clock")
 	}
 	s := &Store{
-		shards:  make([]shard, c.shards),
-		seedA:   maphash.MakeSeed(),
-		seedB:   maphash.MakeSeed(),
-		now:     c.now,
+		shards: make([]shard, c.shards),
+		seedA:  maphash.MakeSeed(),
+		seedB:  maphash.MakeSeed(),
+		now:    c.now,
 		// A partly filled chunk in every shard may cost at most an eighth of the
 		// byte bound.
 		chunkSize: int(min(max(c.maxBytes/int64(c.shards)/8, minChunk), maxChunk)),

@@ -94,6 +94,14 @@ func (s *Store) nowArg() int64 {
 	return s.now().UnixMilli()
 }
 
+// clock is the injected clock, or the local one.
+func (s *Store) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
 func ms(d time.Duration) int64 {
 	m := d.Milliseconds()
 	if m < 1 {
@@ -127,7 +135,12 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	if err != nil {
 		return err
 	}
-	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel())
+	created := rec.CreatedAt
+	if created.IsZero() {
+		created = s.clock()
+	}
+	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel(),
+		rec.Fingerprint, created.UnixMilli())
 }
 
 // Release implements cache.Store.

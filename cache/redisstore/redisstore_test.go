@@ -75,11 +75,11 @@ func TestServerClockExpiry(t *testing.T) {
 		t.Fatalf("PTTL after claim = %v, want (0, 40ms]", ttl)
 	}
 	waitGone(t, client, "idem:"+key)
-	if err := s.Complete(ctx, key, "a", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete after the lease lapsed: %v, want ErrLockLost", err)
-	}
 	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
 		t.Fatalf("re-claim after lapse: loaded=%v err=%v", loaded, err)
+	}
+	if err := s.Complete(ctx, key, "a", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); !errors.Is(err, cache.ErrLockLost) {
+		t.Fatalf("Complete of the lapsed holder after a new claim: %v, want ErrLockLost", err)
 	}
 	if err := s.Complete(ctx, key, "b", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, 40*time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -82,12 +82,23 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // channel (the last ARGV), for duplicates waiting on the key: a PUBLISH inside the
 // script, so it costs no round trip.
 
-// completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel. Answers 1
-// (also when ARGV token already completed the live record) or 0.
+// completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
+// fingerprint, created ms. Answers 1 when the record is stored, or was already
+// completed by this token (a re-sent Complete); 0 when another claim or record
+// holds the key. A key that is free (absent, or a lapsed lock) is completed as
+// well: the operation ran, and nobody else claimed the key since.
 var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
-local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex')
-if h[1] == '2' and h[2] == ARGV[1] and tonumber(h[3]) and tonumber(h[3]) > now then return 1 end
-if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now then return 0 end
+local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
+if h['err'] then return 0 end
+if not h[1] and not h[3] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local live = tonumber(h[3]) and tonumber(h[3]) > now
+local ours = h[2] == ARGV[1]
+if live and h[1] == '2' and ours then return 1 end
+if live and not (h[1] == '1' and ours) then return 0 end
+if not (live and ours) then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[6], 'ca', ARGV[7], 'tok', ARGV[1])
+end
 redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PUBLISH', ARGV[5], KEYS[1])
