@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -199,28 +198,12 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 	}
 	r.key = "redis/" + r.Prefix + "/" + url
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
-		client, err := stores.DialRedis(ctx, url)
-		var unreachable *stores.UnreachableError
-		switch {
-		case errors.As(err, &unreachable):
-			// Not fatal: Redis may come up after Caddy. Requests fail closed
-			// (or open) until it answers.
-			ctx.Slogger().Warn("idempotency: Redis unreachable at start-up", "url", unreachable.URL, "error", unreachable.Err)
-		case err != nil:
-			return nil, err
-		default:
-			if err := stores.EnforceNoEviction(ctx, client, r.AllowEviction, ctx.Slogger().Warn); err != nil {
-				client.Close()
-				return nil, err
-			}
-		}
-		s, err := redisstore.New(client, redisstore.WithPrefix(r.Prefix))
+		s, closeFn, err := stores.OpenRedis(ctx, stores.Spec{URL: url, RedisPrefix: r.Prefix,
+			RedisAllowEviction: r.AllowEviction, Warn: ctx.Slogger().Warn}, true)
 		if err != nil {
-			client.Close()
 			return nil, err
 		}
-		// The store (its pipelines and pub/sub) closes before its client.
-		return pooledRedis{Store: s, pooled: &pooled{close: func() error { return errors.Join(s.Close(), client.Close()) }}}, nil
+		return pooledRedis{Store: s, pooled: &pooled{close: closeFn}}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("redis store: %w", err)

@@ -104,17 +104,17 @@ func Check(spec Spec) error {
 type Opened struct {
 	Store  cache.Store
 	Memory *memstore.Store // the memory store, for its gauges; nil for others
-	close  []func() error
+	close  func() error
 }
 
-// Close closes the store and what it holds, last opened first.
+// Close closes the store and what it holds. It is idempotent.
 func (o *Opened) Close() error {
-	var errs []error
-	for i := len(o.close) - 1; i >= 0; i-- {
-		errs = append(errs, o.close[i]())
-	}
+	c := o.close
 	o.close = nil
-	return errors.Join(errs...)
+	if c == nil {
+		return nil
+	}
+	return c()
 }
 
 // Open opens the store spec selects. A store that does not answer at once is an
@@ -130,27 +130,45 @@ func Open(ctx context.Context, spec Spec) (*Opened, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Opened{Store: s, Memory: s, close: []func() error{s.Close}}, nil
+		return &Opened{Store: s, Memory: s, close: s.Close}, nil
 	default:
-		client, err := DialRedis(ctx, spec.URL)
+		rs, closeFn, err := OpenRedis(ctx, spec, false)
 		if err != nil {
-			if client != nil {
-				client.Close()
-			}
 			return nil, err
 		}
+		return &Opened{Store: rs, close: closeFn}, nil
+	}
+}
+
+// OpenRedis opens the Redis store spec selects: dials, checks the eviction
+// policy, and returns the store with the function that closes it and its client
+// (the store first). A Redis that does not answer is an error, unless
+// startUnreachable: then a warning, and requests fail (503) until it answers.
+func OpenRedis(ctx context.Context, spec Spec, startUnreachable bool) (*redisstore.Store, func() error, error) {
+	client, err := DialRedis(ctx, spec.URL)
+	var unreachable *UnreachableError
+	switch {
+	case errors.As(err, &unreachable) && startUnreachable:
+		if spec.Warn != nil {
+			spec.Warn("idempotency: Redis unreachable at start-up", "url", unreachable.URL, "error", unreachable.Err)
+		}
+	case err != nil:
+		if client != nil {
+			client.Close()
+		}
+		return nil, nil, err
+	default:
 		if err := EnforceNoEviction(ctx, client, spec.RedisAllowEviction, spec.Warn); err != nil {
 			client.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix))
-		if err != nil {
-			client.Close()
-			return nil, err
-		}
-		// Close the store (its pub/sub and pipelines) before the client.
-		return &Opened{Store: rs, close: []func() error{client.Close, rs.Close}}, nil
 	}
+	rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix))
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return rs, func() error { return errors.Join(rs.Close(), client.Close()) }, nil
 }
 
 // OpenMemory opens a memory store with the given bounds.
