@@ -59,6 +59,10 @@ type Response struct {
 	BodySize int64 `msgpack:"n,omitempty"`
 	// Trailer holds the response's trailers, sent after the body on replay.
 	Trailer http.Header `msgpack:"t,omitempty"`
+	// Unknown marks a held unknown outcome: the first execution was sent and no
+	// complete answer came back; the stored response is the outcome-unknown
+	// problem its retries get.
+	Unknown bool `msgpack:"u,omitempty"`
 }
 
 // EncodeResponse and DecodeResponse encode only the response, for stores that keep

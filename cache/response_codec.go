@@ -11,7 +11,7 @@ import (
 // Response is encoded by hand: it is on every replay's path, and msgpack's
 // reflection cost more than the rest of a replay. The wire format is the plain
 // msgpack map the struct tags describe ({"s": status, "h": headers, "b": body,
-// "o": oversize, "n": body size}, empty fields left out), so either side can be
+// "o": oversize, "n": body size, "t": trailers, "u": unknown outcome}, empty fields left out), so either side can be
 // decoded by any msgpack reader.
 
 var (
@@ -35,6 +35,9 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		n++
 	}
 	if len(r.Trailer) > 0 {
+		n++
+	}
+	if r.Unknown {
 		n++
 	}
 	if err := enc.EncodeMapLen(n); err != nil {
@@ -77,6 +80,14 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if len(r.Trailer) > 0 {
 		if err := encodeHeader(enc, "t", r.Trailer); err != nil {
+			return err
+		}
+	}
+	if r.Unknown {
+		if err := enc.EncodeString("u"); err != nil {
+			return err
+		}
+		if err := enc.EncodeBool(true); err != nil {
 			return err
 		}
 	}
@@ -136,6 +147,10 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 			}
 		case "t":
 			if r.Trailer, err = decodeHeader(dec); err != nil {
+				return err
+			}
+		case "u":
+			if r.Unknown, err = dec.DecodeBool(); err != nil {
 				return err
 			}
 		case "b":

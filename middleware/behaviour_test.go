@@ -258,7 +258,8 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 	if panicky.calls.Load() != 2 {
 		t.Fatalf("panic: calls = %d, want 2 (key released)", panicky.calls.Load())
 	}
-	// http.ErrAbortHandler (a reverse proxy's broken upstream body) likewise.
+	// http.ErrAbortHandler after the answer started (a reverse proxy's upstream
+	// body cut mid-stream) is an unknown outcome: the key is held, not released.
 	abort := &counter{fn: func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200); panic(http.ErrAbortHandler) }}
 	srv := httptest.NewServer(h.Wrap(abort))
 	defer srv.Close()
@@ -270,8 +271,8 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if abort.calls.Load() != 2 {
-		t.Fatalf("abort: calls = %d, want 2", abort.calls.Load())
+	if abort.calls.Load() != 1 {
+		t.Fatalf("abort after writing: calls = %d, want 1 (held: the outcome is unknown)", abort.calls.Load())
 	}
 }
 

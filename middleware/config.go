@@ -89,6 +89,17 @@ type Config struct {
 	// lease lapsed, as long as no other request claims the key. Default: 5m.
 	CompleteRetry *Duration `json:"complete_retry,omitempty" yaml:"complete_retry,omitempty" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
 
+	// UnknownOutcome is what happens when a first execution was sent upstream and
+	// no complete answer came back (a reset after the request was written, a
+	// timeout, a body cut mid-stream): "hold" keeps the key as done with an
+	// unknown outcome for unknown_hold, and every retry gets the same
+	// outcome-unknown problem, nothing running twice, until an operator releases
+	// it; "release" lets a retry run again. Default: hold.
+	UnknownOutcome *string `json:"unknown_outcome,omitempty" yaml:"unknown_outcome,omitempty" help:"hold or release: a first execution sent with no complete answer holds its key (retries get the same outcome-unknown answer) or releases it"`
+
+	// UnknownHold is how long an unknown outcome holds its key. Default: 24h.
+	UnknownHold *Duration `json:"unknown_hold,omitempty" yaml:"unknown_hold,omitempty" help:"how long an unknown outcome holds its key"`
+
 	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
 	// unavailable). Default: 1s.
 	RetryAfter *Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
@@ -127,6 +138,8 @@ func DefaultConfig() Config {
 		HandlerTimeout:     ptr(Duration(DefaultHandlerTimeout)),
 		StoreTimeout:       ptr(Duration(DefaultStoreTimeout)),
 		CompleteRetry:      ptr(Duration(DefaultCompleteRetry)),
+		UnknownOutcome:     ptr(UnknownHold),
+		UnknownHold:        ptr(Duration(DefaultUnknownHold)),
 		RetryAfter:         ptr(Duration(DefaultRetryAfter)),
 		Wait:               ptr(Duration(0)),
 		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
@@ -217,6 +230,12 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.CompleteRetry != nil {
 		opts = append(opts, WithCompleteRetry(c.CompleteRetry.Std()))
+	}
+	if c.UnknownOutcome != nil {
+		opts = append(opts, WithUnknownOutcome(*c.UnknownOutcome))
+	}
+	if c.UnknownHold != nil {
+		opts = append(opts, WithUnknownHold(c.UnknownHold.Std()))
 	}
 	if c.RetryAfter != nil {
 		opts = append(opts, WithRetryAfter(c.RetryAfter.Std()))

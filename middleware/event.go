@@ -19,12 +19,13 @@ const (
 	OutcomeInvalid       Outcome = "invalid"        // 400/413: missing, invalid key or body
 	OutcomeBypass        Outcome = "bypass"         // no key and none required: passed through
 	OutcomeStoreError    Outcome = "store_error"    // store failed: 503, or passed through when failing open
+	OutcomeUnknown       Outcome = "unknown"        // first execution sent, no complete answer: key held (or released by policy)
 )
 
 // Outcomes lists every outcome, for metrics that pre-declare their labels.
 var Outcomes = []Outcome{
 	OutcomeStored, OutcomeNotStored, OutcomeReplayed, OutcomeConflict, OutcomeMismatch,
-	OutcomeNotReplayable, OutcomeInvalid, OutcomeBypass, OutcomeStoreError,
+	OutcomeNotReplayable, OutcomeInvalid, OutcomeBypass, OutcomeStoreError, OutcomeUnknown,
 }
 
 // Event describes one tracked request once its outcome is known.

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,14 +32,23 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		if returned {
 			return
 		}
-		p := recover() // next panicked: release the key so a retry runs, then re-raise
+		p := recover() // next panicked: settle the key, then re-raise
 		renew.stop()
-		h.release(ctx, key, token, ev.KeyHash)
-		ev.Outcome, ev.Status = OutcomeNotStored, rw.status
+		ev.Status = rw.status
+		if p != nil {
+			ev.Err = fmt.Errorf("handler panicked: %v", p)
+		}
+		if p != nil && rw.status != 0 && !rw.hijacked {
+			// It panicked after it started answering (a reverse proxy aborting a
+			// response cut mid-stream): the upstream may have acted.
+			h.settleUnknown(ctx, rw, key, token, fp, started, ev, false)
+		} else {
+			h.release(ctx, key, token, ev.KeyHash)
+			ev.Outcome = OutcomeNotStored
+		}
 		if p == nil {
 			return // runtime.Goexit, not a panic: let it continue
 		}
-		ev.Err = fmt.Errorf("handler panicked: %v", p)
 		panic(p)
 	}()
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
@@ -51,6 +61,13 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		rw.WriteHeader(http.StatusOK)
 	}
 	ev.Status = rw.status
+	if err != nil && errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrNotSent) && !rw.hijacked {
+		ev.Err = err
+		if h.settleUnknown(ctx, rw, key, token, fp, started, ev, true) {
+			return nil // answered: the outcome-unknown problem
+		}
+		return err
+	}
 	if err != nil || rw.hijacked || h.cfg.inFlightOnly || !h.cfg.storeStatuses.Has(ev.Status) {
 		ev.Outcome, ev.Err = OutcomeNotStored, err
 		h.release(ctx, key, token, ev.KeyHash)
@@ -62,14 +79,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	} else {
 		resp.Header, resp.Body, resp.Trailer = rw.header, rw.body, rw.trailers()
 	}
-	// Detached from the handler's deadline: storing must not fail because the
-	// handler used its time; the store timeout bounds it instead.
-	sctx, scancel := h.storeCtx(ctx)
-	defer scancel()
 	// The fingerprint and start go with the record: should the lease have lapsed
 	// (a store outage), Complete recreates the record on the free key.
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: resp}
-	cerr := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+	cerr := h.storeRecord(ctx, key, token, rec, h.cfg.ttl, ev.KeyHash)
 	if errors.Is(cerr, cache.ErrFull) && !resp.Oversize {
 		// The response is larger than the store can ever hold (its bound is
 		// below max_body). Remember the key as done without the response, as
@@ -78,37 +91,78 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 			slog.String("key_hash", ev.KeyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", cerr))
 		rec = &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started,
 			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true}}
-		cerr = h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+		cerr = h.storeRecord(ctx, key, token, rec, h.cfg.ttl, ev.KeyHash)
 	}
+	ev.Outcome = OutcomeStored
+	if cerr != nil {
+		ev.Outcome, ev.Err = OutcomeNotStored, cerr
+	}
+	return nil
+}
+
+// storeRecord completes key with rec for ttl and returns Complete's error. A
+// store failure (Redis restarting) is retried in the background: the finished
+// response is kept and retried for complete_retry; while the lease holds,
+// retries get 409, and after it lapses Complete still lands as long as nobody
+// else claimed the key, each try at most a second after the store answers again.
+func (h *Handler) storeRecord(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration, keyHash string) error {
+	// Detached from the handler's deadline: storing must not fail because the
+	// handler used its time; the store timeout bounds it instead.
+	sctx, scancel := h.storeCtx(ctx)
+	cerr := h.store.Complete(sctx, key, token, rec, ttl)
+	scancel()
 	switch {
-	case cerr == nil:
-		ev.Outcome = OutcomeStored
+	case cerr == nil, errors.Is(cerr, cache.ErrFull):
 	case errors.Is(cerr, cache.ErrLockLost):
-		ev.Outcome, ev.Err = OutcomeNotStored, cerr
 		h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
-			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status))
+			slog.String("key_hash", keyHash), slog.Int("status", rec.Response.Status))
 	default:
-		// The store failed (e.g. Redis restarting). Keep the finished response and
-		// keep trying to store it, for complete_retry: while the lease holds,
-		// retries get 409; after it lapses, Complete still lands as long as nobody
-		// else claimed the key. Each try is at most a second after the store
-		// answers again.
-		ev.Outcome, ev.Err = OutcomeNotStored, cerr
 		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
-			slog.String("key_hash", ev.KeyHash), slog.Int("status", ev.Status), slog.Any("error", cerr))
+			slog.String("key_hash", keyHash), slog.Int("status", rec.Response.Status), slog.Any("error", cerr))
 		h.pending.Add(1)
 		release := func() {}
 		if h.holder != nil {
 			release = h.holder.Hold() // taken while this request still holds it
 		}
-		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ev.KeyHash, release)
+		go h.completeLater(context.WithoutCancel(ctx), key, token, rec, ttl, keyHash, release)
 	}
-	return nil
+	return cerr
+}
+
+// settleUnknown settles a first execution whose outcome is unknown. Under the
+// hold policy it stores the outcome-unknown problem for unknown_hold, so every
+// retry gets it and nothing runs again, and answers it when nothing was written
+// yet (answer); it reports whether it answered. Under the release policy it
+// releases the key.
+func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, key, token, fp string, started time.Time, ev *Event, answer bool) bool {
+	ev.Outcome = OutcomeUnknown
+	if h.cfg.unknownPolicy == UnknownRelease || h.cfg.inFlightOnly {
+		h.release(ctx, key, token, ev.KeyHash)
+		return false
+	}
+	status := unknownStatus(ev.Err)
+	p := unknownProblem(status, true)
+	body, _ := json.Marshal(p)
+	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: &cache.Response{
+		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)),
+		Header: http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}},
+	}}
+	h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
+		slog.String("key_hash", ev.KeyHash), slog.Duration("unknown_hold", h.cfg.unknownHold), slog.Any("error", ev.Err))
+	if err := h.storeRecord(ctx, key, token, rec, h.cfg.unknownHold, ev.KeyHash); errors.Is(err, cache.ErrLockLost) {
+		ev.Err = err
+	}
+	if answer && rw.status == 0 {
+		WriteProblem(rw, p, 0)
+		ev.Status = status
+		return true
+	}
+	return false
 }
 
 // completeLater retries Complete until it succeeds, another request claims the
 // key, or complete_retry passes. Wait waits for it.
-func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, keyHash string, release func()) {
+func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration, keyHash string, release func()) {
 	defer h.pending.Done()
 	defer release()
 	deadline := time.Now().Add(h.cfg.completeRetry)
@@ -120,7 +174,7 @@ func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cac
 		}
 		time.Sleep(backoff)
 		sctx, cancel := h.storeCtx(ctx)
-		err := h.store.Complete(sctx, key, token, rec, h.cfg.ttl)
+		err := h.store.Complete(sctx, key, token, rec, ttl)
 		cancel()
 		switch {
 		case err == nil:

@@ -20,6 +20,7 @@ const (
 	DefaultWaitPoll        = 250 * time.Millisecond
 	DefaultBodyReadTimeout = time.Minute
 	DefaultCompleteRetry   = 5 * time.Minute
+	DefaultUnknownHold     = 24 * time.Hour
 )
 
 // DefaultMethods are the tracked methods.
@@ -42,6 +43,8 @@ type config struct {
 	maxRequestBody  int64
 	bodyTimeout     time.Duration
 	completeRetry   time.Duration
+	unknownPolicy   string
+	unknownHold     time.Duration
 	maxStoredBody   int64
 	ttl             time.Duration
 	lockTTL         time.Duration
@@ -118,6 +121,18 @@ func WithBodyReadTimeout(d time.Duration) Option { return func(c *config) { c.bo
 // lapsed, while no other request claims the key. Default DefaultCompleteRetry.
 func WithCompleteRetry(d time.Duration) Option { return func(c *config) { c.completeRetry = d } }
 
+// WithUnknownOutcome sets what happens when a first execution was sent and no
+// complete answer came back (next returned an error wrapping ErrOutcomeUnknown,
+// or panicked after it started answering): UnknownHold (the default) keeps the
+// key done-with-unknown-outcome for WithUnknownHold, so retries get the same
+// outcome-unknown problem and nothing runs twice; UnknownRelease releases the key
+// so a retry runs again.
+func WithUnknownOutcome(policy string) Option { return func(c *config) { c.unknownPolicy = policy } }
+
+// WithUnknownHold sets how long an unknown outcome holds its key. Default
+// DefaultUnknownHold.
+func WithUnknownHold(d time.Duration) Option { return func(c *config) { c.unknownHold = d } }
+
 // WithMaxStoredBody bounds the response body stored for replay. A larger response is
 // still remembered as done; duplicates get a not-replayable problem instead of a
 // second execution. Default DefaultMaxStoredBody.
@@ -191,6 +206,8 @@ func defaultConfig() config {
 		maxRequestBody: DefaultMaxRequestBody,
 		bodyTimeout:    DefaultBodyReadTimeout,
 		completeRetry:  DefaultCompleteRetry,
+		unknownPolicy:  UnknownHold,
+		unknownHold:    DefaultUnknownHold,
 		maxStoredBody:  DefaultMaxStoredBody,
 		ttl:            DefaultTTL,
 		lockTTL:        DefaultLockTTL,
@@ -255,6 +272,10 @@ func (c *config) finish() error {
 		return fieldErr("max_body", "must not be negative, got %d", c.maxStoredBody)
 	case c.handlerTimeout < 0:
 		return fieldErr("handler_timeout", "must not be negative, got %v", c.handlerTimeout)
+	case c.unknownPolicy != UnknownHold && c.unknownPolicy != UnknownRelease:
+		return fieldErr("unknown_outcome", "%q: want hold or release", c.unknownPolicy)
+	case c.unknownHold <= 0:
+		return fieldErr("unknown_hold", "must be positive, got %v", c.unknownHold)
 	case c.completeRetry <= 0:
 		return fieldErr("complete_retry", "must be positive, got %v", c.completeRetry)
 	case c.storeTimeout <= 0:

@@ -21,6 +21,7 @@ const (
 	ProblemMismatch         = ProblemTypeBase + "mismatch"
 	ProblemNotReplayable    = ProblemTypeBase + "not-replayable"
 	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
+	ProblemOutcomeUnknown   = ProblemTypeBase + "outcome-unknown"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -35,6 +36,7 @@ type Problem struct {
 }
 
 var problemTitles = map[string]string{
+	ProblemOutcomeUnknown:   "Outcome unknown",
 	ProblemMissingKey:       "Idempotency key required",
 	ProblemInvalidKey:       "Invalid idempotency key",
 	ProblemBodyTooLarge:     "Request body too large",

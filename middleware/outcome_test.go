@@ -1,0 +1,113 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// nextFunc adapts a function to middleware.Next, counting its runs.
+type nextFunc struct {
+	runs atomic.Int64
+	fn   func(w http.ResponseWriter, r *http.Request) error
+}
+
+func (n *nextFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	n.runs.Add(1)
+	return n.fn(w, r)
+}
+
+func handle(t *testing.T, h *middleware.Handler, next middleware.Next, key string) (*httptest.ResponseRecorder, error) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/charge", strings.NewReader("x"))
+	r.Header.Set("Idempotency-Key", key)
+	return w, h.Handle(w, r, next)
+}
+
+// A first execution that was sent and got no complete answer holds its key: the
+// first answer and every retry are the same outcome-unknown problem, and nothing
+// runs again.
+func TestUnknownOutcomeHoldsTheKey(t *testing.T) {
+	var ev events
+	h := newHandler(t, newMem(t), middleware.WithObserver(ev.observe))
+	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
+		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
+	}}
+	for i := range 3 {
+		w, err := handle(t, h, reset, "charge-1")
+		if err != nil || w.Code != 502 || !strings.Contains(w.Body.String(), "outcome-unknown") || (w.Header().Get("Idempotent-Replayed") == "true") != (i > 0) {
+			t.Fatalf("answer %d: %d %s replayed=%q err=%v", i, w.Code, w.Body, w.Header().Get("Idempotent-Replayed"), err)
+		}
+	}
+	if reset.runs.Load() != 1 {
+		t.Fatalf("ran %d times, want once", reset.runs.Load())
+	}
+	if got := ev.outcomes(); got[0] != middleware.OutcomeUnknown || got[1] != middleware.OutcomeReplayed {
+		t.Fatalf("outcomes %v", got)
+	}
+	// A timeout is 504.
+	timeout := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
+		return middleware.MarkOutcomeUnknown(context.DeadlineExceeded)
+	}}
+	if w, _ := handle(t, h, timeout, "charge-2"); w.Code != 504 {
+		t.Fatalf("timeout: %d", w.Code)
+	}
+}
+
+// A request that never left releases the key; so does an unclassified error (as
+// before), and the release policy.
+func TestNotSentAndReleasePolicyRelease(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		opts []middleware.Option
+	}{
+		"not sent":       {middleware.MarkNotSent(errors.New("dial tcp: connection refused")), nil},
+		"unclassified":   {errors.New("boom"), nil},
+		"release policy": {middleware.MarkOutcomeUnknown(errors.New("reset")), []middleware.Option{middleware.WithUnknownOutcome(middleware.UnknownRelease)}},
+	} {
+		h := newHandler(t, newMem(t), tc.opts...)
+		failing := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error { return tc.err }}
+		if _, err := handle(t, h, failing, "k"); !errors.Is(err, tc.err) {
+			t.Fatalf("%s: err = %v, want next's error returned", name, err)
+		}
+		ok := &nextFunc{fn: func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(201); return nil }}
+		if w, _ := handle(t, h, ok, "k"); w.Code != 201 || ok.runs.Load() != 1 {
+			t.Fatalf("%s: the retry did not run: %d", name, w.Code)
+		}
+	}
+}
+
+// A panic after the answer started (a reverse proxy aborting a body cut
+// mid-stream) is an unknown outcome; one before is released.
+func TestPanicAfterWritingIsUnknown(t *testing.T) {
+	h := newHandler(t, newMem(t))
+	cut := &nextFunc{fn: func(w http.ResponseWriter, _ *http.Request) error {
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte("half"))
+		panic(http.ErrAbortHandler)
+	}}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = handle(t, h, cut, "cut")
+	}()
+	w, _ := handle(t, h, cut, "cut")
+	if w.Code != 502 || w.Header().Get("Idempotent-Replayed") != "true" || cut.runs.Load() != 1 {
+		t.Fatalf("retry after a cut response: %d replayed=%q runs %d", w.Code, w.Header().Get("Idempotent-Replayed"), cut.runs.Load())
+	}
+	early := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error { panic("before writing") }}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = handle(t, h, early, "early")
+	}()
+	ok := &nextFunc{fn: func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(201); return nil }}
+	if w, _ := handle(t, h, ok, "early"); w.Code != 201 {
+		t.Fatalf("a panic before writing must release: %d", w.Code)
+	}
+}
