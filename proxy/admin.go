@@ -24,6 +24,8 @@ import (
 //	GET    /metrics        Prometheus text format
 //	GET    /keys/{key}     the record for key, as JSON
 //	DELETE /keys/{key}     purge it (an in-flight key may then run again)
+//	POST   /release/{key}  release a key held with an unknown outcome: the next
+//	                       retry runs (409 if the record is not an unknown outcome)
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
 //
 // For /keys, the scope is given as the client gave it: ?host=… (default: the
@@ -58,6 +60,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /keys/{key...}", p.adminKey)
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
+	mux.HandleFunc("POST /release/{key...}", p.adminKey)
 	if p.cfg.AdminToken == "" {
 		return mux
 	}
@@ -103,6 +106,9 @@ type KeyResponse struct {
 	BodySize   int64               `json:"body_size"`
 	BodyBase64 string              `json:"body_base64"`
 	Oversize   bool                `json:"oversize"`
+	// Unknown: a held unknown outcome (the first execution was sent and no
+	// complete answer came back); release it to let the next retry run.
+	Unknown bool `json:"unknown_outcome"`
 }
 
 type adminError struct {
@@ -178,6 +184,18 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := p.store.Get(ctx, storeKey)
+	if err == nil && r.Method == http.MethodPost { // release
+		if rec.State != cache.StateCompleted || rec.Response == nil || !rec.Response.Unknown {
+			writeJSON(w, http.StatusConflict, adminError{Error: "not an unknown outcome: release applies to held unknown outcomes (DELETE purges any record)", KeyHash: keyHash})
+			return
+		}
+		if err = p.store.Delete(ctx, storeKey); err == nil {
+			p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", keyHash)
+			p.metrics.released.Add(1)
+			writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": keyHash})
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, notFound)
@@ -199,7 +217,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 			headers = map[string][]string{}
 		}
 		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
-			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize}
+			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize, Unknown: resp.Unknown}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -115,7 +115,7 @@ func Usage(out io.Writer) {
 
 Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
-  idemproxy keys get|delete KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
+  idemproxy keys get|delete|release KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
   idemproxy version
 
 Requests with an Idempotency-Key header run once; repeats get the stored response.

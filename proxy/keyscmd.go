@@ -17,14 +17,17 @@ type headerList []string
 func (h *headerList) String() string     { return strings.Join(*h, ", ") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
-// keysMain runs `idemproxy keys get|delete KEY`: it calls the admin API and prints
-// its JSON answer. Exit 0: found or deleted; 1: not found; 2: usage or other error.
+// keysMain runs `idemproxy keys get|delete|release KEY`: it calls the admin API and
+// prints its JSON answer. Exit 0: found, deleted or released; 1: not found (or,
+// for release, not an unknown outcome); 2: usage or other error.
 func keysMain(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	usage := func() {
-		fmt.Fprint(stderr, `usage: idemproxy keys get|delete KEY [flags]
+		fmt.Fprint(stderr, `usage: idemproxy keys get|delete|release KEY [flags]
 
 Inspect or purge the record of an idempotency key through a running idemproxy's
-admin listener. Give the scope as the client sent it.
+admin listener, or release a key held with an unknown outcome so the next retry
+runs. Give the scope as the client sent it. IDEMPROXY_ADMIN_TOKEN is sent as the
+admin token.
 
   --admin ADDR      admin listener (default $IDEMPROXY_ADMIN, else 127.0.0.1:9090)
   --host HOST       the Host the client sent (default: the proxy's --listen address)
@@ -32,7 +35,7 @@ admin listener. Give the scope as the client sent it.
   --path /route     a request path, to use that route's settings
 `)
 	}
-	if len(args) < 1 || (args[0] != "get" && args[0] != "delete") {
+	if len(args) < 1 || (args[0] != "get" && args[0] != "delete" && args[0] != "release") {
 		usage()
 		return 2
 	}
@@ -87,14 +90,15 @@ admin listener. Give the scope as the client sent it.
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	target := strings.TrimRight(base, "/") + "/keys/" + url.PathEscape(key)
+	endpoint := "/keys/"
+	if verb == "release" {
+		endpoint = "/release/"
+	}
+	target := strings.TrimRight(base, "/") + endpoint + url.PathEscape(key)
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	method := http.MethodGet
-	if verb == "delete" {
-		method = http.MethodDelete
-	}
+	method := map[string]string{"get": http.MethodGet, "delete": http.MethodDelete, "release": http.MethodPost}[verb]
 	req, err := http.NewRequest(method, target, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
@@ -124,7 +128,7 @@ admin listener. Give the scope as the client sent it.
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return 0
-	case http.StatusNotFound:
+	case http.StatusNotFound, http.StatusConflict:
 		return 1
 	}
 	return 2

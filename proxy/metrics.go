@@ -16,6 +16,7 @@ import (
 type metrics struct {
 	outcomes         map[middleware.Outcome]*atomic.Int64
 	untracked        atomic.Int64
+	released         atomic.Int64 // unknown outcomes released by an operator
 	upstreamInFlight atomic.Int64
 	store            *histogram
 	upstream         *histogram
@@ -49,6 +50,8 @@ func (m *metrics) write(w io.Writer) {
 		fmt.Fprintf(w, "idemproxy_requests_total{outcome=%q} %d\n", o, m.outcomes[o].Load())
 	}
 	fmt.Fprintf(w, "idemproxy_requests_total{outcome=\"untracked\"} %d\n", m.untracked.Load())
+	fmt.Fprint(w, "# HELP idemproxy_unknown_released_total Unknown outcomes released by an operator (admin API or idemproxy keys release).\n# TYPE idemproxy_unknown_released_total counter\n")
+	fmt.Fprintf(w, "idemproxy_unknown_released_total %d\n", m.released.Load())
 	fmt.Fprint(w, "# HELP idemproxy_upstream_in_flight First executions currently running upstream.\n# TYPE idemproxy_upstream_in_flight gauge\n")
 	fmt.Fprintf(w, "idemproxy_upstream_in_flight %d\n", m.upstreamInFlight.Load())
 	if m.mem != nil {

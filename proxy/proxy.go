@@ -5,15 +5,18 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"path"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -87,12 +90,17 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	p.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
+		// A failed upstream call is classified for the core rather than answered
+		// here: upstreamError leaves it in the slot.
+		var slot upstreamFailure
 		p.metrics.upstreamInFlight.Add(1)
 		start := time.Now()
-		p.rp.ServeHTTP(w, r)
-		p.metrics.upstream.observe(time.Since(start))
-		p.metrics.upstreamInFlight.Add(-1)
-		return nil
+		defer func() {
+			p.metrics.upstream.observe(time.Since(start))
+			p.metrics.upstreamInFlight.Add(-1)
+		}()
+		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamFailureKey{}, &slot)))
+		return classify(slot.err)
 	})
 	if p.def, err = p.buildRoute("", true, cfg.Config); err != nil {
 		p.Close()
@@ -182,7 +190,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	_ = rt.h.Handle(w, r, p.next) // p.next never returns an error
+	if err := rt.h.Handle(w, r, p.next); err != nil {
+		// The upstream failed and the key was released (the request never left,
+		// or the unknown_outcome policy is release): nothing was answered yet.
+		p.upstreamProblem(w, r, err)
+	}
 }
 
 func (p *Proxy) observe(ev middleware.Event) {
@@ -211,20 +223,54 @@ func (p *Proxy) observe(ev middleware.Event) {
 	p.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
+// upstreamFailure carries a failed upstream call from ReverseProxy's error
+// handler to the core's next, for a request the core tracks.
+type upstreamFailure struct{ err error }
+
+type upstreamFailureKey struct{}
+
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	status := http.StatusBadGateway
-	if errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusGatewayTimeout
-	}
 	level := slog.LevelWarn
 	if errors.Is(err, context.Canceled) {
 		level = slog.LevelDebug // the client went away
 	}
 	p.log.LogAttrs(r.Context(), level, "upstream error", slog.String("path", r.URL.Path), slog.Any("error", err))
+	if slot, ok := r.Context().Value(upstreamFailureKey{}).(*upstreamFailure); ok {
+		slot.err = err // the core answers
+		return
+	}
+	p.upstreamProblem(w, r, err)
+}
+
+// upstreamProblem answers a failed upstream call whose key (if any) was released.
+func (p *Proxy) upstreamProblem(w http.ResponseWriter, _ *http.Request, err error) {
+	status := http.StatusBadGateway
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusGatewayTimeout
+	}
 	middleware.WriteProblem(w, middleware.Problem{
 		Type:   ProblemUpstream,
 		Title:  "Upstream unavailable",
 		Status: status,
 		Detail: "the upstream could not be reached or did not answer; the request may be retried with the same key",
 	}, 0)
+}
+
+// classify tells the core how a failed upstream call ended: never sent (a dial
+// error, a refused connection, a failed TLS handshake: no byte of the request
+// reached the upstream), or sent with an unknown outcome (anything after the
+// connection was made: a reset or EOF before or during the response, a timeout).
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var op *net.OpError
+	var header tls.RecordHeaderError
+	var cert *tls.CertificateVerificationError
+	var alert tls.AlertError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.As(err, &header) || errors.As(err, &cert) || errors.As(err, &alert) {
+		return middleware.MarkNotSent(err)
+	}
+	return middleware.MarkOutcomeUnknown(err)
 }
