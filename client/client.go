@@ -11,6 +11,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -143,6 +145,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if attempt >= attempts || ctx.Err() != nil {
 			return resp, err
 		}
+		if unknownOutcome(resp) {
+			// The first attempt reached the server and its outcome is unknown:
+			// the same key would get the same answer, and a new key could run
+			// the operation twice. Only the caller (or an operator) can decide.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			return nil, &OutcomeUnknownError{Key: key, Status: resp.StatusCode, Problem: string(body)}
+		}
 		delay, retry := t.retryDelay(resp, err, attempt)
 		if !retry || time.Since(start)+delay > t.maxElapsed {
 			return resp, err
@@ -159,6 +169,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-timer.C:
 		}
 	}
+}
+
+// OutcomeUnknownError is returned, instead of a retry, when the server answers
+// that the request with this key was sent upstream and its outcome is unknown
+// (problem type urn:idemproxy:problem:outcome-unknown): it may have been executed.
+// Retrying with the same key gets the same answer; a new key could run it twice.
+type OutcomeUnknownError struct {
+	Key     string
+	Status  int
+	Problem string // the problem body as sent
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("idempotent request with key %q: outcome unknown (%d): it reached the upstream and may have been executed; not retried, since the same key gets the same answer and a new key could run it twice", e.Key, e.Status)
+}
+
+// unknownOutcome reports whether resp is the outcome-unknown problem.
+func unknownOutcome(resp *http.Response) bool {
+	if resp == nil || (resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusGatewayTimeout) ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		return false
+	}
+	// Peek at the body without consuming it for the caller.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+	return bytes.Contains(body, []byte(`"urn:idemproxy:problem:outcome-unknown"`))
 }
 
 // retryDelay decides whether an answer is worth another attempt, and after how long.

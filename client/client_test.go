@@ -274,3 +274,21 @@ func ExampleNew() {
 	fmt.Println(resp.StatusCode, "after", charges, "attempts")
 	// Output: 201 after 2 attempts
 }
+
+// An outcome-unknown answer is not retried with the same key; the error says why.
+func TestOutcomeUnknownIsNotRetried(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(`{"type":"urn:idemproxy:problem:outcome-unknown","status":502}`))
+	}))
+	defer srv.Close()
+	c := &http.Client{Transport: client.New(nil)}
+	_, err := c.Post(srv.URL, "application/json", strings.NewReader("{}"))
+	var unknown *client.OutcomeUnknownError
+	if !errors.As(err, &unknown) || unknown.Status != 502 || !strings.Contains(err.Error(), "may have been executed") || calls.Load() != 1 {
+		t.Fatalf("err = %v (calls %d); want one attempt and an OutcomeUnknownError", err, calls.Load())
+	}
+}
