@@ -290,3 +290,52 @@ func waitHTTP(t *testing.T, url string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// reverse_proxy's failures classified inside real Caddy: an upstream that resets
+// after reading the request is held (every retry gets the outcome-unknown answer,
+// the upstream runs once); a dial error releases the key (a retry runs when the
+// upstream is up).
+func TestCaddyUnknownOutcomes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	reset := testutil.NewRawUpstream(t, "reset")
+	downAddr := testutil.FreeAddr(t)
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\thandle /held* {\n\t\treverse_proxy %s\n\t}\n\thandle /down* {\n\t\treverse_proxy %s\n\t}\n\trespond /healthz 200\n}\n",
+		admin, site, reset.Addr(), downAddr)
+	path := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(path, []byte(cfg), 0o644)
+	runCaddy(t, bin, dir, path)
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/healthz")
+	post := func(p, key string) (int, string, bool) {
+		req, _ := http.NewRequest("POST", base+p, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", p, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true"
+	}
+	for i := range 3 {
+		code, body, replayed := post("/held", "h1")
+		if code != 502 || !strings.Contains(body, "outcome-unknown") || replayed != (i > 0) {
+			t.Fatalf("reset answer %d: %d %q replayed=%v", i, code, body, replayed)
+		}
+	}
+	if n := reset.Count.Load(); n != 1 {
+		t.Fatalf("the reset upstream got %d requests, want 1", n)
+	}
+	if code, body, _ := post("/down", "d1"); code != 502 || strings.Contains(body, "outcome-unknown") {
+		t.Fatalf("dial error: %d %q; want Caddy's 502, the key released", code, body)
+	}
+	up := testutil.NewRawUpstreamAt(t, downAddr, "ok")
+	if code, _, replayed := post("/down", "d1"); code != 201 || replayed || up.Count.Load() != 1 {
+		t.Fatalf("retry once the upstream is up: %d replayed=%v upstream %d", code, replayed, up.Count.Load())
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,7 +166,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			repl.Set(ResultPlaceholder, "executing")
 		}
 	}
-	return h.core.Handle(w, r, next)
+	return h.core.Handle(w, r, classified{next})
+}
+
+// classified tells the core how a failed reverse_proxy call ended: a DialError
+// never reached the upstream (the key is released and Caddy's error handling
+// answers); any other 502/504 from it came after the request was sent, so the
+// outcome is unknown (held by default, answered by the core).
+type classified struct{ next caddyhttp.Handler }
+
+func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	err := c.next.ServeHTTP(w, r)
+	if err == nil {
+		return nil
+	}
+	var dial reverseproxy.DialError
+	if errors.As(err, &dial) {
+		return middleware.MarkNotSent(err)
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
+		return middleware.MarkOutcomeUnknown(err)
+	}
+	return err
 }
 
 // outcomes is caddy_http_idempotency_requests_total. It lives as long as the
