@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -127,14 +128,26 @@ func TestHandlerProtocol(t *testing.T) {
 		t.Fatalf("5xx: %+v calls %d", c, fail.calls.Load())
 	}
 
-	// An error from next (reverse_proxy could not reach its upstream): returned
-	// unchanged for Caddy's error handling, and the key released.
-	boom := caddyhttp.Error(http.StatusBadGateway, errors.New("dial tcp: connection refused"))
+	// reverse_proxy could not reach its upstream (a DialError): the error is
+	// returned for Caddy's error handling, and the key released.
+	boom := caddyhttp.Error(http.StatusBadGateway, reverseproxy.NewDialError(errors.New("dial tcp: connection refused")))
 	erring := &counting{fn: func(w http.ResponseWriter, r *http.Request) error { return boom }}
 	for i := 0; i < 2; i++ {
 		if c := serve(h, call{key: "err"}, erring); !errors.Is(c.err, boom) {
 			t.Fatalf("error from next: %+v", c)
 		}
+	}
+	// Any other 502 from reverse_proxy came after the request was sent: held.
+	reset := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		return caddyhttp.Error(http.StatusBadGateway, errors.New("read: connection reset by peer"))
+	}}
+	for i := 0; i < 2; i++ {
+		if c := serve(h, call{key: "reset"}, reset); c.err != nil || c.code != 502 || !strings.Contains(c.body, "outcome-unknown") {
+			t.Fatalf("reset after the request was sent: %+v", c)
+		}
+	}
+	if reset.calls.Load() != 1 {
+		t.Fatalf("reset: calls = %d, want 1 (held)", reset.calls.Load())
 	}
 	if erring.calls.Load() != 2 {
 		t.Fatalf("error from next: calls = %d, want 2 (key released)", erring.calls.Load())
