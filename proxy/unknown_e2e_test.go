@@ -89,3 +89,30 @@ func TestE2EUnknownOutcomeTimeoutAndCutBody(t *testing.T) {
 		t.Fatalf("cut response: upstream got %d requests, want 1", n)
 	}
 }
+
+// A reset on a reused keep-alive connection after the upstream read the request:
+// Go's transport treats a request with an Idempotency-Key header as replayable and
+// would re-send it on a new connection, running it twice below idemproxy. The
+// re-send is refused once the request's headers were written: held instead.
+func TestE2ENoTransportResendAfterTheRequestWasWritten(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewRawUpstream(t, "reset-reused")
+	p := start(t, "--upstream", "http://"+up.Addr())
+	if r := send(t, p.addr, "/charges", "first", "x"); r.status != 201 {
+		t.Fatalf("first request: %+v", r)
+	}
+	r := send(t, p.addr, "/charges", "second", "y") // on the reused connection: reset after read
+	if n := up.Count.Load(); n != 2 {
+		t.Fatalf("the upstream got %d requests, want 2: the reset request was re-sent (%d %s)", n, r.status, r.body)
+	}
+	if r.status != 502 || !strings.Contains(r.body, "outcome-unknown") {
+		t.Fatalf("reset after read on a reused connection: %d %s, want the held outcome-unknown answer", r.status, r.body)
+	}
+	// An empty body is guarded too.
+	if r := send(t, p.addr, "/charges", "third", ""); r.status != 201 {
+		t.Fatalf("third request: %+v", r)
+	}
+	if r := send(t, p.addr, "/charges", "fourth", ""); up.Count.Load() != 4 || r.status != 502 {
+		t.Fatalf("empty body, reset on a reused connection: %d, upstream %d, want 502 and 4", r.status, up.Count.Load())
+	}
+}

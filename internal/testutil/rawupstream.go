@@ -13,7 +13,9 @@ import (
 // RawUpstream is an HTTP/1.1 upstream on a raw listener that can fail the ways a
 // real one does after it read a request: for each request read whole it counts
 // it and does what Act says: "reset" closes with RST (no answer), "cut" sends the
-// headers and 10 of 100 declared body bytes then closes, anything else answers 201.
+// headers and 10 of 100 declared body bytes then closes, "reset-reused" resets
+// the second request on a keep-alive connection (after reading it) and answers
+// the others, anything else answers 201.
 type RawUpstream struct {
 	ln    net.Listener
 	Act   atomic.Value // string
@@ -53,7 +55,7 @@ func (u *RawUpstream) Addr() string { return u.ln.Addr().String() }
 func (u *RawUpstream) serve(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
-	for {
+	for onConn := 1; ; onConn++ {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
@@ -64,7 +66,11 @@ func (u *RawUpstream) serve(c net.Conn) {
 			continue
 		}
 		n := u.Count.Add(1)
-		switch u.Act.Load().(string) {
+		act := u.Act.Load().(string)
+		if act == "reset-reused" && onConn == 2 {
+			act = "reset"
+		}
+		switch act {
 		case "reset":
 			c.(*net.TCPConn).SetLinger(0) // RST: the request was read, no answer
 			return

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,7 +37,10 @@ func (f *faultLog) add(x fault) {
 // stats counts what clients saw.
 type stats struct {
 	requests, replays, conflicts, mismatches, unavailable, badGateway, upstream5xx atomic.Int64
-	connErrors, hangups, mismatchViolations, unexpected                            atomic.Int64
+	// unknownOutcomes counts keys answered with the outcome-unknown problem: the
+	// request was sent and its connection reset, so the key is held (final).
+	unknownOutcomes, unknownAnswers                     atomic.Int64
+	connErrors, hangups, mismatchViolations, unexpected atomic.Int64
 }
 
 // seen is what clients were answered with, per key.
@@ -191,6 +195,7 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 type answer struct {
 	status   int
 	replayed bool
+	unknown  bool // the outcome-unknown problem: the key is held, final
 	id       int64
 	err      error
 }
@@ -210,7 +215,8 @@ func (h *harness) send(ctx context.Context, key, body string) answer {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		unknown: bytes.Contains(b, []byte("urn:idemproxy:problem:outcome-unknown"))}
 	if a.status == http.StatusCreated {
 		var v struct {
 			Execution int64 `json:"execution"`
@@ -232,6 +238,12 @@ func (h *harness) complete(key, body string) (int64, bool) {
 			h.seen.record(key, a.id)
 			return a.id, true
 		}
+		if a.unknown {
+			// Held with an unknown outcome (unknown_outcome: hold): every retry
+			// gets the same answer until an operator releases it. Final.
+			h.st.unknownOutcomes.Add(1)
+			return 0, false
+		}
 		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
 	}
 	return 0, false
@@ -251,6 +263,8 @@ func (h *harness) tally(a answer) bool {
 		h.st.conflicts.Add(1)
 	case a.status == http.StatusServiceUnavailable:
 		h.st.unavailable.Add(1)
+	case a.unknown:
+		h.st.unknownAnswers.Add(1)
 	case a.status == http.StatusBadGateway || a.status == http.StatusGatewayTimeout:
 		h.st.badGateway.Add(1)
 	case a.status == http.StatusInternalServerError:

@@ -134,6 +134,7 @@ soak summary
   422 key reuse (probes)        %d
   503 store unavailable         %d
   502/504 upstream unavailable  %d
+  502/504 outcome unknown       %d answers, %d keys held (sent, then reset: never run twice)
   500 from the upstream         %d
   connection errors             %d
   client hang-ups               %d
@@ -144,7 +145,7 @@ soak summary
   unexpected answers            %d
 `, s.requests.Load(), completed, keys, h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(),
 		s.replays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
-		s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
+		s.unknownAnswers.Load(), s.unknownOutcomes.Load(), s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
 		len(lost), lostExplained, len(differingAnswers), len(differing), differingExplained, s.mismatchViolations.Load(), s.unexpected.Load())
 	h.faults.mu.Lock()
 	for _, f := range h.faults.faults {
