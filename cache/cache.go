@@ -25,6 +25,9 @@ var (
 	ErrFull = errors.New("idempotency store full")
 	// ErrCorrupt: the value under a key is not a record this version can read.
 	ErrCorrupt = errors.New("idempotency record corrupt")
+	// ErrNotUnknown: Resolve found a live record that is not a held unknown
+	// outcome (a lock in flight, or a completed answer).
+	ErrNotUnknown = errors.New("idempotency record is not an unknown outcome")
 )
 
 // Lock is what a caller asks for when it claims a key.
@@ -71,6 +74,17 @@ type Store interface {
 	// Extend renews the caller's lease to lease from now. It fails with ErrLockLost
 	// unless token still holds the key.
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
+
+	// Resolve settles a held unknown outcome (a completed record whose
+	// Response.Unknown is set) for an operator: with resp, the record's response
+	// becomes resp, which then lives for ttl, keeping the record's fingerprint and
+	// creation time (a retry of the same request is answered resp, another
+	// request under the key 422); with a nil resp, the record is deleted and the
+	// next retry runs. It fails with ErrNotFound when no live record exists and
+	// with ErrNotUnknown when the live record is anything else, changing nothing.
+	// Check and write are one atomic step, so it never touches a record that
+	// replaced the unknown one (Get then Delete could delete a new claim).
+	Resolve(ctx context.Context, key string, resp *Response, ttl time.Duration) error
 
 	// Get returns the live record under key, or ErrNotFound. For operators.
 	Get(ctx context.Context, key string) (*Record, error)

@@ -1,9 +1,12 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // How a first execution ended, as the packaging knows it. Next returns an error
@@ -53,3 +56,46 @@ func MarkNotSent(err error) error { return fmt.Errorf("%w: %w", ErrNotSent, err)
 
 // MarkOutcomeUnknown wraps err as ErrOutcomeUnknown.
 func MarkOutcomeUnknown(err error) error { return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err) }
+
+// Resolution is what an operator found out about a held unknown outcome: the
+// answer the upstream gave (or would have given) to the first execution.
+type Resolution struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Validate reports what makes r unusable as a stored answer.
+func (r *Resolution) Validate() error {
+	if r.Status < 200 || r.Status > 599 {
+		return fmt.Errorf("resolution: status must be 200-599, got %d", r.Status)
+	}
+	if len(r.Body) > 0 && !bodyAllowed(r.Status) {
+		return fmt.Errorf("resolution: a %d response has no body", r.Status)
+	}
+	return nil
+}
+
+// Resolve settles a held unknown outcome under storeKey (see StoreKey), in one
+// atomic store operation. With a nil res it releases the key: the next retry
+// runs. Otherwise every retry of the first request is answered res, marked
+// Idempotent-Replayed, for the handler's ttl (and a different request under the
+// key 422, as for any answer). It fails with cache.ErrNotFound when no record is
+// held and with cache.ErrNotUnknown when the record is anything but a held
+// unknown outcome (an answer, or a request still in flight), changing nothing.
+func (h *Handler) Resolve(ctx context.Context, storeKey string, res *Resolution) error {
+	var resp *cache.Response
+	if res != nil {
+		if err := res.Validate(); err != nil {
+			return err
+		}
+		hdr := make(http.Header, len(res.Header))
+		for name, vals := range res.Header {
+			hdr[http.CanonicalHeaderKey(name)] = vals
+		}
+		hdr = storableHeader(hdr, h.cfg.ignoredCanon)
+		delete(hdr, "Content-Length") // the replay writes the body's own
+		resp = &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}
+	}
+	return h.store.Resolve(ctx, storeKey, resp, h.cfg.ttl)
+}

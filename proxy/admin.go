@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -26,6 +27,9 @@ import (
 //	DELETE /keys/{key}     purge it (an in-flight key may then run again)
 //	POST   /release/{key}  release a key held with an unknown outcome: the next
 //	                       retry runs (409 if the record is not an unknown outcome)
+//	POST   /resolve/{key}  resolve a key held with an unknown outcome with the
+//	                       response its retries get (JSON ResolveRequest body;
+//	                       409 if the record is not an unknown outcome)
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
 //
 // For /keys, the scope is given as the client gave it: ?host=… (default: the
@@ -60,7 +64,8 @@ func (p *Proxy) AdminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /keys/{key...}", p.adminKey)
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
-	mux.HandleFunc("POST /release/{key...}", p.adminKey)
+	mux.HandleFunc("POST /release/{key...}", p.adminSettle)
+	mux.HandleFunc("POST /resolve/{key...}", p.adminSettle)
 	if p.cfg.AdminToken == "" {
 		return mux
 	}
@@ -127,18 +132,25 @@ type lookupScope struct {
 	Hint    string   `json:"hint"`
 }
 
-func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
+// keyLookup is an admin request's key, resolved to a route and a store key.
+type keyLookup struct {
+	rt       *route
+	storeKey string
+	keyHash  string
+	notFound adminError
+}
+
+// lookupKey rebuilds the request as the client would have sent it, for the scope.
+func (p *Proxy) lookupKey(r *http.Request) (*keyLookup, error) {
 	key, err := middleware.ParseKey([]string{r.PathValue("key")})
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
-		return
+		return nil, err
 	}
 	q := r.URL.Query()
 	rt := p.def
 	if path := q.Get("path"); path != "" {
 		rt = p.match(path)
 	}
-	// Rebuild the request as the client would have sent it, for the scope.
 	host := q.Get("host")
 	if !q.Has("host") {
 		host = p.cfg.Listen
@@ -148,6 +160,9 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		if name == "Authorization" && p.cfg.AdminToken != "" {
 			continue // the admin credential, not the client's
 		}
+		if name == "Content-Type" || name == "Content-Length" {
+			continue // of the admin request's own body
+		}
 		client.Header[name] = vals
 	}
 	for name, vals := range q {
@@ -156,7 +171,6 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	storeKey := rt.h.StoreKey(client, key)
-	keyHash := storeKey[:12]
 	routePath := rt.path
 	if routePath == "" {
 		routePath = "(top level)"
@@ -166,44 +180,117 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		given = append(given, name)
 	}
 	sort.Strings(given)
-	notFound := adminError{Error: "not found", KeyHash: keyHash, Scope: &lookupScope{Host: host, Route: routePath, Headers: given,
+	l := &keyLookup{rt: rt, storeKey: storeKey, keyHash: storeKey[:12]}
+	l.notFound = adminError{Error: "not found", KeyHash: l.keyHash, Scope: &lookupScope{Host: host, Route: routePath, Headers: given,
 		Hint: "a key is scoped by the Host and the scope headers (Authorization by default) the client sent: pass the same --host and --header"}}
+	return l, nil
+}
+
+func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
+	l, err := p.lookupKey(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if r.Method == http.MethodDelete {
-		err := p.store.Delete(ctx, storeKey)
+		err := p.store.Delete(ctx, l.storeKey)
 		switch {
 		case errors.Is(err, cache.ErrNotFound):
-			writeJSON(w, http.StatusNotFound, notFound)
+			writeJSON(w, http.StatusNotFound, l.notFound)
 		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})
+			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
 		default:
-			p.log.Info("record purged through the admin API", "key_hash", keyHash)
-			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "key_hash": keyHash})
+			p.log.Info("record purged through the admin API", "key_hash", l.keyHash)
+			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "key_hash": l.keyHash})
 		}
 		return
 	}
-	rec, err := p.store.Get(ctx, storeKey)
-	if err == nil && r.Method == http.MethodPost { // release
-		if rec.State != cache.StateCompleted || rec.Response == nil || !rec.Response.Unknown {
-			writeJSON(w, http.StatusConflict, adminError{Error: "not an unknown outcome: release applies to held unknown outcomes (DELETE purges any record)", KeyHash: keyHash})
-			return
-		}
-		if err = p.store.Delete(ctx, storeKey); err == nil {
-			p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", keyHash)
-			p.metrics.released.Add(1)
-			writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": keyHash})
-			return
-		}
-	}
+	rec, err := p.store.Get(ctx, l.storeKey)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, notFound)
+		writeJSON(w, http.StatusNotFound, l.notFound)
 		return
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: keyHash})
+		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
 		return
 	}
+	writeJSON(w, http.StatusOK, keyRecord(l.keyHash, rec))
+}
+
+// ResolveRequest is the JSON body of POST /resolve/{key}: the response every
+// retry of the held request is answered with. Body is text; BodyBase64, when
+// set, is the body as base64 instead.
+type ResolveRequest struct {
+	Status     int                 `json:"status"`
+	Headers    map[string][]string `json:"headers"`
+	Body       string              `json:"body"`
+	BodyBase64 string              `json:"body_base64"`
+}
+
+// adminSettle serves POST /release/{key} and POST /resolve/{key}: it settles a
+// held unknown outcome in one atomic store operation.
+func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
+	l, err := p.lookupKey(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+		return
+	}
+	var res *middleware.Resolution
+	resolving := strings.HasPrefix(r.URL.Path, "/resolve/")
+	if resolving {
+		var req ResolveRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: " + err.Error() +
+				` (want {"status":201,"headers":{"Content-Type":["application/json"]},"body":"…"} or "body_base64")`, KeyHash: l.keyHash})
+			return
+		}
+		body := []byte(req.Body)
+		if req.BodyBase64 != "" {
+			if req.Body != "" {
+				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: give body or body_base64, not both", KeyHash: l.keyHash})
+				return
+			}
+			if body, err = base64.StdEncoding.DecodeString(req.BodyBase64); err != nil {
+				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: body_base64: " + err.Error(), KeyHash: l.keyHash})
+				return
+			}
+		}
+		res = &middleware.Resolution{Status: req.Status, Header: req.Headers, Body: body}
+		if err := res.Validate(); err != nil {
+			writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error(), KeyHash: l.keyHash})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	err = l.rt.h.Resolve(ctx, l.storeKey, res)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, l.notFound)
+	case errors.Is(err, cache.ErrNotUnknown):
+		writeJSON(w, http.StatusConflict, adminError{Error: "not an unknown outcome: release and resolve apply to held unknown outcomes (DELETE purges any record)", KeyHash: l.keyHash})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
+	case resolving:
+		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
+		p.metrics.resolved.Add(1)
+		out := map[string]any{"resolved": true, "key_hash": l.keyHash}
+		if rec, err := p.store.Get(ctx, l.storeKey); err == nil {
+			out["record"] = keyRecord(l.keyHash, rec)
+		}
+		writeJSON(w, http.StatusOK, out)
+	default:
+		p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
+		p.metrics.released.Add(1)
+		writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": l.keyHash})
+	}
+}
+
+func keyRecord(keyHash string, rec *cache.Record) KeyRecord {
 	out := KeyRecord{
 		KeyHash:     keyHash,
 		State:       rec.State.String(),
@@ -219,7 +306,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
 			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize, Unknown: resp.Unknown}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

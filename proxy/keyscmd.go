@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -17,25 +19,33 @@ type headerList []string
 func (h *headerList) String() string     { return strings.Join(*h, ", ") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
-// keysMain runs `idemproxy keys get|delete|release KEY`: it calls the admin API and
-// prints its JSON answer. Exit 0: found, deleted or released; 1: not found (or,
-// for release, not an unknown outcome); 2: usage or other error.
-func keysMain(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+// keysMain runs `idemproxy keys get|delete|release|resolve KEY`: it calls the
+// admin API and prints its JSON answer. Exit 0: found, deleted, released or
+// resolved; 1: not found (or, for release and resolve, not an unknown outcome);
+// 2: usage or other error.
+func keysMain(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	usage := func() {
-		fmt.Fprint(stderr, `usage: idemproxy keys get|delete|release KEY [flags]
+		fmt.Fprint(stderr, `usage: idemproxy keys get|delete|release|resolve KEY [flags]
 
 Inspect or purge the record of an idempotency key through a running idemproxy's
-admin listener, or release a key held with an unknown outcome so the next retry
-runs. Give the scope as the client sent it. IDEMPROXY_ADMIN_TOKEN is sent as the
-admin token.
+admin listener. For a key held with an unknown outcome: release it (the next
+retry runs), or resolve it with the response its retries get (once you know
+what the upstream did). Give the scope as the client sent it.
+IDEMPROXY_ADMIN_TOKEN is sent as the admin token.
 
   --admin ADDR      admin listener (default $IDEMPROXY_ADMIN, else 127.0.0.1:9090)
   --host HOST       the Host the client sent (default: the proxy's --listen address)
   --header 'N: V'   a scope header the client sent (repeatable), e.g. 'Authorization: Bearer …'
   --path /route     a request path, to use that route's settings
+
+resolve only:
+  --status N                 the status to answer (required, 200-599)
+  --body TEXT                the body to answer
+  --body-file FILE           the body, from a file (- for standard input)
+  --response-header 'N: V'   a header of the answer (repeatable), e.g. 'Content-Type: application/json'
 `)
 	}
-	if len(args) < 1 || (args[0] != "get" && args[0] != "delete" && args[0] != "release") {
+	if len(args) < 1 || (args[0] != "get" && args[0] != "delete" && args[0] != "release" && args[0] != "resolve") {
 		usage()
 		return 2
 	}
@@ -54,11 +64,27 @@ admin token.
 	fs.StringVar(&admin, "admin", admin, "")
 	host := fs.String("host", "", "")
 	path := fs.String("path", "", "")
-	var headers headerList
+	var headers, respHeaders headerList
 	fs.Var(&headers, "header", "")
+	status := fs.Int("status", 0, "")
+	bodyText := fs.String("body", "", "")
+	bodyFile := fs.String("body-file", "", "")
+	fs.Var(&respHeaders, "response-header", "")
 	if err := fs.Parse(rest); err != nil {
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
 		usage()
+		return 2
+	}
+	var payload io.Reader
+	if verb == "resolve" {
+		res, err := resolution(*status, *bodyText, *bodyFile, respHeaders, stdin)
+		if err != nil {
+			fmt.Fprintln(stderr, "idemproxy keys resolve:", err)
+			return 2
+		}
+		payload = bytes.NewReader(res)
+	} else if *status != 0 || *bodyText != "" || *bodyFile != "" || len(respHeaders) > 0 {
+		fmt.Fprintf(stderr, "idemproxy keys %s: --status, --body, --body-file and --response-header are for resolve\n", verb)
 		return 2
 	}
 	if key == "" && fs.NArg() == 1 {
@@ -90,19 +116,19 @@ admin token.
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	endpoint := "/keys/"
-	if verb == "release" {
-		endpoint = "/release/"
-	}
+	endpoint := map[string]string{"get": "/keys/", "delete": "/keys/", "release": "/release/", "resolve": "/resolve/"}[verb]
 	target := strings.TrimRight(base, "/") + endpoint + url.PathEscape(key)
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	method := map[string]string{"get": http.MethodGet, "delete": http.MethodDelete, "release": http.MethodPost}[verb]
-	req, err := http.NewRequest(method, target, nil)
+	method := map[string]string{"get": http.MethodGet, "delete": http.MethodDelete, "release": http.MethodPost, "resolve": http.MethodPost}[verb]
+	req, err := http.NewRequest(method, target, payload)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
 		return 2
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token := getenv(EnvName("admin-token")); token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -132,4 +158,39 @@ admin token.
 		return 1
 	}
 	return 2
+}
+
+// resolution builds the JSON body of POST /resolve/{key} from the resolve flags.
+func resolution(status int, text, file string, headers []string, stdin io.Reader) ([]byte, error) {
+	if status == 0 {
+		return nil, fmt.Errorf("--status is required (the status the retries get, 200-599)")
+	}
+	req := ResolveRequest{Status: status, Headers: map[string][]string{}}
+	switch {
+	case text != "" && file != "":
+		return nil, fmt.Errorf("give --body or --body-file, not both")
+	case file == "-":
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading the body from standard input: %w", err)
+		}
+		req.BodyBase64 = base64.StdEncoding.EncodeToString(b)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--body-file: %w", err)
+		}
+		req.BodyBase64 = base64.StdEncoding.EncodeToString(b)
+	default:
+		req.Body = text
+	}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("--response-header %q: want 'Name: value'", h)
+		}
+		name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+		req.Headers[name] = append(req.Headers[name], strings.TrimSpace(value))
+	}
+	return json.Marshal(req)
 }

@@ -26,7 +26,7 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	if len(args) > 0 {
 		switch args[0] {
 		case "keys":
-			return keysMain(args[1:], stdout, stderr, getenv)
+			return keysMain(args[1:], os.Stdin, stdout, stderr, getenv)
 		case "version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0

@@ -17,6 +17,7 @@ type metrics struct {
 	outcomes         map[middleware.Outcome]*atomic.Int64
 	untracked        atomic.Int64
 	released         atomic.Int64 // unknown outcomes released by an operator
+	resolved         atomic.Int64 // unknown outcomes resolved by an operator
 	upstreamInFlight atomic.Int64
 	store            *histogram
 	upstream         *histogram
@@ -52,6 +53,8 @@ func (m *metrics) write(w io.Writer) {
 	fmt.Fprintf(w, "idemproxy_requests_total{outcome=\"untracked\"} %d\n", m.untracked.Load())
 	fmt.Fprint(w, "# HELP idemproxy_unknown_released_total Unknown outcomes released by an operator (admin API or idemproxy keys release).\n# TYPE idemproxy_unknown_released_total counter\n")
 	fmt.Fprintf(w, "idemproxy_unknown_released_total %d\n", m.released.Load())
+	fmt.Fprint(w, "# HELP idemproxy_unknown_resolved_total Unknown outcomes resolved by an operator with a response to replay (admin API or idemproxy keys resolve).\n# TYPE idemproxy_unknown_resolved_total counter\n")
+	fmt.Fprintf(w, "idemproxy_unknown_resolved_total %d\n", m.resolved.Load())
 	fmt.Fprint(w, "# HELP idemproxy_upstream_in_flight First executions currently running upstream.\n# TYPE idemproxy_upstream_in_flight gauge\n")
 	fmt.Fprintf(w, "idemproxy_upstream_in_flight %d\n", m.upstreamInFlight.Load())
 	if m.mem != nil {

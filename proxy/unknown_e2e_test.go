@@ -1,6 +1,8 @@
 package proxy_test
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,64 @@ func TestE2EUnknownOutcomeResetIsHeld(t *testing.T) {
 	}
 	if code, _ := runBin(t, "keys", "release", "u1", "--admin", p.admin, "--host", "api.example"); code != 1 {
 		t.Fatalf("release of a completed key: exit %d, want 1", code)
+	}
+}
+
+// An operator who learned what the upstream did resolves the held key with
+// that response: every retry is answered it, replayed, and nothing runs again;
+// a different payload under the key is 422; the record cannot be resolved
+// twice. Bad resolutions are refused with a reason, and the key stays held.
+func TestE2EUnknownOutcomeResolve(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewRawUpstream(t, "reset")
+	p := start(t, "--upstream", "http://"+up.Addr())
+	if r := send(t, p.addr, "/charges", "r1", "x"); r.status != 502 || !strings.Contains(r.body, "outcome-unknown") {
+		t.Fatalf("first answer: %d %s", r.status, r.body)
+	}
+	up.Act.Store("ok")
+	keys := func(args ...string) (int, string) {
+		return runBin(t, append([]string{"keys", "resolve", "r1", "--admin", p.admin, "--host", "api.example"}, args...)...)
+	}
+	for _, bad := range [][]string{
+		{},                                 // no status
+		{"--status", "99"},                 // not a final status
+		{"--status", "204", "--body", "x"}, // a 204 has no body
+		{"--status", "201", "--body", "a", "--body-file", "f"},
+		{"--status", "201", "--response-header", "nocolon"},
+	} {
+		if code, out := keys(bad...); code != 2 {
+			t.Fatalf("keys resolve %v: exit %d, want 2\n%s", bad, code, out)
+		}
+	}
+	if r := send(t, p.addr, "/charges", "r1", "x"); !strings.Contains(r.body, "outcome-unknown") {
+		t.Fatalf("a refused resolution changed the record: %d %s", r.status, r.body)
+	}
+	code, out := keys("--status", "201", "--body", `{"id":"ch_42"}`, "--response-header", "Content-Type: application/json",
+		"--response-header", "Location: /charges/ch_42")
+	if code != 0 || !strings.Contains(out, `"resolved": true`) || !strings.Contains(out, `"status": 201`) {
+		t.Fatalf("keys resolve: %d %s", code, out)
+	}
+	for range 2 {
+		r := send(t, p.addr, "/charges", "r1", "x")
+		if r.status != 201 || !r.replayed || r.body != `{"id":"ch_42"}` || r.header.Get("Location") != "/charges/ch_42" ||
+			r.header.Get("Content-Type") != "application/json" {
+			t.Fatalf("retry after resolve: %d replayed=%v %q %v", r.status, r.replayed, r.body, r.header)
+		}
+	}
+	if r := send(t, p.addr, "/charges", "r1", "another payload"); r.status != 422 {
+		t.Fatalf("another payload under a resolved key: %d %s", r.status, r.body)
+	}
+	if n := up.Count.Load(); n != 1 {
+		t.Fatalf("upstream got the request %d times, want once", n)
+	}
+	if code, out := keys("--status", "200"); code != 1 || !strings.Contains(out, "not an unknown outcome") {
+		t.Fatalf("second resolve: exit %d %s", code, out)
+	}
+	if code, out := runBin(t, "keys", "resolve", "nobody", "--status", "200", "--admin", p.admin, "--host", "api.example"); code != 1 || !strings.Contains(out, "not found") {
+		t.Fatalf("resolve of a missing key: exit %d %s", code, out)
+	}
+	if m := metricsOf(t, p.admin); !strings.Contains(m, "idemproxy_unknown_resolved_total 1") {
+		t.Fatalf("metrics do not count the resolution:\n%s", m)
 	}
 }
 
@@ -115,4 +175,16 @@ func TestE2ENoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 	if r := send(t, p.addr, "/charges", "fourth", ""); up.Count.Load() != 4 || r.status != 502 {
 		t.Fatalf("empty body, reset on a reused connection: %d, upstream %d, want 502 and 4", r.status, up.Count.Load())
 	}
+}
+
+// metricsOf reads the admin listener's /metrics.
+func metricsOf(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -87,6 +87,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Ping", testPing},
 		{"NotifyOnComplete", testNotifyOnComplete},
 		{"NotifyOnRelease", testNotifyOnRelease},
+		{"ResolveUnknown", testResolveUnknown},
+		{"ReleaseUnknown", testReleaseUnknown},
+		{"ResolveOnlyUnknown", testResolveOnlyUnknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -115,7 +115,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
 	}
 	pos, e := s.appendLocked(sh, n)
-	entry(e).write(&k, token, fp, created, now+int64(ttl), buf.Bytes())
+	entry(e).write(&k, tokenHash(token), fp, created, now+int64(ttl), buf.Bytes())
 
 	if l != nil {
 		delete(sh.locks, k) // the lock's record becomes the completed one
@@ -197,6 +197,73 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 		return err
 	}
 	l.expires = now + int64(lease)
+	return nil
+}
+
+// Resolve implements cache.Store.
+func (s *Store) Resolve(_ context.Context, key string, resp *cache.Response, ttl time.Duration) error {
+	buf := encodeBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			encodeBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if resp != nil {
+		if resp.Unknown {
+			return fmt.Errorf("memstore: resolving with another unknown outcome")
+		}
+		if err := cache.WriteResponse(buf, resp); err != nil {
+			return err
+		}
+	}
+	k := internKey(key)
+	now := s.now().UnixNano()
+	sh := s.shardFor(&k)
+	sh.mu.Lock()
+	if l, ok := sh.locks[k]; ok {
+		if l.expires > now {
+			sh.mu.Unlock()
+			return fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
+		}
+		s.dropLockLocked(sh, &k, l)
+	}
+	e := s.lookupLocked(sh, &k)
+	if e == nil || e.expires() <= now {
+		sh.mu.Unlock()
+		return cache.ErrNotFound
+	}
+	rec, err := e.record()
+	if err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	if !rec.Response.Unknown {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: the key holds a completed answer: %w", cache.ErrNotUnknown)
+	}
+	if resp == nil {
+		s.dropIndexLocked(sh, &k)
+		sh.mu.Unlock()
+		return nil
+	}
+	n := entryHeader + len(rec.Fingerprint) + buf.Len()
+	if need := int64(n) + indexBytes; need > s.maxByte.Load() || n > 1<<31 {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte.Load(), cache.ErrFull)
+	}
+	// The new entry keeps the completing token's hash, so a late re-sent Complete
+	// of the first execution is still recognised (and writes nothing); the old
+	// entry becomes a hole in the log.
+	tok, created := e.tokenHash(), e.created()
+	pos, ne := s.appendLocked(sh, n)
+	entry(ne).write(&k, tok, rec.Fingerprint, created, now+int64(ttl), buf.Bytes())
+	sh.index[s.prefixOf(&k)] = pos
+	sh.waiters.Notify(k)
+	sh.mu.Unlock()
+	if s.over() {
+		s.makeRoom(&k)
+	}
 	return nil
 }
 

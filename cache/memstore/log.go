@@ -128,13 +128,13 @@ func tokenHash(token string) uint64 { return maphash.String(tokenSeed, token) }
 var tokenSeed = maphash.MakeSeed()
 
 // write fills a freshly reserved entry of len(e) bytes.
-func (e entry) write(k *ikey, token, fingerprint string, created, expires int64, response []byte) {
+func (e entry) write(k *ikey, tokHash uint64, fingerprint string, created, expires int64, response []byte) {
 	binary.LittleEndian.PutUint32(e[0:], uint32(len(e)))
 	binary.LittleEndian.PutUint32(e[4:], uint32(len(fingerprint)))
 	binary.LittleEndian.PutUint64(e[8:], uint64(created))
 	binary.LittleEndian.PutUint64(e[16:], uint64(expires))
 	copy(e[24:56], k[:])
-	binary.LittleEndian.PutUint64(e[56:], tokenHash(token))
+	binary.LittleEndian.PutUint64(e[56:], tokHash)
 	copy(e[entryHeader:], fingerprint)
 	copy(e[entryHeader+len(fingerprint):], response)
 }

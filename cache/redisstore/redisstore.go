@@ -140,7 +140,40 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		created = s.clock()
 	}
 	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel(),
-		rec.Fingerprint, created.UnixMilli())
+		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Resolve implements cache.Store.
+func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, ttl time.Duration) error {
+	var blob []byte
+	if resp != nil {
+		if resp.Unknown {
+			return errors.New("redisstore: resolving with another unknown outcome")
+		}
+		var err error
+		if blob, err = cache.EncodeResponse(resp); err != nil {
+			return err
+		}
+	}
+	n, err := s.run(ctx, resolveScript, key, blob, ms(ttl), s.nowArg(), s.channel()).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisstore: resolving key: %w", err)
+	case n == 1:
+		return nil
+	case n == 0:
+		return cache.ErrNotFound
+	case n == 2:
+		return fmt.Errorf("redisstore: resolving key: %w", cache.ErrNotUnknown)
+	}
+	return fmt.Errorf("%w: the value under this key is not an idempotency record", cache.ErrCorrupt)
 }
 
 // Release implements cache.Store.

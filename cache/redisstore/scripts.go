@@ -16,6 +16,7 @@ import (
 //	ca   created-at, Unix milliseconds
 //	ex   lease or record expiry, Unix milliseconds (checked on read)
 //	resp msgpack-encoded response (completed only)
+//	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
 //
 // PEXPIRE removes the key when ex passes; ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
@@ -83,7 +84,7 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // script, so it costs no round trip.
 
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
-// fingerprint, created ms. Answers 1 when the record is stored, or was already
+// fingerprint, created ms, unknown ("1" or "0"). Answers 1 when the record is stored, or was already
 // completed by this token (a re-sent Complete); 0 when another claim or record
 // holds the key. A key that is free (absent, or a lapsed lock) is completed as
 // well: the operation ran, and nobody else claimed the key since.
@@ -100,8 +101,34 @@ if not (live and ours) then
   redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[6], 'ca', ARGV[7], 'tok', ARGV[1])
 end
 redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'u', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PUBLISH', ARGV[5], KEYS[1])
+return 1
+`)
+
+// resolveScript: KEYS[1]; ARGV response ("" deletes), ttl ms, now ms, channel.
+// Answers 1 when the held unknown outcome was replaced (or deleted), 0 when no
+// live record exists, 2 when the live record is not an unknown outcome, -1 for
+// a foreign value.
+var resolveScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + `
+local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'ex', 'u')
+if h['err'] then return -1 end
+if not h[1] and not h[3] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+  return 0
+end
+if h[1] ~= '1' or not tonumber(h[3]) then return -1 end
+if tonumber(h[3]) <= now then return 0 end
+if h[2] ~= '2' or h[4] ~= '1' then return 2 end
+if ARGV[1] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('HSET', KEYS[1], 'resp', ARGV[1], 'ex', now + tonumber(ARGV[2]))
+  redis.call('HDEL', KEYS[1], 'u')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+redis.call('PUBLISH', ARGV[4], KEYS[1])
 return 1
 `)
 
