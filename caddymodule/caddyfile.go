@@ -2,7 +2,9 @@ package caddymodule
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -166,8 +168,8 @@ func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	})
 }
 
-// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction }]`, or
-// `<url> [{ … }]`.
+// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction;
+// wait_replicas <n>; wait_timeout <duration> }]`, or `<url> [{ … }]`.
 func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "redis", or the URL itself
 	rs.URL = d.Val()
@@ -192,6 +194,18 @@ func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("allow_eviction: takes no value")
 			}
 			rs.AllowEviction = true
+		case "wait_replicas":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return d.Errf("wait_replicas: want a whole number of replicas, 0 or more; got %q", v)
+			}
+			rs.WaitReplicas = n
+		case "wait_timeout":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < time.Millisecond {
+				return d.Errf("wait_timeout: want a duration of at least 1ms; got %q", v)
+			}
+			rs.WaitTimeout = caddy.Duration(dur)
 		default:
 			return d.Errf("unknown redis store option %q", opt)
 		}

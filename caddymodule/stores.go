@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/idemproxy/idemproxy/cache"
@@ -170,6 +171,12 @@ type RedisStore struct {
 	// included, so a duplicate could run while the first runs). Default: false,
 	// and provisioning fails on an evicting policy.
 	AllowEviction bool `json:"allow_eviction,omitempty"`
+	// Replicas that must acknowledge every write (Redis WAIT) before a request
+	// is forwarded or answered; too few within WaitTimeout is a store error
+	// (503, nothing forwarded). Default: 0, wait for none.
+	WaitReplicas int64 `json:"wait_replicas,omitempty"`
+	// How long a write waits for WaitReplicas. Default: 250ms.
+	WaitTimeout caddy.Duration `json:"wait_timeout,omitempty"`
 
 	key   string
 	store *pooledRedis
@@ -192,14 +199,19 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 	if r.Prefix == "" {
 		r.Prefix = stores.DefaultRedisPrefix
 	}
+	if r.WaitTimeout == 0 {
+		r.WaitTimeout = caddy.Duration(stores.DefaultRedisWaitTimeout)
+	}
 	url := caddy.NewReplacer().ReplaceAll(r.URL, "")
-	if err := stores.Check(stores.Spec{URL: url, RedisPrefix: r.Prefix}); err != nil {
+	spec := stores.Spec{URL: url, RedisPrefix: r.Prefix, RedisAllowEviction: r.AllowEviction,
+		RedisWaitReplicas: r.WaitReplicas, RedisWaitTimeout: time.Duration(r.WaitTimeout), Warn: ctx.Slogger().Warn}
+	if err := stores.Check(spec); err != nil {
 		return fmt.Errorf("redis store: %w", err)
 	}
-	r.key = "redis/" + r.Prefix + "/" + url
+	// One store per URL, prefix and replication wait: configs that agree share it.
+	r.key = fmt.Sprintf("redis/%s/wait=%d,%v/%s", r.Prefix, r.WaitReplicas, time.Duration(r.WaitTimeout), url)
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
-		s, closeFn, err := stores.OpenRedis(ctx, stores.Spec{URL: url, RedisPrefix: r.Prefix,
-			RedisAllowEviction: r.AllowEviction, Warn: ctx.Slogger().Warn}, true)
+		s, closeFn, err := stores.OpenRedis(ctx, spec, true)
 		if err != nil {
 			return nil, err
 		}

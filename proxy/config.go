@@ -32,6 +32,8 @@ type Config struct {
 	Metrics            string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	RedisPrefix        string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
 	RedisAllowEviction bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
+	RedisWaitReplicas  int64               `json:"redis_wait_replicas" yaml:"redis_wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
+	RedisWaitTimeout   middleware.Duration `json:"redis_wait_timeout" yaml:"redis_wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
 	MemoryMaxRecords   int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
 	MemoryMaxBytes     middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
 	UpstreamTimeout    middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
@@ -77,6 +79,7 @@ func DefaultConfig() Config {
 		Listen:            DefaultListen,
 		Store:             DefaultStore,
 		RedisPrefix:       stores.DefaultRedisPrefix,
+		RedisWaitTimeout:  middleware.Duration(stores.DefaultRedisWaitTimeout),
 		MemoryMaxRecords:  stores.DefaultMemoryMaxRecords,
 		MemoryMaxBytes:    middleware.Size(stores.DefaultMemoryMaxBytes),
 		ShutdownTimeout:   DefaultShutdownTimeout,
@@ -159,6 +162,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s %q: want host:port", c.source("metrics"), c.Metrics)
 		}
 	}
+	if c.RedisWaitReplicas < 0 {
+		return fmt.Errorf("%s: must not be negative, got %d", c.source("redis_wait_replicas"), c.RedisWaitReplicas)
+	}
+	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout < middleware.Duration(time.Millisecond) {
+		return fmt.Errorf("%s: must be at least 1ms when waiting for replicas, got %v", c.source("redis_wait_timeout"), c.RedisWaitTimeout)
+	}
+	if kind, _ := stores.KindOf(c.Store); kind == "memory" && c.RedisWaitReplicas > 0 {
+		return fmt.Errorf("%s: applies to a Redis store; --store is memory", c.source("redis_wait_replicas"))
+	}
 	if err := stores.Check(c.storeSpec()); err != nil {
 		return fmt.Errorf("%s: %w", c.source("store"), err)
 	}
@@ -219,5 +231,6 @@ func (c *Config) route(r Route) middleware.Config { return c.Config.Merged(r.Con
 
 func (c *Config) storeSpec() stores.Spec {
 	return stores.Spec{URL: c.Store, RedisPrefix: c.RedisPrefix, RedisAllowEviction: c.RedisAllowEviction,
+		RedisWaitReplicas: c.RedisWaitReplicas, RedisWaitTimeout: time.Duration(c.RedisWaitTimeout),
 		MemoryMaxRecords: c.MemoryMaxRecords, MemoryMaxBytes: int64(c.MemoryMaxBytes)}
 }

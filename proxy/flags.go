@@ -115,7 +115,7 @@ func Usage(out io.Writer) {
 
 Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
-  idemproxy keys get|delete|release KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
+  idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
   idemproxy version
 
 Requests with an Idempotency-Key header run once; repeats get the stored response.
@@ -128,7 +128,13 @@ Flags:
 	fmt.Fprintf(out, "  --config value\n      %s\n      default \"\"; env %s\n", configHelp, EnvName("config"))
 	for _, f := range fields {
 		def := f.Text(&d)
-		if def == "" {
+		switch {
+		case def != "":
+		case f.Bool():
+			def = "false"
+		case f.Int():
+			def = "0"
+		default:
 			def = `""`
 		}
 		kind := " value"

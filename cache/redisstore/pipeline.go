@@ -42,6 +42,9 @@ type pipeliner struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+
+	waitReplicas int // see WithWaitReplicas; one WAIT follows each pipeline
+	waitTimeout  time.Duration
 }
 
 var errClosed = errors.New("redisstore: store closed")
@@ -145,7 +148,11 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 		return cmds
 	case 1:
 		cl := batch[last]
-		cmds[last] = cl.script.Run(cl.ctx, p.c, cl.keys, cl.args...)
+		if p.waitReplicas > 0 && cl.script != getScript {
+			cmds[last] = evalWaited(cl.ctx, p.c, cl.script, cl.keys, cl.args, p.waitReplicas, p.waitTimeout)
+		} else {
+			cmds[last] = cl.script.Run(cl.ctx, p.c, cl.keys, cl.args...)
+		}
 		return cmds
 	}
 	ctx, cancel := batchContext(batch, cmds)
@@ -156,13 +163,27 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 			cmds[i] = pipe.EvalSha(ctx, cl.script.Hash(), cl.keys, cl.args...)
 		}
 	}
+	// One WAIT after the batch covers every write in it: they went first on
+	// the same connection.
+	var wait *redis.Cmd
+	if p.waitReplicas > 0 {
+		wait = pipe.Do(ctx, "WAIT", p.waitReplicas, p.waitTimeout.Milliseconds())
+	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, cl := range batch {
 		// NOSCRIPT: the server lost its script cache, so the script did not
 		// run. Send it whole (which also caches it again). Calls left out
 		// above carry their caller's context error, never this one.
 		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			cmds[i] = cl.script.Eval(cl.ctx, p.c, cl.keys, cl.args...)
+			if p.waitReplicas > 0 {
+				cmds[i] = evalWaited(cl.ctx, p.c, cl.script, cl.keys, cl.args, p.waitReplicas, p.waitTimeout)
+			} else {
+				cmds[i] = cl.script.Eval(cl.ctx, p.c, cl.keys, cl.args...)
+			}
+			continue
+		}
+		if wait != nil {
+			cmds[i] = replicated(cl.script, cmds[i], wait, p.waitReplicas, p.waitTimeout)
 		}
 	}
 	return cmds

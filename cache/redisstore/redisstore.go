@@ -46,6 +46,9 @@ type Store struct {
 	sub       subscriber
 	pipelines int
 	pipe      *pipeliner // nil: every call goes on its own
+
+	waitReplicas int // replicas that must acknowledge each write; 0: none
+	waitTimeout  time.Duration
 }
 
 var (
@@ -71,9 +74,17 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, errors.New("redisstore: the key prefix must not be empty")
 	case s.pipelines < 0:
 		return nil, fmt.Errorf("redisstore: pipelines must not be negative, got %d", s.pipelines)
+	case s.waitReplicas < 0:
+		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
+	case s.waitReplicas > 0 && s.waitTimeout < time.Millisecond:
+		return nil, fmt.Errorf("redisstore: the wait for replicas needs a timeout of at least 1ms, got %v", s.waitTimeout)
 	}
-	if s.pipelines > 0 {
+	_, cluster := c.(*redis.ClusterClient)
+	// In Cluster, a pipeline spreads over nodes and a keyless WAIT would go to
+	// any of them: waited writes go one by one to their key's primary instead.
+	if s.pipelines > 0 && !(cluster && s.waitReplicas > 0) {
 		s.pipe = newPipeliner(c, s.pipelines)
+		s.pipe.waitReplicas, s.pipe.waitTimeout = s.waitReplicas, s.waitTimeout
 	}
 	return s, nil
 }
@@ -82,6 +93,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 func (s *Store) run(ctx context.Context, script *redis.Script, key string, args ...any) *redis.Cmd {
 	keys := []string{s.prefix + key}
 	if s.pipe == nil {
+		if s.waitReplicas > 0 && script != getScript {
+			return s.runWaited(ctx, script, keys, args...)
+		}
 		return script.Run(ctx, s.c, keys, args...)
 	}
 	return s.pipe.run(ctx, script, keys, args...)

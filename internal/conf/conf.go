@@ -34,6 +34,9 @@ type Field struct {
 // Bool reports whether the field is a boolean (a flag without a value).
 func (f Field) Bool() bool { return deref(f.typ).Kind() == reflect.Bool }
 
+// Int reports whether the field is an integer.
+func (f Field) Int() bool { return deref(f.typ).Kind() == reflect.Int64 }
+
 // List reports whether the field is a list of strings.
 func (f Field) List() bool { return f.typ.Kind() == reflect.Slice }
 

@@ -21,6 +21,7 @@ type Proxy struct {
 	latency     atomic.Int64 // nanoseconds added before each forwarded reply
 	blackhole   atomic.Bool  // forward nothing, close nothing
 	dropped     atomic.Int64
+	closed      atomic.Bool
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -67,6 +68,7 @@ func (p *Proxy) ResetAll() {
 
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() error {
+	p.closed.Store(true) // ends a blackhole's wait
 	err := p.ln.Close()
 	p.ResetAll()
 	p.wg.Wait()
@@ -116,7 +118,7 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			for p.blackhole.Load() {
+			for p.blackhole.Load() && !p.closed.Load() {
 				time.Sleep(5 * time.Millisecond)
 			}
 			if reply {

@@ -276,8 +276,24 @@ func waitPing(t testing.TB, url string) {
 // StartSentinel runs a Sentinel monitoring master under the name "mymaster".
 func StartSentinel(t testing.TB, master *Server) *Server {
 	t.Helper()
+	return StartSentinels(t, master.Addr, 1, 1, 5*time.Second)[0]
+}
+
+// StartSentinels runs n Sentinels monitoring the primary at masterAddr under the
+// name "mymaster", with this quorum, declaring it down after downAfter.
+func StartSentinels(t testing.TB, masterAddr string, n, quorum int, downAfter time.Duration) []*Server {
+	t.Helper()
+	out := make([]*Server, n)
+	for i := range out {
+		out[i] = startSentinel(t, masterAddr, quorum, downAfter)
+	}
+	return out
+}
+
+func startSentinel(t testing.TB, masterAddr string, quorum int, downAfter time.Duration) *Server {
+	t.Helper()
 	bin := binary(t, "redis-server")
-	host, mport, _ := net.SplitHostPort(master.Addr)
+	host, mport, _ := net.SplitHostPort(masterAddr)
 	s := &Server{t: t, dir: t.TempDir()}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -285,8 +301,9 @@ func StartSentinel(t testing.TB, master *Server) *Server {
 		s.url = "redis://" + s.Addr
 		_, port, _ := net.SplitHostPort(s.Addr)
 		conf := filepath.Join(s.dir, "sentinel.conf") // Sentinel rewrites its config: it must be writable
-		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 5000\n",
-			port, s.dir, host, mport)
+		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s %d\n"+
+			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n",
+			port, s.dir, host, mport, quorum, downAfter.Milliseconds())
 		if err = os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			break
 		}
@@ -309,5 +326,37 @@ func StartSentinel(t testing.TB, master *Server) *Server {
 		_ = cmd.Process.Kill()
 	}
 	t.Fatalf("redistest: could not start redis-server --sentinel: %v", err)
+	return nil
+}
+
+// StartReplica runs a fresh server replicating from the primary at masterAddr
+// (which may be a fault proxy in front of it), and waits until the link is up.
+func StartReplica(t testing.TB, masterAddr string) *Server {
+	t.Helper()
+	bin := binary(t, "redis-server")
+	host, port, _ := net.SplitHostPort(masterAddr)
+	s := &Server{t: t, dir: t.TempDir()}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.Addr = freeAddr(t)
+		s.url = "redis://" + s.Addr
+		if lastErr = s.start(bin, "--replicaof", host, port); lastErr == nil {
+			t.Cleanup(s.kill)
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("redistest: could not start a replica: %v", lastErr)
+	}
+	c := s.Client()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redistest: the replica on %s did not link to %s within 10s", s.Addr, masterAddr)
 	return nil
 }

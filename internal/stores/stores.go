@@ -22,6 +22,8 @@ const (
 	DefaultRedisPrefix      = redisstore.DefaultPrefix
 	DefaultMemoryMaxRecords = memstore.DefaultMaxRecords
 	DefaultMemoryMaxBytes   = memstore.DefaultMaxBytes
+	// DefaultRedisWaitTimeout bounds the wait for replicas when one is asked for.
+	DefaultRedisWaitTimeout = 250 * time.Millisecond
 	// PingTimeout bounds the reachability check at start-up.
 	PingTimeout = 5 * time.Second
 )
@@ -34,6 +36,10 @@ type Spec struct {
 	MemoryMaxBytes   int64
 	// RedisAllowEviction accepts a Redis whose maxmemory-policy may evict keys.
 	RedisAllowEviction bool
+	// RedisWaitReplicas is how many replicas must acknowledge each write
+	// (Redis WAIT), within RedisWaitTimeout; 0 waits for none.
+	RedisWaitReplicas int64
+	RedisWaitTimeout  time.Duration
 	// Warn receives what Open tolerates but an operator should know.
 	Warn func(msg string, args ...any)
 }
@@ -82,12 +88,21 @@ func Check(spec Spec) error {
 	if err != nil {
 		return err
 	}
+	if spec.RedisWaitReplicas < 0 {
+		return fmt.Errorf("redis wait_replicas must not be negative, got %d", spec.RedisWaitReplicas)
+	}
 	switch kind {
 	case "memory":
 		if spec.MemoryMaxRecords < 1 || spec.MemoryMaxBytes < 1 {
 			return errors.New("memory store bounds must be at least 1")
 		}
+		if spec.RedisWaitReplicas > 0 {
+			return errors.New("redis wait_replicas applies to a Redis store, not memory")
+		}
 	case "redis":
+		if spec.RedisWaitReplicas > 0 && spec.RedisWaitTimeout < time.Millisecond {
+			return fmt.Errorf("redis wait_timeout must be at least 1ms when waiting for replicas, got %v", spec.RedisWaitTimeout)
+		}
 		if spec.RedisPrefix == "" {
 			return errors.New("the Redis key prefix must not be empty")
 		}
@@ -163,7 +178,8 @@ func OpenRedis(ctx context.Context, spec Spec, startUnreachable bool) (*redissto
 			return nil, nil, err
 		}
 	}
-	rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix),
+		redisstore.WithWaitReplicas(int(spec.RedisWaitReplicas), spec.RedisWaitTimeout))
 	if err != nil {
 		client.Close()
 		return nil, nil, err

@@ -187,7 +187,8 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 	h.faults.add(fault{kind: "redis-down", from: t, to: time.Now()})
 	mode(modeSlow, "upstream-slow", 0.48, 0.60)
 	mode(modeReset, "upstream-reset", 0.62, 0.72)
-	mode(modeError, "upstream-5xx", 0.74, 0.84)
+	mode(modeError, "upstream-5xx", 0.74, 0.80)
+	mode(modeActReset, "upstream-act-reset", 0.80, 0.86)
 	at(0.88)
 	return kill(2)
 }

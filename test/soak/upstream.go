@@ -16,10 +16,11 @@ import (
 
 // Upstream fault modes, switched by the schedule.
 const (
-	modeNormal int32 = iota
-	modeSlow         // 20% of calls take 4.5–6 s: longer than the 4 s lease, so renewal must hold it
-	modeReset        // 20% of calls: the connection is reset before any effect
-	modeError        // 20% of calls: 500 before any effect
+	modeNormal   int32 = iota
+	modeSlow           // 20% of calls take 4.5–6 s: longer than the 4 s lease, so renewal must hold it
+	modeReset          // 20% of calls: the connection is reset before any effect
+	modeError          // 20% of calls: 500 before any effect
+	modeActReset       // 20% of calls: the effect happens, then the connection is reset
 )
 
 // effect is one execution of a logical operation: the thing that must happen at
@@ -30,18 +31,23 @@ type effect struct {
 	bodyHash   string
 	instance   string // the proxy that forwarded it: its path prefix, i0 … i2
 	start, end time.Time
+	// actReset: the connection was reset after the effect, so no answer reached
+	// the proxy. Releasing the key (the old behaviour, unknown_outcome release)
+	// runs the client's retry again: a double run per such effect.
+	actReset bool
 }
 
 type upstream struct {
-	mode     atomic.Int32
-	nextID   atomic.Int64
-	mu       sync.Mutex
-	effects  map[string][]effect
-	attempts atomic.Int64 // every call, including failed ones
-	resets   atomic.Int64
-	errors   atomic.Int64
-	srv      *http.Server
-	addr     string
+	mode      atomic.Int32
+	nextID    atomic.Int64
+	mu        sync.Mutex
+	effects   map[string][]effect
+	attempts  atomic.Int64 // every call, including failed ones
+	resets    atomic.Int64
+	errors    atomic.Int64
+	actResets atomic.Int64
+	srv       *http.Server
+	addr      string
 }
 
 func startUpstream() (*upstream, error) {
@@ -71,12 +77,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case modeReset:
 		if rand.IntN(5) == 0 {
 			u.resets.Add(1)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				if tc, ok := conn.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0) // RST, not FIN
-				}
-				conn.Close()
-			}
+			reset(w)
 			return
 		}
 	case modeError:
@@ -87,12 +88,28 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
+	actReset := u.mode.Load() == modeActReset && rand.IntN(5) == 0
 	id := u.nextID.Add(1)
 	u.mu.Lock()
 	u.effects[key] = append(u.effects[key], effect{id: id, key: key, bodyHash: hash,
-		instance: strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0], start: start, end: time.Now()})
+		instance: strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0], start: start, end: time.Now(), actReset: actReset})
 	u.mu.Unlock()
+	if actReset {
+		u.actResets.Add(1)
+		reset(w)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"execution":%d,"key":%q,"body":%q}`, id, key, hash)
+}
+
+// reset closes the request's connection with a RST, not a FIN.
+func reset(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		conn.Close()
+	}
 }

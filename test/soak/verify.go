@@ -68,12 +68,24 @@ func (h *harness) check(lost []string, differing []diff) error {
 	h.up.mu.Lock()
 	defer h.up.mu.Unlock()
 	var effects, keys, explained, unexplained int
+	// Keys whose upstream acted and then reset the connection: each one ran
+	// twice when failures released the key. Now held, they must run once.
+	var actResetKeys, actResetTwice int
 	reasons := map[string]int{}
 	var unexplainedKeys []string
 	explainedKeys := map[string]bool{}
 	for key, list := range h.up.effects {
 		keys++
 		effects += len(list)
+		for i, e := range list {
+			if e.actReset {
+				actResetKeys++
+				if i+1 < len(list) {
+					actResetTwice++
+				}
+				break
+			}
+		}
 		for i := 1; i < len(list); i++ {
 			if why := h.explain(list[i-1]); why != "" {
 				explained++
@@ -135,6 +147,7 @@ soak summary
   503 store unavailable         %d
   502/504 upstream unavailable  %d
   502/504 outcome unknown       %d answers, %d keys held (sent, then reset: never run twice)
+  acted, then reset             %d keys (each one a double run when failures released the key): ran again %d
   500 from the upstream         %d
   connection errors             %d
   client hang-ups               %d
@@ -145,7 +158,7 @@ soak summary
   unexpected answers            %d
 `, s.requests.Load(), completed, keys, h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(),
 		s.replays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
-		s.unknownAnswers.Load(), s.unknownOutcomes.Load(), s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
+		s.unknownAnswers.Load(), s.unknownOutcomes.Load(), actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
 		len(lost), lostExplained, len(differingAnswers), len(differing), differingExplained, s.mismatchViolations.Load(), s.unexpected.Load())
 	h.faults.mu.Lock()
 	for _, f := range h.faults.faults {
@@ -156,6 +169,9 @@ soak summary
 	var problems []string
 	if unexplained > 0 {
 		problems = append(problems, fmt.Sprintf("%d unexplained duplicate executions (keys %v)", unexplained, first(unexplainedKeys, 5)))
+	}
+	if actResetTwice > 0 {
+		problems = append(problems, fmt.Sprintf("%d keys ran again after the upstream acted and reset", actResetTwice))
 	}
 	if len(lost) > 0 {
 		problems = append(problems, fmt.Sprintf("%d completed records lost (keys %v)", len(lost), first(lost, 5)))

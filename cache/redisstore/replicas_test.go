@@ -1,0 +1,123 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/cachetest"
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/faultproxy"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+)
+
+// primaryWithReplica starts a primary and a replica that replicates through a
+// fault proxy, so a test can cut replication.
+func primaryWithReplica(t *testing.T) (primary, replica *redistest.Server, link *faultproxy.Proxy) {
+	t.Helper()
+	primary = redistest.Start(t)
+	if primary.External {
+		t.Skip("needs its own redis-server (unset IDEMPROXY_REDIS_URL)")
+	}
+	link, err := faultproxy.New(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	return primary, redistest.StartReplica(t, link.Addr()), link
+}
+
+func claimErr(s cache.Store, key string) error {
+	_, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: cachetest.Token(), Fingerprint: "fp", Lease: time.Minute})
+	if err == nil && loaded {
+		return errors.New("loaded: the key was already held")
+	}
+	return err
+}
+
+// With wait_replicas, a write succeeds only once a replica has it: with
+// replication cut, a claim fails (ErrNotReplicated: nothing runs), while a
+// replay, which writes nothing, still succeeds. Without it, the claim succeeds
+// on the primary alone.
+func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
+	primary, _, link := primaryWithReplica(t)
+	client := primary.Client()
+	for _, pipelines := range []int{0, 4} {
+		waited := mustNew(t, client, redisstore.WithPipelines(pipelines), redisstore.WithWaitReplicas(1, 300*time.Millisecond))
+		plain := mustNew(t, client, redisstore.WithPipelines(pipelines))
+		ctx := context.Background()
+		done := keyFor(pipelines, "done")
+		if err := claimErr(waited, done); err != nil {
+			t.Fatalf("pipelines %d: claim with replication up: %v", pipelines, err)
+		}
+		// Complete needs the token: claim under a token we keep.
+		tok := cachetest.Token()
+		kept := keyFor(pipelines, "kept")
+		if _, _, err := waited.LockOrGet(ctx, kept, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := waited.Complete(ctx, kept, tok, &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+			t.Fatalf("pipelines %d: complete with replication up: %v", pipelines, err)
+		}
+
+		link.Blackhole(true)
+		if err := claimErr(waited, keyFor(pipelines, "cut")); !errors.Is(err, redisstore.ErrNotReplicated) {
+			t.Fatalf("pipelines %d: claim with replication cut = %v, want ErrNotReplicated", pipelines, err)
+		}
+		if rec, loaded, err := waited.LockOrGet(ctx, kept, cache.Lock{Token: cachetest.Token(), Fingerprint: "fp", Lease: time.Minute}); err != nil || !loaded || rec.Response == nil {
+			t.Fatalf("pipelines %d: replay with replication cut: loaded=%v err=%v", pipelines, loaded, err)
+		}
+		if err := claimErr(plain, keyFor(pipelines, "cut-plain")); err != nil {
+			t.Fatalf("pipelines %d: claim without waiting, replication cut: %v", pipelines, err)
+		}
+		link.Blackhole(false)
+		waited.Close()
+		plain.Close()
+	}
+}
+
+// A primary that dies right after acknowledging a claim, before replicating it:
+// without waiting, the promoted replica has the key free and a retry runs again
+// (a double run); a claim that waited for the replica is still held there.
+func TestWaitReplicasClaimSurvivesFailover(t *testing.T) {
+	primary, replica, link := primaryWithReplica(t)
+	client := primary.Client()
+	waited := mustNew(t, client, redisstore.WithWaitReplicas(1, time.Second))
+	defer waited.Close()
+	plain := mustNew(t, client)
+	defer plain.Close()
+
+	if err := claimErr(waited, "acked"); err != nil {
+		t.Fatalf("waited claim: %v", err)
+	}
+	link.Blackhole(true) // the replica falls behind, as under replication lag
+	if err := claimErr(plain, "unacked"); err != nil {
+		t.Fatalf("plain claim: %v", err)
+	}
+	primary.Stop() // SIGKILL
+	if err := replica.Client().ReplicaOf(context.Background(), "NO", "ONE").Err(); err != nil {
+		t.Fatalf("promoting the replica: %v", err)
+	}
+	promoted := mustNew(t, replica.Client())
+	defer promoted.Close()
+	if err := claimErr(promoted, "acked"); err == nil || errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("after failover, the waited claim's key was free (claim = %v): it would run twice", err)
+	}
+	if err := claimErr(promoted, "unacked"); err != nil {
+		t.Fatalf("after failover, the unwaited claim's key = %v; expected it lost (free), which is what waiting prevents", err)
+	}
+}
+
+func TestWaitReplicasValidation(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		n       int
+		timeout time.Duration
+	}{{-1, time.Second}, {1, 0}} {
+		if _, err := redisstore.New(srv.Client(), redisstore.WithWaitReplicas(tc.n, tc.timeout)); err == nil {
+			t.Errorf("WithWaitReplicas(%d, %v): no error", tc.n, tc.timeout)
+		}
+	}
+}
