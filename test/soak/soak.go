@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/idemproxy/idemproxy/internal/faultproxy"
 )
 
 // fault is one scheduled fault, kept for explaining duplicates.
@@ -68,6 +70,7 @@ type harness struct {
 	up       *upstream
 	proxies  []*managed
 	redis    *managed
+	net      *faultproxy.Proxy // between the instances and Redis
 	client   *http.Client
 	faults   faultLog
 	st       stats
@@ -92,10 +95,17 @@ func soak(cfg config) error {
 		return err
 	}
 	defer h.redis.kill()
+	// The instances reach Redis through a fault-injecting TCP proxy: the
+	// schedule drops replies, adds latency, resets connections and holds them
+	// half-open.
+	if h.net, err = faultproxy.New(h.redis.addr); err != nil {
+		return err
+	}
+	defer h.net.Close()
 	for i := 0; i < 3; i++ {
 		// Each instance forwards under its own path prefix, so the upstream knows
 		// which one ran an operation.
-		p := newProxy(dir, cfg.bin, fmt.Sprintf("idemproxy-%d", i), fmt.Sprintf("http://%s/i%d", h.up.addr, i), "redis://"+h.redis.addr+"/0?dial_timeout=500ms&read_timeout=1s&write_timeout=1s&max_retries=1")
+		p := newProxy(dir, cfg.bin, fmt.Sprintf("idemproxy-%d", i), fmt.Sprintf("http://%s/i%d", h.up.addr, i), "redis://"+h.net.Addr()+"/0?dial_timeout=500ms&read_timeout=1s&write_timeout=1s&max_retries=1")
 		if err := p.start(); err != nil {
 			return err
 		}
@@ -161,6 +171,17 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 		h.up.mode.Store(modeNormal)
 		h.faults.add(fault{kind: name, from: t, to: time.Now()})
 	}
+	netFault := func(name string, from, to float64, on, off func()) {
+		at(from)
+		t := time.Now()
+		on()
+		at(to)
+		off()
+		h.faults.add(fault{kind: name, from: t, to: time.Now()})
+	}
+	netFault("redis-lost-replies", 0.02, 0.05, func() { h.net.DropReplies(25) }, func() { h.net.DropReplies(0) })
+	netFault("redis-latency", 0.05, 0.09, func() { h.net.SetLatency(150 * time.Millisecond) }, func() { h.net.SetLatency(0) })
+	netFault("redis-resets", 0.09, 0.10, h.net.ResetAll, func() {})
 	at(0.12)
 	if err := kill(0); err != nil {
 		return err
@@ -175,6 +196,9 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 	if err := p.start(); err != nil {
 		return err
 	}
+	// Half-open: connections stay up and carry nothing, for less than the 4s
+	// lease (go-redis's 1s read timeout gives up on them first).
+	netFault("redis-half-open", 0.32, 0.32, func() { h.net.Blackhole(true); time.Sleep(2 * time.Second) }, func() { h.net.Blackhole(false) })
 	at(0.38)
 	t = time.Now()
 	if err := h.redis.signal(syscall.SIGTERM, 20*time.Second); err != nil { // Redis saves and exits

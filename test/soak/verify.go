@@ -160,9 +160,10 @@ soak summary
 		s.replays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
 		s.unknownAnswers.Load(), s.unknownOutcomes.Load(), actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
 		len(lost), lostExplained, len(differingAnswers), len(differing), differingExplained, s.mismatchViolations.Load(), s.unexpected.Load())
+	fmt.Printf("  Redis replies dropped         %d (instances to Redis, through the fault proxy)\n", h.net.Dropped())
 	h.faults.mu.Lock()
 	for _, f := range h.faults.faults {
-		fmt.Printf("  fault %-15s %-16s %s … %s\n", f.kind, f.target, f.from.Format("15:04:05.000"), f.to.Format("15:04:05.000"))
+		fmt.Printf("  fault %-20s %-16s %s … %s\n", f.kind, f.target, f.from.Format("15:04:05.000"), f.to.Format("15:04:05.000"))
 	}
 	h.faults.mu.Unlock()
 
