@@ -3,6 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,5 +122,47 @@ func TestWaitReplicasValidation(t *testing.T) {
 		if _, err := redisstore.New(srv.Client(), redisstore.WithWaitReplicas(tc.n, tc.timeout)); err == nil {
 			t.Errorf("WithWaitReplicas(%d, %v): no error", tc.n, tc.timeout)
 		}
+	}
+}
+
+// BenchmarkWaitReplicas is the cost of waiting for one replica: a first
+// execution's claim and complete against a primary with one replica on
+// loopback, sequential and with 16 requests in parallel (where one WAIT covers a
+// whole pipeline).
+//
+//	go test -run '^$' -bench WaitReplicas -benchtime 3s ./cache/redisstore
+func BenchmarkWaitReplicas(b *testing.B) {
+	primary := redistest.Start(b)
+	if primary.External {
+		b.Skip("needs its own redis-server")
+	}
+	redistest.StartReplica(b, primary.Addr)
+	var n atomic.Int64
+	for _, wait := range []int{0, 1} {
+		store := mustNew(b, primary.Client(), redisstore.WithWaitReplicas(wait, time.Second))
+		op := func() {
+			ctx := context.Background()
+			key, tok := "bench-wait-"+strconv.FormatInt(n.Add(1), 10), cachetest.Token()
+			if _, _, err := store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+				b.Fatal(err)
+			}
+			if err := store.Complete(ctx, key, tok, &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}}, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("replicas=%d/sequential", wait), func(b *testing.B) {
+			for b.Loop() {
+				op()
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/parallel16", wait), func(b *testing.B) {
+			b.SetParallelism(8) // 16 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op()
+				}
+			})
+		})
+		store.Close()
 	}
 }
