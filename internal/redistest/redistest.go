@@ -73,18 +73,24 @@ func Start(t testing.TB) *Server {
 		waitPing(t, s.url)
 		return s
 	}
+	return startFresh(t)
+}
+
+// startFresh runs a new redis-server on a free port, with extra arguments.
+func startFresh(t testing.TB, extra ...string) *Server {
+	t.Helper()
 	bin := binary(t, "redis-server")
 	s := &Server{t: t, dir: t.TempDir()}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		s.Addr = freeAddr(t)
 		s.url = "redis://" + s.Addr
-		if lastErr = s.start(bin); lastErr == nil {
+		if lastErr = s.start(bin, extra...); lastErr == nil {
 			t.Cleanup(s.kill)
 			return s
 		}
 	}
-	t.Fatalf("redistest: could not start redis-server: %v", lastErr)
+	t.Fatalf("redistest: could not start redis-server %v: %v", extra, lastErr)
 	return nil
 }
 
@@ -333,21 +339,8 @@ func startSentinel(t testing.TB, masterAddr string, quorum int, downAfter time.D
 // (which may be a fault proxy in front of it), and waits until the link is up.
 func StartReplica(t testing.TB, masterAddr string) *Server {
 	t.Helper()
-	bin := binary(t, "redis-server")
 	host, port, _ := net.SplitHostPort(masterAddr)
-	s := &Server{t: t, dir: t.TempDir()}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		s.Addr = freeAddr(t)
-		s.url = "redis://" + s.Addr
-		if lastErr = s.start(bin, "--replicaof", host, port); lastErr == nil {
-			t.Cleanup(s.kill)
-			break
-		}
-	}
-	if lastErr != nil {
-		t.Fatalf("redistest: could not start a replica: %v", lastErr)
-	}
+	s := startFresh(t, "--replicaof", host, port)
 	c := s.Client()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
