@@ -339,3 +339,45 @@ func TestCaddyUnknownOutcomes(t *testing.T) {
 		t.Fatalf("retry once the upstream is up: %d replayed=%v upstream %d", code, replayed, up.Count.Load())
 	}
 }
+
+// A reset on a reused keep-alive connection after the upstream read the request,
+// inside real Caddy: Go's transport treats a request with an Idempotency-Key
+// header as replayable and may re-send it on a new connection, which would run
+// it twice below the module. The upstream must see each request once.
+func TestCaddyNoTransportResendAfterTheRequestWasWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	up := testutil.NewRawUpstream(t, "reset-reused")
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\thandle /charges* {\n\t\treverse_proxy %s\n\t}\n\trespond /healthz 200\n}\n",
+		admin, site, up.Addr())
+	path := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(path, []byte(cfg), 0o644)
+	runCaddy(t, bin, dir, path)
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/healthz")
+	post := func(key, body string) (int, string) {
+		req, _ := http.NewRequest("POST", base+"/charges", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("first", "x"); code != 201 {
+		t.Fatalf("first request: %d %s", code, body)
+	}
+	code, body := post("second", "y") // on the reused connection: reset after read
+	if n := up.Count.Load(); n != 2 {
+		t.Fatalf("the upstream got %d requests, want 2: the reset request was re-sent (%d %s)", n, code, body)
+	}
+	if code != 502 || !strings.Contains(body, "outcome-unknown") {
+		t.Fatalf("reset after read on a reused connection: %d %s, want the held outcome-unknown answer", code, body)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -161,21 +162,35 @@ const CleanupTimeout = 10 * time.Second
 // reverse_proxy failing to reach its upstream) releases the key and is returned
 // unchanged, so Caddy's error handling still applies.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if h.core.Tracked(r.Method) {
+	tracked := h.core.Tracked(r.Method)
+	if tracked {
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set(ResultPlaceholder, "executing")
 		}
 	}
-	return h.core.Handle(w, r, classified{next})
+	return h.core.Handle(w, r, classified{next: next, guard: tracked})
 }
 
 // classified tells the core how a failed reverse_proxy call ended: a DialError
 // never reached the upstream (the key is released and Caddy's error handling
 // answers); any other 502/504 from it came after the request was sent, so the
 // outcome is unknown (held by default, answered by the core).
-type classified struct{ next caddyhttp.Handler }
+//
+// It also stops Go's transport from sending the request twice (seen: a reset on
+// a reused connection after the upstream read the request was re-sent, and ran
+// again).
+type classified struct {
+	next  caddyhttp.Handler
+	guard bool // a tracked method: never let the transport re-send it
+}
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	// reverse_proxy copies the request it sends upstream from r, context and
+	// GetBody included: the guard keeps Go's transport from re-sending it once
+	// the upstream read it.
+	if c.guard {
+		r = forward.GuardResend(r, r.GetBody)
+	}
 	err := c.next.ServeHTTP(w, r)
 	if err == nil {
 		return nil

@@ -4,22 +4,18 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"path"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -232,34 +228,9 @@ func (p *Proxy) observe(ev middleware.Event) {
 
 // errResendRefused: the transport wanted to send a request again after its
 // headers had reached the upstream.
-var errResendRefused = errors.New("not re-sent: the request was already written to the upstream, which may have acted on it")
-
-// guardResend stops Go's transport from sending a tracked request twice. The
-// transport treats a request with an Idempotency-Key header as replayable, and
-// after a reset or EOF on a reused keep-alive connection it sends it again on a
-// new one, although the upstream already read it (and may have acted). A
-// re-send rewinds the body through GetBody, so GetBody refuses once the headers
-// were written; a request that never left (nothing written) may still be sent
-// again. An empty body gets an empty in-memory reader, so the transport asks
-// GetBody for it too (it re-sends a NoBody request without asking).
-func guardResend(pr *httputil.ProxyRequest) {
-	var wrote atomic.Bool
-	getBody := pr.In.GetBody
-	if getBody == nil { // no body
-		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(nil)), nil }
-	}
-	ctx := httptrace.WithClientTrace(pr.Out.Context(), &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
-	pr.Out = pr.Out.WithContext(ctx)
-	if pr.Out.ContentLength == 0 {
-		pr.Out.Body = io.NopCloser(bytes.NewReader(nil))
-	}
-	pr.Out.GetBody = func() (io.ReadCloser, error) {
-		if wrote.Load() {
-			return nil, errResendRefused
-		}
-		return getBody()
-	}
-}
+// guardResend stops Go's transport from sending a tracked request twice (see
+// forward.GuardResend).
+func guardResend(pr *httputil.ProxyRequest) { pr.Out = forward.GuardResend(pr.Out, pr.In.GetBody) }
 
 // upstreamFailure carries a failed upstream call from ReverseProxy's error
 // handler to the core's next, for a request the core tracks.
