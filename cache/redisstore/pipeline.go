@@ -157,6 +157,7 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 	}
 	ctx, cancel := batchContext(batch, cmds)
 	defer cancel()
+	waited := p.waitReplicas > 0 && writes(batch, cmds) // before the calls fill cmds
 	pipe := p.c.Pipeline()
 	for i, cl := range batch {
 		if cmds[i] == nil {
@@ -166,7 +167,7 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 	// One WAIT after the batch covers every write in it: they went first on
 	// the same connection.
 	var wait *redis.Cmd
-	if p.waitReplicas > 0 {
+	if waited {
 		wait = pipe.Do(ctx, "WAIT", p.waitReplicas, p.waitTimeout.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -175,7 +176,7 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 		// run. Send it whole (which also caches it again). Calls left out
 		// above carry their caller's context error, never this one.
 		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			if p.waitReplicas > 0 {
+			if p.waitReplicas > 0 && cl.script != getScript {
 				cmds[i] = evalWaited(cl.ctx, p.c, cl.script, cl.keys, cl.args, p.waitReplicas, p.waitTimeout)
 			} else {
 				cmds[i] = cl.script.Eval(cl.ctx, p.c, cl.keys, cl.args...)
@@ -187,6 +188,16 @@ func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 		}
 	}
 	return cmds
+}
+
+// writes reports whether any call still to be sent may write (all but Get).
+func writes(batch []*call, cmds []*redis.Cmd) bool {
+	for i, cl := range batch {
+		if cmds[i] == nil && cl.script != getScript {
+			return true
+		}
+	}
+	return false
 }
 
 // batchContext is bounded by the latest deadline among the batch's callers (a

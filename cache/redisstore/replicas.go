@@ -88,36 +88,22 @@ func (s *Store) runWaited(ctx context.Context, script *redis.Script, keys []stri
 	return evalWaited(ctx, conn, script, keys, args, s.waitReplicas, s.waitTimeout)
 }
 
-// evalWaited runs script then WAIT in one pipeline, by hash, and whole if the
-// server lost its script cache.
+// evalWaited runs script then WAIT in one pipeline, loading the script first
+// if the server lost its script cache.
 func evalWaited(ctx context.Context, conn redis.Cmdable, script *redis.Script, keys []string, args []any, want int, timeout time.Duration) *redis.Cmd {
-	for _, whole := range []bool{false, true} {
+	send := func() (cmd, wait *redis.Cmd) {
 		pipe := conn.Pipeline()
-		var cmd *redis.Cmd
-		if whole {
-			cmd = pipe.Eval(ctx, scriptSource(script), keys, args...)
-		} else {
-			cmd = pipe.EvalSha(ctx, script.Hash(), keys, args...)
-		}
-		wait := pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
+		cmd = pipe.EvalSha(ctx, script.Hash(), keys, args...)
+		wait = pipe.Do(ctx, "WAIT", want, timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
-		if err := cmd.Err(); !whole && err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			continue
-		}
-		return replicated(script, cmd, wait, want, timeout)
+		return cmd, wait
 	}
-	panic("unreachable")
-}
-
-// scriptSource returns a script's Lua source.
-func scriptSource(script *redis.Script) string { return sources[script] }
-
-// sources maps every script to its source, for the Eval fallback of a pipeline.
-var sources = map[*redis.Script]string{}
-
-// newScript is redis.NewScript that remembers the source.
-func newScript(src string) *redis.Script {
-	s := redis.NewScript(src)
-	sources[s] = src
-	return s
+	cmd, wait := send()
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err := script.Load(ctx, conn).Err(); err != nil {
+			return errCmd(ctx, err)
+		}
+		cmd, wait = send()
+	}
+	return replicated(script, cmd, wait, want, timeout)
 }

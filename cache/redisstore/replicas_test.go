@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,7 +76,37 @@ func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
 		if err := claimErr(plain, keyFor(pipelines, "cut-plain")); err != nil {
 			t.Fatalf("pipelines %d: claim without waiting, replication cut: %v", pipelines, err)
 		}
+		// Concurrent claims share pipelines, and one WAIT per pipeline: each
+		// claim must still fail, none may be answered as replicated.
+		var wg sync.WaitGroup
+		var refused atomic.Int64
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := claimErr(waited, keyFor(pipelines, fmt.Sprintf("cut-%d", i))); errors.Is(err, redisstore.ErrNotReplicated) {
+					refused.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := refused.Load(); n != 32 {
+			t.Fatalf("pipelines %d: %d of 32 concurrent claims refused with replication cut, want all", pipelines, n)
+		}
 		link.Blackhole(false)
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := claimErr(waited, keyFor(pipelines, fmt.Sprintf("up-%d", i))); err != nil {
+					refused.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := refused.Load() - 32; n != 0 {
+			t.Fatalf("pipelines %d: %d of 32 concurrent claims failed with replication up", pipelines, n)
+		}
 		waited.Close()
 		plain.Close()
 	}

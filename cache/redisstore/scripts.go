@@ -1,6 +1,10 @@
 package redisstore
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every operation is one script on one key, so it is atomic and needs no hash tags
 // in Cluster. A record is a hash:
@@ -58,7 +62,7 @@ local live = kind == 'hash' and tonumber(r[5]) > now
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms.
 // Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
 // claim), {1, v, st, fp, ca, ex, resp} when another live record exists.
-var lockScript = newScript(fmt.Sprintf(nowLua, 4) + readLua + `
+var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + `
 if live then
   if r[2] == '1' and r[7] == ARGV[1] then return {0} end
   return {1, r[1], r[2], r[3], r[4], r[5], r[6]}
@@ -84,7 +88,7 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // completed by this token (a re-sent Complete); 0 when another claim or record
 // holds the key. A key that is free (absent, or a lapsed lock) is completed as
 // well: the operation ran, and nobody else claimed the key since.
-var completeScript = newScript(fmt.Sprintf(nowLua, 4) + `
+var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
 local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
 if h['err'] then return 0 end
 if not h[1] and not h[3] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -107,7 +111,7 @@ return 1
 // Answers 1 when the held unknown outcome was replaced (or deleted), 0 when no
 // live record exists, 2 when the live record is not an unknown outcome, -1 for
 // a foreign value.
-var resolveScript = newScript(fmt.Sprintf(nowLua, 3) + `
+var resolveScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + `
 local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'ex', 'u')
 if h['err'] then return -1 end
 if not h[1] and not h[3] then
@@ -131,7 +135,7 @@ return 1
 // releaseScript: KEYS[1]; ARGV token, now ms, channel. Answers 1 when the key is
 // free afterwards (released now, or nobody held it: a re-sent Release), 0 when
 // another claim or a completed record holds it.
-var releaseScript = newScript(fmt.Sprintf(nowLua, 2) + `
+var releaseScript = redis.NewScript(fmt.Sprintf(nowLua, 2) + `
 local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
 if h['err'] then return 0 end
 if not h[1] and not h[3] then
@@ -146,20 +150,20 @@ return 1
 `)
 
 // extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0.
-var extendScript = newScript(fmt.Sprintf(nowLua, 3) + heldLua + `
+var extendScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + heldLua + `
 redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
 // getScript: KEYS[1]; ARGV now ms. Answers {0} when absent, {1, …} as lockScript.
-var getScript = newScript(fmt.Sprintf(nowLua, 1) + readLua + `
+var getScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
 if live then return {1, r[1], r[2], r[3], r[4], r[5], r[6]} end
 return {0}
 `)
 
 // deleteScript: KEYS[1]; ARGV now ms, channel. Answers 1 when a live record was deleted.
-var deleteScript = newScript(fmt.Sprintf(nowLua, 1) + readLua + `
+var deleteScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
 if kind == 'hash' then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], KEYS[1])
