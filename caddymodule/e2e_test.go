@@ -299,29 +299,11 @@ func TestCaddyUnknownOutcomes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	bin := caddyBinary(t)
-	dir := t.TempDir()
 	reset := testutil.NewRawUpstream(t, "reset")
 	downAddr := testutil.FreeAddr(t)
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\thandle /held* {\n\t\treverse_proxy %s\n\t}\n\thandle /down* {\n\t\treverse_proxy %s\n\t}\n\trespond /healthz 200\n}\n",
-		admin, site, reset.Addr(), downAddr)
-	path := filepath.Join(dir, "Caddyfile")
-	os.WriteFile(path, []byte(cfg), 0o644)
-	runCaddy(t, bin, dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
-	post := func(p, key string) (int, string, bool) {
-		req, _ := http.NewRequest("POST", base+p, strings.NewReader("x"))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST %s: %v", p, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true"
-	}
+	base := caddySite(t, fmt.Sprintf("\thandle /held* {\n\t\treverse_proxy %s\n\t}\n\thandle /down* {\n\t\treverse_proxy %s\n\t}\n",
+		reset.Addr(), downAddr))
+	post := func(p, key string) (int, string, bool) { return postKey(t, base+p, key, "x") }
 	for i := range 3 {
 		code, body, replayed := post("/held", "h1")
 		if code != 502 || !strings.Contains(body, "outcome-unknown") || replayed != (i > 0) {
@@ -348,27 +330,11 @@ func TestCaddyNoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	bin := caddyBinary(t)
-	dir := t.TempDir()
 	up := testutil.NewRawUpstream(t, "reset-reused")
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\thandle /charges* {\n\t\treverse_proxy %s\n\t}\n\trespond /healthz 200\n}\n",
-		admin, site, up.Addr())
-	path := filepath.Join(dir, "Caddyfile")
-	os.WriteFile(path, []byte(cfg), 0o644)
-	runCaddy(t, bin, dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
+	base := caddySite(t, fmt.Sprintf("\thandle /charges* {\n\t\treverse_proxy %s\n\t}\n", up.Addr()))
 	post := func(key, body string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/charges", strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST: %v", err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, b, _ := postKey(t, base+"/charges", key, body)
+		return code, b
 	}
 	if code, body := post("first", "x"); code != 201 {
 		t.Fatalf("first request: %d %s", code, body)
@@ -380,4 +346,38 @@ func TestCaddyNoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 	if code != 502 || !strings.Contains(body, "outcome-unknown") {
 		t.Fatalf("reset after read on a reused connection: %d %s, want the held outcome-unknown answer", code, body)
 	}
+}
+
+// caddySite runs Caddy with one site: the idempotency handler, routes (Caddyfile
+// lines), and /healthz; it returns the site's base URL once it answers.
+func caddySite(t *testing.T, routes string) string {
+	t.Helper()
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n%s\trespond /healthz 200\n}\n",
+		admin, site, routes)
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCaddy(t, bin, dir, path)
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/healthz")
+	return base
+}
+
+// postKey POSTs body with an Idempotency-Key and returns the status, the body
+// and whether the answer was a replay.
+func postKey(t *testing.T, url, key, body string) (int, string, bool) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true"
 }

@@ -221,12 +221,9 @@ func (s *Store) Resolve(_ context.Context, key string, resp *cache.Response, ttl
 	now := s.now().UnixNano()
 	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	if l, ok := sh.locks[k]; ok {
-		if l.expires > now {
-			sh.mu.Unlock()
-			return fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
-		}
-		s.dropLockLocked(sh, &k, l)
+	if s.liveLockLocked(sh, &k, now) != nil {
+		sh.mu.Unlock()
+		return fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
 	}
 	e := s.lookupLocked(sh, &k)
 	if e == nil || e.expires() <= now {
@@ -273,13 +270,10 @@ func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
 	now := s.now().UnixNano()
 	sh := s.shardFor(&k)
 	sh.mu.Lock()
-	if l, ok := sh.locks[k]; ok {
-		if l.expires > now {
-			rec := l.record()
-			sh.mu.Unlock()
-			return rec, nil
-		}
-		s.dropLockLocked(sh, &k, l)
+	if l := s.liveLockLocked(sh, &k, now); l != nil {
+		rec := l.record()
+		sh.mu.Unlock()
+		return rec, nil
 	}
 	e := s.lookupLocked(sh, &k)
 	if e == nil {
@@ -322,6 +316,19 @@ func (s *Store) Delete(_ context.Context, key string) error {
 
 // Ping implements cache.Store; the memory store is always reachable.
 func (s *Store) Ping(context.Context) error { return nil }
+
+// liveLockLocked returns k's live lock, or nil; a lapsed one is dropped.
+func (s *Store) liveLockLocked(sh *shard, k *ikey, now int64) *lock {
+	l, ok := sh.locks[*k]
+	if !ok {
+		return nil
+	}
+	if l.expires > now {
+		return l
+	}
+	s.dropLockLocked(sh, k, l)
+	return nil
+}
 
 // heldLocked returns the live lock under k held by token.
 func (s *Store) heldLocked(sh *shard, k *ikey, token string, now int64) (*lock, error) {
