@@ -130,6 +130,13 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		return nil, false, errors.New("redisstore: empty lock token")
 	}
 	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg()).Slice()
+	if errors.Is(err, ErrNotReplicated) {
+		// The claim is refused (nothing will run), but the primary has it: undo
+		// it, so it cannot hold the key against the pending Complete of an
+		// earlier execution. Not waited: the lock is gone from the primary
+		// either way, and a replica that has it lets it lapse.
+		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channel()).Err()
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("redisstore: claiming key: %w", err)
 	}

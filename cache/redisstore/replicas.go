@@ -23,8 +23,9 @@ import (
 
 // ErrNotReplicated: a write reached the primary, but fewer replicas than
 // WithWaitReplicas asks for acknowledged it within the timeout. The caller
-// treats it as a store error (503, nothing forwarded); the write itself stays
-// on the primary, and its lease or TTL bounds it.
+// treats it as a store error (503, nothing forwarded). A refused claim is
+// undone on the primary; any other write stays there, bounded by its lease or
+// TTL (a Complete or Release re-sent with its token is answered as done).
 var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
 
 // WithWaitReplicas makes every write wait until n replicas acknowledged it, for

@@ -144,6 +144,34 @@ func TestWaitReplicasClaimSurvivesFailover(t *testing.T) {
 	}
 }
 
+// A waited claim that no replica acknowledged is refused (503, nothing runs),
+// and must leave no lock behind: found in the soak's failover phase, where a
+// retry's refused claim held the key the first execution's pending Complete was
+// waiting for (a Complete on a free key lands, on a held one it gives up), so
+// the record was never stored and a later retry ran again.
+func TestWaitReplicasRefusedClaimLeavesNoLock(t *testing.T) {
+	primary, _, link := primaryWithReplica(t)
+	client := primary.Client()
+	ctx := context.Background()
+	for _, pipelines := range []int{0, 4} {
+		waited := mustNew(t, client, redisstore.WithPipelines(pipelines), redisstore.WithWaitReplicas(1, 200*time.Millisecond))
+		plain := mustNew(t, client, redisstore.WithPipelines(pipelines))
+		key := keyFor(pipelines, "refused")
+		link.Blackhole(true)
+		if err := claimErr(waited, key); !errors.Is(err, redisstore.ErrNotReplicated) {
+			t.Fatalf("pipelines %d: claim with replication cut = %v, want ErrNotReplicated", pipelines, err)
+		}
+		link.Blackhole(false)
+		if rec, err := plain.Get(ctx, key); !errors.Is(err, cache.ErrNotFound) {
+			t.Fatalf("pipelines %d: after a refused claim the key holds %+v (err %v), want nothing", pipelines, rec, err)
+		}
+		// The first execution's pending Complete (its lease lapsed) lands.
+		if err := plain.Complete(ctx, key, cachetest.Token(), &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+			t.Fatalf("pipelines %d: pending Complete after a refused claim: %v", pipelines, err)
+		}
+	}
+}
+
 func TestWaitReplicasValidation(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
