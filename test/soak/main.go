@@ -30,6 +30,9 @@ func main() {
 	flag.StringVar(&cfg.bin, "bin", "bin/idemproxy", "idemproxy binary")
 	flag.IntVar(&cfg.campaignKeys, "campaign-keys", 1_000_000, "unique keys in the memory-bound campaign")
 	flag.BoolVar(&cfg.skipCampaign, "skip-campaign", false, "run only the fault soak")
+	flag.StringVar(&cfg.caddy, "caddy", "bin/caddy", "Caddy built with the module (make caddy), for the reload phase")
+	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload (env SOAK_PHASES; default all)")
+	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover and reload round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
 	flag.Parse()
 	ok := true
 	if !cfg.skipCampaign {
@@ -37,6 +40,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "soak: campaign:", err)
 			ok = false
 		}
+	}
+	if cfg.phaseDuration == 0 {
+		cfg.phaseDuration = min(max(cfg.duration/10, 15*time.Second), 3*time.Minute)
 	}
 	if err := soak(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
@@ -54,6 +60,10 @@ type config struct {
 	bin          string
 	campaignKeys int
 	skipCampaign bool
+	caddy        string
+	phases       string
+	// phaseDuration is the load of each round of the failover and reload phases.
+	phaseDuration time.Duration
 }
 
 func envDuration(name string, def time.Duration) time.Duration {

@@ -94,16 +94,22 @@ func port(addr string) string {
 	return p
 }
 
-func newRedis(dir string) (*managed, error) {
+// newRedis is a redis-server with an append-only file and fsync on every write: a
+// shutdown and restart keeps every completed record, so any record lost during the
+// soak is the proxy's fault. extra arguments follow (--replicaof, …).
+func newRedis(dir, name string, extra ...string) (*managed, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
 	}
 	addr := procinfo.FreeAddr()
-	// Append-only with fsync on every write: a shutdown and restart keeps every
-	// completed record, so any record lost during the soak is the proxy's fault.
-	return &managed{name: "redis", redis: true, dir: dir, addr: addr, argv: []string{bin, "--port", port(addr), "--bind", "127.0.0.1",
-		"--dir", dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"}}, nil
+	rdir := filepath.Join(dir, name)
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return nil, err
+	}
+	argv := append([]string{bin, "--port", port(addr), "--bind", "127.0.0.1",
+		"--dir", rdir, "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"}, extra...)
+	return &managed{name: name, redis: true, dir: dir, addr: addr, argv: argv}, nil
 }
 
 func newProxy(dir, bin, name, upstream, store string, extra ...string) *managed {

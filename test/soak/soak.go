@@ -67,10 +67,15 @@ func (s *seen) record(key string, id int64) {
 
 type harness struct {
 	cfg      config
+	name     string        // the phase, for its summary
+	duration time.Duration // this phase's load
 	up       *upstream
 	proxies  []*managed
 	redis    *managed
-	net      *faultproxy.Proxy // between the instances and Redis
+	net      *faultproxy.Proxy // between the instances and Redis, when the phase has one
+	// waited: the instances wait for a replica's acknowledgement of every write,
+	// so a failover explains no double run.
+	waited   bool
 	client   *http.Client
 	faults   faultLog
 	st       stats
@@ -78,17 +83,53 @@ type harness struct {
 	deadline time.Time
 }
 
+func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
+	h := &harness{cfg: cfg, name: name, duration: d, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}}}
+	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+	var err error
+	h.up, err = startUpstream()
+	return h, err
+}
+
+// soak runs the phases one after another: the main fault schedule on three
+// instances, Sentinel failovers, and Caddy reloaded under load.
 func soak(cfg config) error {
 	dir, err := os.MkdirTemp("", "idemproxy-soak")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	h := &harness{cfg: cfg, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}}}
-	if h.up, err = startUpstream(); err != nil {
+	if os.Getenv("SOAK_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Printf("soak: logs kept in %s (SOAK_KEEP)\n", dir)
+	}
+	var failed []string
+	for _, phase := range []struct {
+		name string
+		run  func(config, string) error
+	}{{"main", mainPhase}, {"failover", failoverPhase}, {"caddy-reload", reloadPhase}} {
+		if cfg.phases != "" && !strings.Contains(","+cfg.phases+",", ","+phase.name+",") {
+			continue
+		}
+		if err := phase.run(cfg, dir); err != nil {
+			fmt.Fprintf(os.Stderr, "soak: phase %s: %v\n", phase.name, err)
+			failed = append(failed, phase.name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("phases failed: %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// mainPhase: three instances share one Redis through a fault proxy, under the
+// schedule of process, network, Redis and upstream faults.
+func mainPhase(cfg config, dir string) error {
+	h, err := newHarness(cfg, "main", cfg.duration)
+	if err != nil {
 		return err
 	}
-	if h.redis, err = newRedis(dir); err != nil {
+	if h.redis, err = newRedis(dir, "redis"); err != nil {
 		return err
 	}
 	if err := h.redis.start(); err != nil {
@@ -112,15 +153,19 @@ func soak(cfg config) error {
 		defer p.kill()
 		h.proxies = append(h.proxies, p)
 	}
-	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+	fmt.Printf("soak: %v of load, %d clients, 3 instances on one Redis; faults on a schedule\n", h.duration, cfg.clients)
+	return h.run(h.schedule)
+}
 
-	fmt.Printf("soak: %v of load, %d clients, 3 instances on one Redis; faults on a schedule\n", cfg.duration, cfg.clients)
+// run drives the clients for the phase's duration while schedule injects faults,
+// then verifies every completed key and checks the upstream's log of effects.
+func (h *harness) run(schedule func(start time.Time) error) error {
 	start := time.Now()
-	h.deadline = start.Add(cfg.duration)
+	h.deadline = start.Add(h.duration)
 	schedDone := make(chan error, 1)
-	go func() { schedDone <- h.schedule(start) }()
+	go func() { schedDone <- schedule(start) }()
 	var wg sync.WaitGroup
-	for c := 0; c < cfg.clients; c++ {
+	for c := 0; c < h.cfg.clients; c++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); h.clientLoop(c) }()
 	}
@@ -129,7 +174,7 @@ func soak(cfg config) error {
 		return fmt.Errorf("fault schedule: %w", err)
 	}
 	h.up.mode.Store(modeNormal)
-	fmt.Println("soak: load done; verifying every completed key is replayed unchanged")
+	fmt.Printf("soak: %s: load done; verifying every completed key is replayed unchanged\n", h.name)
 	lost, differing := h.verify()
 	return h.check(lost, differing)
 }
@@ -139,7 +184,7 @@ const faultCycle = 100 * time.Second
 
 // schedule injects the faults, cycle after cycle, until the load ends.
 func (h *harness) schedule(start time.Time) error {
-	cycle := min(h.cfg.duration, faultCycle)
+	cycle := min(h.duration, faultCycle)
 	for t := start; !t.Add(cycle).After(h.deadline); t = t.Add(cycle) {
 		if err := h.faultRound(t, cycle); err != nil {
 			return err

@@ -21,6 +21,7 @@ const (
 	modeReset          // 20% of calls: the connection is reset before any effect
 	modeError          // 20% of calls: 500 before any effect
 	modeActReset       // 20% of calls: the effect happens, then the connection is reset
+	modeInFlight       // 30% of calls take 0.3–2 s: operations in flight across a reload
 )
 
 // effect is one execution of a logical operation: the thing that must happen at
@@ -73,6 +74,10 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case modeSlow:
 		if rand.IntN(5) == 0 {
 			time.Sleep(4500*time.Millisecond + time.Duration(rand.IntN(1500))*time.Millisecond)
+		}
+	case modeInFlight:
+		if rand.IntN(10) < 3 {
+			time.Sleep(300*time.Millisecond + time.Duration(rand.IntN(1700))*time.Millisecond)
 		}
 	case modeReset:
 		if rand.IntN(5) == 0 {
