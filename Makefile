@@ -22,9 +22,9 @@ caddy: ## Build bin/caddy: Caddy with the standard modules and the idempotency m
 	$(GO) build -trimpath -o $(BIN)/caddy ./examples/caddy
 
 .PHONY: soak
-soak: build ## Fault-injection soak on 3 instances + Redis, and the bad-input campaign (SOAK_DURATION, default 60s).
+soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads) and the bad-input campaign (SOAK_DURATION, default 60s).
 	$(GO) build -o $(BIN)/soak ./test/soak
-	$(BIN)/soak -bin $(BIN)/idemproxy
+	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 
 .PHONY: bench
 bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~2 min).

@@ -348,6 +348,40 @@ func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 	}
 }
 
+// A pending completion that finds another request's claim on the free key keeps
+// trying: that claim may be refused and undone (a Redis claim no replica
+// acknowledged; found by the soak's failover phase, where the completion gave up
+// and the key ran again), or released. It lands once the key is free.
+func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
+	mem := newMem(t)
+	store := &flaky{Store: mem}
+	store.failComplete.Store(true)
+	c := &counter{}
+	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	h := core.Wrap(c)
+	first := serve(h, req{key: "k"})
+	key := core.StoreKey(req{key: "k"}.build(), "k")
+	time.Sleep(100 * time.Millisecond) // the outage outlasts the lease
+	if _, loaded, err := mem.LockOrGet(context.Background(), key, cache.Lock{Token: "other", Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("another claim on the lapsed key: loaded=%v err=%v", loaded, err)
+	}
+	tries := store.completes.Load()
+	store.failComplete.Store(false)
+	waitFor(t, "the pending completion to meet the other claim", func() bool { return store.completes.Load() > tries })
+	if err := mem.Release(context.Background(), key, "other"); err != nil { // refused and undone
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := core.Wait(ctx); err != nil {
+		t.Fatalf("the background completion did not finish: %v", err)
+	}
+	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
+		t.Fatalf("retry after the other claim was undone: %d replayed=%q, %d runs; want the replay of the one run",
+			w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	}
+}
+
 // complete_retry bounds the background completion; past it the lock lapses and a
 // retry runs again (the documented limit).
 func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {

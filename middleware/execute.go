@@ -160,8 +160,10 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, key, token, f
 	return false
 }
 
-// completeLater retries Complete until it succeeds, another request claims the
-// key, or complete_retry passes. Wait waits for it.
+// completeLater retries Complete until it succeeds, another request's answer
+// holds the key, or complete_retry passes. While another request's claim holds
+// the key it keeps trying: that claim may be refused and undone, or released.
+// Wait waits for it.
 func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration, keyHash string, release func()) {
 	defer h.pending.Done()
 	defer release()
@@ -180,12 +182,25 @@ func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cac
 		case err == nil:
 			h.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", keyHash))
 			return
-		case errors.Is(err, cache.ErrLockLost):
+		case errors.Is(err, cache.ErrLockLost) && !h.claimedByAnother(ctx, key):
 			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
 				slog.String("key_hash", keyHash))
 			return
 		}
 	}
+}
+
+// claimedByAnother reports whether key holds another request's in-flight lock:
+// a claim that may yet be refused and undone (a Redis claim no replica
+// acknowledged exists on the primary until it is), or released, freeing the key
+// for this pending Complete. A completed record, or a store that does not
+// answer, ends the wait (a read error counts as an answer here, so an outage
+// does not hold a completion that can no longer land).
+func (h *Handler) claimedByAnother(ctx context.Context, key string) bool {
+	sctx, cancel := h.storeCtx(ctx)
+	defer cancel()
+	rec, err := h.store.Get(sctx, key)
+	return err == nil && rec.State == cache.StateInFlight
 }
 
 // Wait blocks until responses whose storing is being retried in the background

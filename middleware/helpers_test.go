@@ -116,6 +116,7 @@ type flaky struct {
 	cache.Store
 	failLock, failComplete, failRelease atomic.Bool
 	extends                             chan struct{}
+	completes                           atomic.Int64 // Complete calls
 }
 
 var errDown = errors.New("store down")
@@ -128,6 +129,7 @@ func (f *flaky) LockOrGet(ctx context.Context, key string, l cache.Lock) (*cache
 }
 
 func (f *flaky) Complete(ctx context.Context, key, tok string, rec *cache.Record, ttl time.Duration) error {
+	f.completes.Add(1)
 	if f.failComplete.Load() {
 		return errDown
 	}
