@@ -1,0 +1,313 @@
+// Package pgstore is a cache.Store on PostgreSQL (pgx v5, pgxpool): durable
+// records, shared by every instance that points at the same table.
+//
+// Each operation is one SQL statement, so one round trip: a claim, a replay or a
+// conflict is one; a first execution is two (claim, complete) plus one per lease
+// renewal. Every statement is atomic on its own (INSERT … ON CONFLICT … DO UPDATE
+// … WHERE, or a fenced UPDATE/DELETE), and idempotent for its token, like the Redis
+// store's scripts. Expiry is checked on every read; expired rows are deleted in the
+// background in small batches (Sweep).
+//
+// The middleware passes keys that are already SHA-256 hex digests, so a client's
+// key never reaches the database verbatim.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults.
+const (
+	DefaultTable         = "idemproxy_records"
+	DefaultSweepInterval = time.Minute
+	DefaultSweepBatch    = 1000
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTable sets the table: a name, optionally schema-qualified (letters,
+// digits and underscores). Default DefaultTable.
+func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+
+// WithCreateSchema makes New create the table and its index when they do not
+// exist (the default), or only check that the table is there (false), for teams
+// that apply the DDL themselves (Schema, `idemproxy migrate`).
+func WithCreateSchema(on bool) Option { return func(s *Store) { s.createSchema = on } }
+
+// WithSweep sets how often expired rows are deleted in the background, and how
+// many per statement. An interval of 0 turns the sweeper off (another instance,
+// or a cron job calling Sweep, deletes them; reads ignore them either way).
+// Defaults DefaultSweepInterval and DefaultSweepBatch.
+func WithSweep(interval time.Duration, batch int) Option {
+	return func(s *Store) { s.sweepEvery, s.sweepBatch = interval, batch }
+}
+
+// WithClock makes the store use this clock instead of the database server's for
+// lease and record expiry (tests). Every process sharing the table must agree on
+// time, so production code leaves the server's clock in charge.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// Store is the PostgreSQL cache.Store. The caller owns the pool and closes it
+// after the store.
+type Store struct {
+	pool         *pgxpool.Pool
+	table        string
+	createSchema bool
+	sweepEvery   time.Duration
+	sweepBatch   int
+	now          func() time.Time
+
+	q       queries
+	channel string // LISTEN/NOTIFY channel of this table
+	sub     listener
+
+	stopSweep context.CancelFunc
+	sweeping  sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ cache.Store    = (*Store)(nil)
+	_ cache.Notifier = (*Store)(nil)
+)
+
+var tableName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// CheckTable validates a table name.
+func CheckTable(name string) error {
+	if !tableName.MatchString(name) {
+		return fmt.Errorf("postgres table %q: want a name of letters, digits and underscores, optionally schema.name", name)
+	}
+	return nil
+}
+
+// New returns a Store over pool. It creates the schema (unless
+// WithCreateSchema(false)) or checks that the table has the columns this
+// version needs, and starts the sweeper. Call Close when done with it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := CheckTable(s.table); err != nil {
+		return nil, err
+	}
+	if s.sweepEvery < 0 || s.sweepBatch < 1 {
+		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
+	}
+	s.q = buildQueries(s.table)
+	s.channel = "idemproxy_" + strings.ReplaceAll(s.table, ".", "_")
+	if s.createSchema {
+		if err := s.migrate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.pool.Exec(ctx, s.q.check); err != nil {
+		return nil, fmt.Errorf("pgstore: table %s is missing or not an idemproxy table (create it with `idemproxy migrate`): %w", s.table, err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s.stopSweep = cancel
+	if s.sweepEvery > 0 {
+		s.sweeping.Add(1)
+		go s.sweepLoop(sctx)
+	}
+	return s, nil
+}
+
+// Close stops the sweeper and the notification listener. It does not close the
+// pool, which the caller owns. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stopSweep()
+		s.sweeping.Wait()
+		s.sub.close()
+	})
+	return nil
+}
+
+// nowArg is the injected clock's time, or nil: the statement then reads the
+// server's clock (statement_timestamp()).
+func (s *Store) nowArg() any {
+	if s.now == nil {
+		return nil
+	}
+	return s.now()
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// LockOrGet implements cache.Store in one statement. In the rare race where
+// another transaction inserted the key after this statement's snapshot was
+// taken, the statement finds the conflict but cannot read the row; it is run
+// again, and then sees it.
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+	if lock.Token == "" {
+		return nil, false, errors.New("pgstore: empty lock token")
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		var (
+			claimed bool
+			rec     row
+		)
+		err := s.pool.QueryRow(ctx, s.q.claim, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg()).
+			Scan(&claimed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue
+		case err != nil:
+			return nil, false, fmt.Errorf("pgstore: claiming key: %w", err)
+		case claimed:
+			return nil, false, nil
+		}
+		r, err := rec.record()
+		return r, err == nil, err
+	}
+	return nil, false, errors.New("pgstore: claiming key: the row kept changing under the claim")
+}
+
+// Complete implements cache.Store.
+func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
+	if rec == nil || rec.Response == nil {
+		return errors.New("pgstore: completing without a response")
+	}
+	if token == "" {
+		return cache.ErrLockLost
+	}
+	blob, err := cache.EncodeResponse(rec.Response)
+	if err != nil {
+		return err
+	}
+	created := rec.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+		if s.now != nil {
+			created = s.now()
+		}
+	}
+	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.channel)
+}
+
+// Release implements cache.Store.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	return s.fenced(ctx, "releasing", s.q.release, key, token, s.nowArg(), s.channel)
+}
+
+// Extend implements cache.Store.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	return s.fenced(ctx, "extending lease", s.q.extend, key, token, ms(lease), s.nowArg())
+}
+
+func (s *Store) fenced(ctx context.Context, what, query string, key, token string, args ...any) error {
+	if token == "" {
+		return cache.ErrLockLost
+	}
+	var (
+		ok       bool
+		notified int64
+	)
+	dest := []any{&ok}
+	if query != s.q.extend { // the others announce the change
+		dest = append(dest, &notified)
+	}
+	if err := s.pool.QueryRow(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...).Scan(dest...); err != nil {
+		return fmt.Errorf("pgstore: %s: %w", what, err)
+	}
+	if !ok {
+		return cache.ErrLockLost
+	}
+	return nil
+}
+
+// Resolve implements cache.Store.
+func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, ttl time.Duration) error {
+	var blob []byte
+	if resp != nil {
+		if resp.Unknown {
+			return errors.New("pgstore: resolving with another unknown outcome")
+		}
+		var err error
+		if blob, err = cache.EncodeResponse(resp); err != nil {
+			return err
+		}
+	}
+	var n, notified int64
+	if err := s.pool.QueryRow(ctx, s.q.resolve, []byte(key), blob, ms(ttl), s.nowArg(), s.channel).Scan(&n, &notified); err != nil {
+		return fmt.Errorf("pgstore: resolving key: %w", err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return cache.ErrNotFound
+	}
+	return fmt.Errorf("pgstore: resolving key: %w", cache.ErrNotUnknown)
+}
+
+// Get implements cache.Store.
+func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
+	var rec row
+	err := s.pool.QueryRow(ctx, s.q.get, []byte(key), s.nowArg()).Scan(&rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, cache.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: reading key: %w", err)
+	}
+	return rec.record()
+}
+
+// Delete implements cache.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	var (
+		live     bool
+		notified int64
+	)
+	if err := s.pool.QueryRow(ctx, s.q.delete, []byte(key), s.nowArg(), s.channel).Scan(&live, &notified); err != nil {
+		return fmt.Errorf("pgstore: deleting key: %w", err)
+	}
+	if !live {
+		return cache.ErrNotFound
+	}
+	return nil
+}
+
+// Ping implements cache.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
+// row is a record as the table holds it.
+type row struct {
+	state                int16
+	fingerprint          []byte
+	createdAt, expiresAt time.Time
+	response             []byte
+}
+
+func (r *row) record() (*cache.Record, error) {
+	rec := &cache.Record{Version: cache.FormatVersion, State: cache.State(r.state), Fingerprint: string(r.fingerprint),
+		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
+	switch rec.State {
+	case cache.StateInFlight:
+	case cache.StateCompleted:
+		resp, err := cache.DecodeResponse(r.response)
+		if err != nil {
+			return nil, err
+		}
+		rec.Response = resp
+	default:
+		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
+	}
+	return rec, nil
+}

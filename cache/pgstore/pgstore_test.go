@@ -1,0 +1,141 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/cachetest"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func mustNew(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(context.Background(), pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var tables atomic.Int64
+
+// freshTable names a table of its own for one store.
+func freshTable() pgstore.Option {
+	return pgstore.WithTable(fmt.Sprintf("idem_%d", tables.Add(1)))
+}
+
+func TestConformance(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
+		clk := cachetest.NewClock()
+		return cachetest.Harness{Store: mustNew(t, pool, freshTable(), pgstore.WithClock(clk.Now)), Clock: clk}
+	})
+}
+
+func TestMiddlewareSuite(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	middlewaretest.Run(t, func(t *testing.T) cache.Store { return mustNew(t, pool, freshTable()) })
+}
+
+// With the server's clock (no injection), leases lapse in real time, and the
+// sweeper deletes expired rows in batches while leaving live ones.
+func TestServerClockExpiryAndSweep(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	s := mustNew(t, pool, pgstore.WithTable("swept"), pgstore.WithSweep(0, 7))
+	ctx := context.Background()
+	if _, loaded, err := s.LockOrGet(ctx, "short", cache.Lock{Token: "a", Fingerprint: "f", Lease: 30 * time.Millisecond}); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	for i := 0; i < 20; i++ {
+		tok := fmt.Sprint("t", i)
+		key := fmt.Sprint("done-", i)
+		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		ttl := time.Millisecond
+		if i%2 == 0 {
+			ttl = time.Hour
+		}
+		if err := s.Complete(ctx, key, tok, &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := s.Get(ctx, "short")
+		if errors.Is(err, cache.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the 30ms lease did not lapse in 5s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, loaded, err := s.LockOrGet(ctx, "short", cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("re-claim after lapse: loaded=%v err=%v", loaded, err)
+	}
+	n, err := s.Sweep(ctx)
+	if err != nil || n != 10 { // the ten 1ms records, in batches of 7
+		t.Fatalf("Sweep = %d, %v; want the 10 expired rows", n, err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM swept").Scan(&rows); err != nil || rows != 11 {
+		t.Fatalf("rows left = %d (%v), want 11 (10 live records and the re-claimed lock)", rows, err)
+	}
+}
+
+// The table name is configurable (schema-qualified too), and validated; with
+// schema creation off, a missing table is a clear error at start-up, and the
+// DDL Schema prints creates one the store accepts.
+func TestTableAndSchema(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	ctx := context.Background()
+	for _, bad := range []string{"", "a-b", "x; DROP TABLE y", "a.b.c", "1abc"} {
+		if _, err := pgstore.New(ctx, pool, pgstore.WithTable(bad)); err == nil {
+			t.Fatalf("table %q accepted", bad)
+		}
+	}
+	if _, err := pgstore.New(ctx, pool, pgstore.WithTable("absent"), pgstore.WithCreateSchema(false)); err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
+		t.Fatalf("missing table with schema creation off: %v, want an error naming idemproxy migrate", err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA idem"); err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := pgstore.Schema("idem.records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatalf("applying the printed DDL: %v\n%s", err, ddl)
+	}
+	s := mustNew(t, pool, pgstore.WithTable("idem.records"), pgstore.WithCreateSchema(false))
+	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// Instances starting together create the table once, without an error.
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			s, err := pgstore.New(ctx, pool, pgstore.WithTable("together"))
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent start: %v", err)
+		}
+	}
+}

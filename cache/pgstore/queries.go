@@ -1,0 +1,155 @@
+package pgstore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The table: one row per record.
+//
+//	key          the store key (a hex digest from the middleware; bytes, so any key works)
+//	state        1 in flight, 2 completed
+//	token        lock token; kept once completed, so a re-sent Complete is recognised
+//	fingerprint  the request's fingerprint
+//	created_at   when the first request was claimed
+//	expires_at   when the lease (in flight) or the record (completed) lapses; every
+//	             statement treats a row past it as absent
+//	unknown      the response is a held unknown outcome (so Resolve need not decode it)
+//	response     msgpack-encoded response (completed only)
+//
+// The index on expires_at makes the sweep's batches cheap.
+const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
+	key         bytea       PRIMARY KEY,
+	state       smallint    NOT NULL,
+	token       bytea       NOT NULL,
+	fingerprint bytea       NOT NULL,
+	created_at  timestamptz NOT NULL,
+	expires_at  timestamptz NOT NULL,
+	unknown     boolean     NOT NULL DEFAULT false,
+	response    bytea
+);
+CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
+`
+
+// Statements that announce a change (pg_notify, for waiters) return the number
+// of announcements as a last column: a CTE that nothing reads is never run.
+
+// nowSQL is the statement's clock: the injected one (tests) or the server's.
+// statement_timestamp() is fixed for the whole statement.
+const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
+
+// queries are the statements for one table.
+type queries struct {
+	schema, check                                          string
+	claim, complete, release, extend, resolve, get, delete string
+	sweep                                                  string
+}
+
+// Schema returns the DDL that creates table and its index (what New runs unless
+// WithCreateSchema(false), and `idemproxy migrate` prints).
+func Schema(table string) (string, error) {
+	if err := CheckTable(table); err != nil {
+		return "", err
+	}
+	return buildQueries(table).schema, nil
+}
+
+func buildQueries(table string) queries {
+	parts := strings.Split(table, ".")
+	t := pgx.Identifier(parts).Sanitize()
+	idx := pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize()
+	r := strings.NewReplacer("{T}", t, "{I}", idx,
+		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
+		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW8}", fmt.Sprintf(nowSQL, 8))
+	return queries{
+		schema: r.Replace(schemaSQL),
+		check:  r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response FROM {T} LIMIT 0`),
+
+		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now.
+		// Claims a free key (absent or lapsed), or answers "claimed" again to the
+		// token that holds the lock (a re-sent claim); otherwise returns the live
+		// row and writes nothing.
+		claim: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
+ins AS (
+	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
+	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, NULL FROM c
+	ON CONFLICT (key) DO UPDATE SET state = 1, token = excluded.token, fingerprint = excluded.fingerprint,
+		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = NULL
+	WHERE r.expires_at <= excluded.created_at OR (r.state = 1 AND r.token = excluded.token)
+	RETURNING 1
+)
+SELECT true, 0::smallint, ''::bytea, c.now, c.now, NULL::bytea FROM ins, c
+UNION ALL
+SELECT false, r.state, r.fingerprint, r.created_at, r.expires_at, r.response FROM {T} r, c
+WHERE r.key = $1 AND r.expires_at > c.now AND NOT EXISTS (SELECT 1 FROM ins)`),
+
+		// $1 key, $2 token, $3 fingerprint, $4 created, $5 ttl ms, $6 response,
+		// $7 unknown, $8 now, $9 channel. True when stored: over the token's own
+		// lock, or on a free key (the lease lapsed during an outage and nobody
+		// claimed it), or already completed by this token (a re-sent Complete,
+		// which writes nothing).
+		complete: r.Replace(`WITH c AS (SELECT {NOW8} AS now),
+up AS (
+	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
+	SELECT $1, 2, $2, $3, $4, c.now + $5::bigint * interval '1 millisecond', $7, $6 FROM c
+	ON CONFLICT (key) DO UPDATE SET state = 2, token = excluded.token, unknown = excluded.unknown,
+		response = excluded.response, expires_at = excluded.expires_at,
+		fingerprint = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
+			THEN r.fingerprint ELSE excluded.fingerprint END,
+		created_at = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
+			THEN r.created_at ELSE excluded.created_at END
+	WHERE r.expires_at <= (SELECT now FROM c) OR (r.state = 1 AND r.token = excluded.token)
+	RETURNING 1
+),
+n AS (SELECT pg_notify($9, encode($1, 'hex')) FROM up)
+SELECT EXISTS (SELECT 1 FROM up)
+	OR EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.state = 2 AND r.token = $2 AND r.expires_at > c.now)
+	, (SELECT count(*) FROM n)`),
+
+		// $1 key, $2 token, $3 now, $4 channel. True when the key is free
+		// afterwards: released now, lapsed, or nobody held it (a re-sent Release).
+		release: r.Replace(`WITH c AS (SELECT {NOW3} AS now),
+d AS (DELETE FROM {T} r USING c WHERE r.key = $1 AND (r.expires_at <= c.now OR (r.state = 1 AND r.token = $2)) RETURNING 1),
+n AS (SELECT pg_notify($4, encode($1, 'hex')) FROM d)
+SELECT EXISTS (SELECT 1 FROM d)
+	OR NOT EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now)
+	, (SELECT count(*) FROM n)`),
+
+		// $1 key, $2 token, $3 lease ms, $4 now. True when the token's live lock
+		// was renewed.
+		extend: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
+u AS (UPDATE {T} r SET expires_at = c.now + $3::bigint * interval '1 millisecond' FROM c
+	WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM u)`),
+
+		// $1 key, $2 response (NULL deletes), $3 ttl ms, $4 now, $5 channel.
+		// 1 when the held unknown outcome was replaced or deleted, 0 when no live
+		// record exists, 2 when the live record is something else.
+		resolve: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
+cur AS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now),
+u AS (UPDATE {T} r SET response = $2, unknown = false, expires_at = c.now + $3::bigint * interval '1 millisecond' FROM c
+	WHERE $2::bytea IS NOT NULL AND r.key = $1 AND r.expires_at > c.now AND r.state = 2 AND r.unknown RETURNING 1),
+d AS (DELETE FROM {T} r USING c
+	WHERE $2::bytea IS NULL AND r.key = $1 AND r.expires_at > c.now AND r.state = 2 AND r.unknown RETURNING 1),
+n AS (SELECT pg_notify($5, encode($1, 'hex')) FROM (SELECT 1 FROM u UNION ALL SELECT 1 FROM d) x)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM d) THEN 1
+	WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 0 ELSE 2 END, (SELECT count(*) FROM n)`),
+
+		// $1 key, $2 now.
+		get: r.Replace(`SELECT state, fingerprint, created_at, expires_at, response FROM {T}
+WHERE key = $1 AND expires_at > {NOW2}`),
+
+		// $1 key, $2 now, $3 channel. True when a live record was deleted (a
+		// lapsed one is deleted too, and answers false).
+		delete: r.Replace(`WITH d AS (DELETE FROM {T} WHERE key = $1 RETURNING expires_at > {NOW2} AS live),
+n AS (SELECT pg_notify($3, encode($1, 'hex')) FROM d WHERE live)
+SELECT coalesce((SELECT bool_or(live) FROM d), false), (SELECT count(*) FROM n)`),
+
+		// $1 batch size, $2 now. Deletes up to $1 expired rows, skipping rows
+		// another transaction has locked, in the order of the index.
+		sweep: r.Replace(`DELETE FROM {T} WHERE key IN (
+	SELECT key FROM {T} WHERE expires_at <= {NOW2} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`),
+	}
+}

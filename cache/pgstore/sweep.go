@@ -1,0 +1,68 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrate creates the table and its index if they are missing, under an
+// advisory lock: instances starting together would otherwise race in CREATE
+// TABLE IF NOT EXISTS (which is not safe against itself).
+func (s *Store) migrate(ctx context.Context) error {
+	h := fnv.New64a()
+	h.Write([]byte("idemproxy schema " + s.table))
+	lock := int64(h.Sum64())
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.q.schema)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: creating table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Sweep deletes expired rows, batch rows per statement, until a statement finds
+// fewer than a batch or ctx ends; it returns how many it deleted. Each batch is
+// its own short transaction that skips rows other transactions hold, so it never
+// blocks requests for long. Reads ignore expired rows whether or not they are
+// swept.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.q.sweep, s.sweepBatch, s.nowArg())
+		if err != nil {
+			return total, fmt.Errorf("pgstore: sweeping expired rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.sweepBatch) {
+			return total, nil
+		}
+		select { // let requests have the rows' pages between batches
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) sweepLoop(ctx context.Context) {
+	defer s.sweeping.Done()
+	t := time.NewTicker(s.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = s.Sweep(ctx) // a failed sweep is retried at the next tick
+		}
+	}
+}
