@@ -138,10 +138,12 @@ func (s *Server) ctl(args ...string) ([]byte, error) {
 	return s.run("pg_ctl", append([]string{"-D", s.data()}, args...)...)
 }
 
+// start runs the server. fsync is off (the OS keeps what a killed server
+// wrote), but commits are synchronous: a committed row survives Stop.
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	opts := strings.Join([]string{"-p", port, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
 		"-c", "shared_preload_libraries=pg_stat_statements"}, " ")
 	if _, err := os.Stat(filepath.Join(sharedir(s.bin), "extension", "pg_stat_statements.control")); err != nil {
 		opts = strings.TrimSuffix(opts, " -c shared_preload_libraries=pg_stat_statements")
