@@ -382,6 +382,29 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	}
 }
 
+// The other claim may be gone by the time the pending completion reads the
+// key: a free key is no reason to give up either (seen in the soak's waited
+// failover round, with the first version of the fix above).
+func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
+	store := &flaky{Store: newMem(t)}
+	store.failComplete.Store(true)
+	c := &counter{}
+	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	h := core.Wrap(c)
+	first := serve(h, req{key: "k"})
+	time.Sleep(100 * time.Millisecond) // the lease lapses: the key reads as free
+	store.lockLostOnce.Store(true)
+	store.failComplete.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := core.Wait(ctx); err != nil {
+		t.Fatalf("the background completion did not finish: %v", err)
+	}
+	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
+		t.Fatalf("retry: %d replayed=%q, %d runs; want the replay of the one run", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	}
+}
+
 // complete_retry bounds the background completion; past it the lock lapses and a
 // retry runs again (the documented limit).
 func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {

@@ -182,7 +182,7 @@ func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cac
 		case err == nil:
 			h.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", keyHash))
 			return
-		case errors.Is(err, cache.ErrLockLost) && !h.claimedByAnother(ctx, key):
+		case errors.Is(err, cache.ErrLockLost) && h.answeredByAnother(ctx, key):
 			h.cfg.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
 				slog.String("key_hash", keyHash))
 			return
@@ -190,17 +190,16 @@ func (h *Handler) completeLater(ctx context.Context, key, token string, rec *cac
 	}
 }
 
-// claimedByAnother reports whether key holds another request's in-flight lock:
-// a claim that may yet be refused and undone (a Redis claim no replica
-// acknowledged exists on the primary until it is), or released, freeing the key
-// for this pending Complete. A completed record, or a store that does not
-// answer, ends the wait (a read error counts as an answer here, so an outage
-// does not hold a completion that can no longer land).
-func (h *Handler) claimedByAnother(ctx context.Context, key string) bool {
+// answeredByAnother reports whether key holds another request's completed
+// record, which ends a pending completion for good. Another request's in-flight
+// claim does not: it may yet be refused and undone (a Redis claim no replica
+// acknowledged exists on the primary until it is) or released, and by the time
+// this reads the key it may be free already; nor does a failed read.
+func (h *Handler) answeredByAnother(ctx context.Context, key string) bool {
 	sctx, cancel := h.storeCtx(ctx)
 	defer cancel()
 	rec, err := h.store.Get(sctx, key)
-	return err == nil && rec.State == cache.StateInFlight
+	return err == nil && rec.State == cache.StateCompleted
 }
 
 // Wait blocks until responses whose storing is being retried in the background

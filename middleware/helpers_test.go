@@ -117,6 +117,9 @@ type flaky struct {
 	failLock, failComplete, failRelease atomic.Bool
 	extends                             chan struct{}
 	completes                           atomic.Int64 // Complete calls
+	// lockLostOnce makes the next Complete answer ErrLockLost, as when another
+	// claim held the key for a moment (a refused claim, since undone).
+	lockLostOnce atomic.Bool
 }
 
 var errDown = errors.New("store down")
@@ -132,6 +135,9 @@ func (f *flaky) Complete(ctx context.Context, key, tok string, rec *cache.Record
 	f.completes.Add(1)
 	if f.failComplete.Load() {
 		return errDown
+	}
+	if f.lockLostOnce.CompareAndSwap(true, false) {
+		return cache.ErrLockLost
 	}
 	return f.Store.Complete(ctx, key, tok, rec, ttl)
 }
