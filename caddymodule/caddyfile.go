@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -38,9 +39,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    <setting> <value...>
 //	}
 //
-// Store modules: `memory [{ max_records <n>; max_bytes <size> }]` and
-// `redis <url> [{ prefix <prefix> }]`; a redis:// (rediss://, redis+cluster://,
-// redis+sentinel://) URL alone selects the Redis store. Every field of
+// Store modules: `memory [{ max_records <n>; max_bytes <size> }]`,
+// `redis <url> [{ prefix <prefix> … }]` and `postgres <url> [{ table <name> … }]`;
+// a redis:// (rediss://, redis+cluster://, redis+sentinel://) or postgres://
+// (postgresql://) URL alone selects its store. Every field of
 // middleware.Config is a setting, by its JSON name: a boolean takes no value (true)
 // or true/false, a list takes its items, every other setting one value.
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -100,7 +102,7 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	}
 	modID := "http.handlers.idempotency.stores." + name
 	if _, err := caddy.GetModule(modID); err != nil {
-		return d.Errf("unknown store %q: want memory, redis <url>, or a redis:// URL", d.Val())
+		return d.Errf("unknown store %q: want memory, redis <url>, postgres <url>, or a redis:// or postgres:// URL", d.Val())
 	}
 	unm, err := caddyfile.UnmarshalModule(d, modID)
 	if err != nil {
@@ -138,7 +140,49 @@ var (
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
 	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
+	_ caddyfile.Unmarshaler = (*PostgresStore)(nil)
 )
+
+// UnmarshalCaddyfile reads `postgres <url> [{ table <name>; create_schema
+// [true|false]; sweep_interval <duration> }]`, or `<url> [{ … }]`.
+func (ps *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // "postgres", or the URL itself
+	ps.URL = d.Val()
+	if ps.URL == "postgres" {
+		if !d.NextArg() {
+			return d.Errf("store postgres: missing the PostgreSQL URL")
+		}
+		ps.URL = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return storeOptions(d, func(opt, v string) error {
+		switch opt {
+		case "table":
+			if err := pgstore.CheckTable(v); err != nil {
+				return d.Errf("table: %v", err)
+			}
+			ps.Table = v
+		case "create_schema":
+			on := v == "" || v == "true"
+			if !on && v != "false" {
+				return d.Errf("create_schema: want true or false; got %q", v)
+			}
+			ps.CreateSchema = &on
+		case "sweep_interval":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < 0 {
+				return d.Errf("sweep_interval: want a duration, 0 to turn the sweeper off; got %q", v)
+			}
+			cd := caddy.Duration(dur)
+			ps.SweepInterval = &cd
+		default:
+			return d.Errf("unknown postgres store option %q", opt)
+		}
+		return nil
+	})
+}
 
 // UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
 func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -203,16 +204,21 @@ type syncLog struct {
 func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
 func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-// A reload while a first execution runs on the Redis store: the old config's
-// store stays open until that request is done, so its response is stored and the
-// retry replays it. Before, the old config's cleanup closed the store under the
-// request, storing failed, and the retry ran the operation again.
-func TestCaddyReloadWhileRunningOnRedis(t *testing.T) {
+// A reload while a first execution runs on a shared store (Redis, PostgreSQL):
+// the old config's store stays open until that request is done, so its response
+// is stored and the retry replays it. Before, the old config's cleanup closed the
+// Redis store under the request, storing failed, and the retry ran the operation
+// again.
+func TestCaddyReloadWhileRunningOnSharedStores(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	srv := redistest.Start(t)
 	bin := caddyBinary(t)
+	t.Run("redis", func(t *testing.T) { reloadWhileRunning(t, bin, redistest.Start(t).URL()) })
+	t.Run("postgres", func(t *testing.T) { reloadWhileRunning(t, bin, "postgres "+pgtest.Start(t).URL()) })
+}
+
+func reloadWhileRunning(t *testing.T, bin, store string) {
 	dir := t.TempDir()
 	var calls atomic.Int64
 	started := make(chan struct{}, 4)
@@ -230,7 +236,7 @@ func TestCaddyReloadWhileRunningOnRedis(t *testing.T) {
 	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	caddyfile := func(extra string) string {
 		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 2s\n\t}\n\t%s\n\treverse_proxy %s\n}\n",
-			admin, site, srv.URL(), extra, strings.TrimPrefix(upstream.URL, "http://"))
+			admin, site, store, extra, strings.TrimPrefix(upstream.URL, "http://"))
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)

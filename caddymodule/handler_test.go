@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -256,6 +257,29 @@ func TestRedisStoreModule(t *testing.T) {
 	t.Setenv("IDEM_TEST_REDIS", srv.URL())
 	c, _, _ := provision(t, `{"store":{"type":"redis","url":"{env.IDEM_TEST_REDIS}","prefix":"caddytest:"}}`)
 	if got := serve(c, call{key: "r"}, next); got.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("{env.…} URL: %+v", got)
+	}
+}
+
+// The PostgreSQL store module: two handlers share one table (created at
+// provisioning), and a URL from a placeholder works.
+func TestPostgresStoreModule(t *testing.T) {
+	srv := pgtest.Start(t)
+	cfg := `{"store":{"type":"postgres","url":"` + srv.URL() + `","table":"caddy_idem","sweep_interval":0}}`
+	a, _, _ := provision(t, cfg)
+	b, _, _ := provision(t, cfg)
+	next := &counting{}
+	serve(a, call{key: "p"}, next)
+	if c := serve(b, call{key: "p"}, next); c.header.Get("Idempotent-Replayed") != "true" || next.calls.Load() != 1 {
+		t.Fatalf("second handler on the same table: %+v", c)
+	}
+	var rows int
+	if err := srv.Pool().QueryRow(context.Background(), "SELECT count(*) FROM caddy_idem").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("rows in the table: %d (%v), want 1", rows, err)
+	}
+	t.Setenv("IDEM_TEST_PG", srv.URL())
+	c, _, _ := provision(t, `{"store":{"type":"postgres","url":"{env.IDEM_TEST_PG}","table":"caddy_idem"}}`)
+	if got := serve(c, call{key: "p"}, next); got.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("{env.…} URL: %+v", got)
 	}
 }

@@ -28,6 +28,7 @@ func init() {
 	caddy.RegisterModule(new(Handler))
 	caddy.RegisterModule(new(MemoryStore))
 	caddy.RegisterModule(new(RedisStore))
+	caddy.RegisterModule(new(PostgresStore))
 }
 
 // ResultPlaceholder holds the outcome of the request (stored, replayed, conflict,

@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -76,6 +77,11 @@ type pooledMemory struct {
 
 type pooledRedis struct {
 	*redisstore.Store
+	*pooled
+}
+
+type pooledPostgres struct {
+	*pgstore.Store
 	*pooled
 }
 
@@ -243,6 +249,97 @@ func (r *RedisStore) Cleanup() error {
 // IdempotencyStore implements StoreModule.
 func (r *RedisStore) IdempotencyStore() cache.Store { return r.store }
 
+// PostgresStore keeps records in a PostgreSQL table: durable, shared by every
+// instance pointing at it.
+type PostgresStore struct {
+	// The database: postgres://[user[:password]@]host[:port]/dbname[?options]
+	// (or postgresql://). Options are pgx's and libpq's: sslmode,
+	// pool_max_conns, connect_timeout, … Placeholders such as
+	// {env.DATABASE_URL} are replaced. Required.
+	URL string `json:"url,omitempty"`
+	// The table, schema.name allowed. Default: idemproxy_records.
+	Table string `json:"table,omitempty"`
+	// Create the table and its index at provisioning when missing. Default:
+	// true; false requires them to exist (idemproxy migrate prints the DDL).
+	CreateSchema *bool `json:"create_schema,omitempty"`
+	// How often expired rows are deleted, in small batches; 0 turns the
+	// sweeper off. Default: 1m.
+	SweepInterval *caddy.Duration `json:"sweep_interval,omitempty"`
+
+	key   string
+	store *pooledPostgres
+}
+
+// CaddyModule returns the Caddy module information.
+func (*PostgresStore) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.idempotency.stores.postgres",
+		New: func() caddy.Module { return new(PostgresStore) },
+	}
+}
+
+// Provision connects, or reuses the store of the previous config: one store
+// (pool, sweeper, listener) per URL and settings, kept across reloads.
+func (p *PostgresStore) Provision(ctx caddy.Context) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if p.Table == "" {
+		p.Table = stores.DefaultPostgresTable
+	}
+	spec := stores.Spec{URL: caddy.NewReplacer().ReplaceAll(p.URL, ""), PostgresTable: p.Table, PostgresCreateSchema: true,
+		PostgresSweepInterval: stores.DefaultPostgresSweepInterval, Warn: ctx.Slogger().Warn}
+	if p.CreateSchema != nil {
+		spec.PostgresCreateSchema = *p.CreateSchema
+	}
+	if p.SweepInterval != nil {
+		spec.PostgresSweepInterval = time.Duration(*p.SweepInterval)
+	}
+	if err := stores.Check(spec); err != nil {
+		return fmt.Errorf("postgres store: %w", err)
+	}
+	p.key = fmt.Sprintf("postgres/%s/schema=%v,sweep=%v/%s", p.Table, spec.PostgresCreateSchema, spec.PostgresSweepInterval, spec.URL)
+	v, _, err := pool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
+		s, closeFn, err := stores.OpenPostgres(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return pooledPostgres{Store: s, pooled: &pooled{close: closeFn}}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres store: %w", err)
+	}
+	pp := v.(pooledPostgres)
+	p.store = &pp
+	return nil
+}
+
+// Validate implements caddy.Validator.
+func (p *PostgresStore) Validate() error {
+	if p.URL == "" {
+		return fmt.Errorf("postgres store: url is required")
+	}
+	if p.Table != "" {
+		if err := pgstore.CheckTable(p.Table); err != nil {
+			return fmt.Errorf("postgres store: %w", err)
+		}
+	}
+	if p.SweepInterval != nil && *p.SweepInterval < 0 {
+		return fmt.Errorf("postgres store: sweep_interval must not be negative")
+	}
+	return nil
+}
+
+// Cleanup releases this config's use of the store; it closes when no config and
+// no request uses it.
+func (p *PostgresStore) Cleanup() error {
+	_, err := pool.Delete(p.key)
+	return err
+}
+
+// IdempotencyStore implements StoreModule.
+func (p *PostgresStore) IdempotencyStore() cache.Store { return p.store }
+
 // Interface guards.
 var (
 	_ caddy.Provisioner  = (*MemoryStore)(nil)
@@ -258,4 +355,10 @@ var (
 	_ cache.Notifier     = (*pooledMemory)(nil)
 	_ cache.Holder       = (*pooledRedis)(nil)
 	_ cache.Notifier     = (*pooledRedis)(nil)
+	_ caddy.Provisioner  = (*PostgresStore)(nil)
+	_ caddy.Validator    = (*PostgresStore)(nil)
+	_ caddy.CleanerUpper = (*PostgresStore)(nil)
+	_ StoreModule        = (*PostgresStore)(nil)
+	_ cache.Holder       = (*pooledPostgres)(nil)
+	_ cache.Notifier     = (*pooledPostgres)(nil)
 )

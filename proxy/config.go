@@ -24,24 +24,27 @@ import (
 // (its json name with dashes: lock_ttl → --lock-ttl), a variable (IDEMPROXY_LOCK_TTL)
 // and a file key (lock_ttl). The core's settings are middleware.Config, embedded.
 type Config struct {
-	Listen             string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
-	Upstream           string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
-	Store              string              `json:"store" yaml:"store" help:"memory, or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL"`
-	Admin              string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	AdminToken         string              `json:"admin_token" yaml:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
-	Metrics            string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
-	RedisPrefix        string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
-	RedisAllowEviction bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
-	RedisWaitReplicas  int64               `json:"redis_wait_replicas" yaml:"redis_wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
-	RedisWaitTimeout   middleware.Duration `json:"redis_wait_timeout" yaml:"redis_wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
-	MemoryMaxRecords   int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
-	MemoryMaxBytes     middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
-	UpstreamTimeout    middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout    middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
-	ReadHeaderTimeout  middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
-	IdleTimeout        middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat          string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel           string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
+	Listen                string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
+	Upstream              string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
+	Store                 string              `json:"store" yaml:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, or a postgres:// (postgresql://) URL"`
+	Admin                 string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	AdminToken            string              `json:"admin_token" yaml:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
+	Metrics               string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
+	RedisPrefix           string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
+	RedisAllowEviction    bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
+	RedisWaitReplicas     int64               `json:"redis_wait_replicas" yaml:"redis_wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
+	RedisWaitTimeout      middleware.Duration `json:"redis_wait_timeout" yaml:"redis_wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
+	PostgresTable         string              `json:"postgres_table" yaml:"postgres_table" help:"PostgreSQL store: the table (schema.name allowed)"`
+	PostgresCreateSchema  bool                `json:"postgres_create_schema" yaml:"postgres_create_schema" help:"PostgreSQL store: create the table and its index at start-up when missing; false: they must exist (idemproxy migrate prints the DDL)"`
+	PostgresSweepInterval middleware.Duration `json:"postgres_sweep_interval" yaml:"postgres_sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
+	MemoryMaxRecords      int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
+	MemoryMaxBytes        middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
+	UpstreamTimeout       middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
+	ShutdownTimeout       middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ReadHeaderTimeout     middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
+	IdleTimeout           middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat             string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
+	LogLevel              string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
@@ -76,18 +79,21 @@ var fields = conf.Fields(reflect.TypeFor[Config]())
 // DefaultConfig is the configuration before flags, variables and file.
 func DefaultConfig() Config {
 	return Config{
-		Listen:            DefaultListen,
-		Store:             DefaultStore,
-		RedisPrefix:       stores.DefaultRedisPrefix,
-		RedisWaitTimeout:  middleware.Duration(stores.DefaultRedisWaitTimeout),
-		MemoryMaxRecords:  stores.DefaultMemoryMaxRecords,
-		MemoryMaxBytes:    middleware.Size(stores.DefaultMemoryMaxBytes),
-		ShutdownTimeout:   DefaultShutdownTimeout,
-		ReadHeaderTimeout: middleware.Duration(10 * time.Second),
-		IdleTimeout:       middleware.Duration(2 * time.Minute),
-		LogFormat:         "auto",
-		LogLevel:          "info",
-		Config:            middleware.DefaultConfig(),
+		Listen:                DefaultListen,
+		Store:                 DefaultStore,
+		RedisPrefix:           stores.DefaultRedisPrefix,
+		RedisWaitTimeout:      middleware.Duration(stores.DefaultRedisWaitTimeout),
+		PostgresTable:         stores.DefaultPostgresTable,
+		PostgresCreateSchema:  true,
+		PostgresSweepInterval: middleware.Duration(stores.DefaultPostgresSweepInterval),
+		MemoryMaxRecords:      stores.DefaultMemoryMaxRecords,
+		MemoryMaxBytes:        middleware.Size(stores.DefaultMemoryMaxBytes),
+		ShutdownTimeout:       DefaultShutdownTimeout,
+		ReadHeaderTimeout:     middleware.Duration(10 * time.Second),
+		IdleTimeout:           middleware.Duration(2 * time.Minute),
+		LogFormat:             "auto",
+		LogLevel:              "info",
+		Config:                middleware.DefaultConfig(),
 	}
 }
 
@@ -168,8 +174,8 @@ func (c *Config) Validate() error {
 	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout < middleware.Duration(time.Millisecond) {
 		return fmt.Errorf("%s: must be at least 1ms when waiting for replicas, got %v", c.source("redis_wait_timeout"), c.RedisWaitTimeout)
 	}
-	if kind, _ := stores.KindOf(c.Store); kind == "memory" && c.RedisWaitReplicas > 0 {
-		return fmt.Errorf("%s: applies to a Redis store; --store is memory", c.source("redis_wait_replicas"))
+	if kind, _ := stores.KindOf(c.Store); kind != "redis" && c.RedisWaitReplicas > 0 {
+		return fmt.Errorf("%s: applies to a Redis store; --store is %s", c.source("redis_wait_replicas"), kind)
 	}
 	if err := stores.Check(c.storeSpec()); err != nil {
 		return fmt.Errorf("%s: %w", c.source("store"), err)
@@ -232,5 +238,6 @@ func (c *Config) route(r Route) middleware.Config { return c.Config.Merged(r.Con
 func (c *Config) storeSpec() stores.Spec {
 	return stores.Spec{URL: c.Store, RedisPrefix: c.RedisPrefix, RedisAllowEviction: c.RedisAllowEviction,
 		RedisWaitReplicas: c.RedisWaitReplicas, RedisWaitTimeout: time.Duration(c.RedisWaitTimeout),
-		MemoryMaxRecords: c.MemoryMaxRecords, MemoryMaxBytes: int64(c.MemoryMaxBytes)}
+		MemoryMaxRecords: c.MemoryMaxRecords, MemoryMaxBytes: int64(c.MemoryMaxBytes),
+		PostgresTable: c.PostgresTable, PostgresCreateSchema: c.PostgresCreateSchema, PostgresSweepInterval: time.Duration(c.PostgresSweepInterval)}
 }

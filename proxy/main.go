@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,6 +27,8 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 		switch args[0] {
 		case "keys":
 			return keysMain(args[1:], os.Stdin, stdout, stderr, getenv)
+		case "migrate":
+			return migrateMain(args[1:], stdout, stderr, getenv)
 		case "version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0
@@ -120,11 +122,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			}
 		}()
 	}
-	store := "memory"
-	if cfg.Store != "memory" {
-		store = redisstore.Redact(cfg.Store)
-	}
-	log.Info("idemproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", store,
+	log.Info("idemproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", stores.Redact(cfg.Store),
 		"admin", cfg.Admin, "version", Version)
 
 	var serveErr error

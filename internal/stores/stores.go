@@ -13,7 +13,9 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,6 +28,10 @@ const (
 	DefaultRedisWaitTimeout = 250 * time.Millisecond
 	// PingTimeout bounds the reachability check at start-up.
 	PingTimeout = 5 * time.Second
+	// DefaultPostgresTable is the PostgreSQL store's table.
+	DefaultPostgresTable = pgstore.DefaultTable
+	// DefaultPostgresSweepInterval is how often expired rows are deleted.
+	DefaultPostgresSweepInterval = pgstore.DefaultSweepInterval
 )
 
 // Spec selects a store and carries every store's settings; each store reads its own.
@@ -40,6 +46,12 @@ type Spec struct {
 	// (Redis WAIT), within RedisWaitTimeout; 0 waits for none.
 	RedisWaitReplicas int64
 	RedisWaitTimeout  time.Duration
+	// PostgresTable is the PostgreSQL store's table; PostgresCreateSchema
+	// creates it when missing (else it must exist); PostgresSweepInterval is
+	// how often expired rows are deleted (0: never, by this instance).
+	PostgresTable         string
+	PostgresCreateSchema  bool
+	PostgresSweepInterval time.Duration
 	// Warn receives what Open tolerates but an operator should know.
 	Warn func(msg string, args ...any)
 }
@@ -54,6 +66,7 @@ type Kind struct {
 var Kinds = []Kind{
 	{Name: "memory", Schemes: []string{"memory"}},
 	{Name: "redis", Schemes: []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}},
+	{Name: "postgres", Schemes: []string{"postgres", "postgresql"}},
 }
 
 // KindOf returns the store kind a URL selects ("memory" alone selects memory).
@@ -111,8 +124,56 @@ func Check(spec Spec) error {
 			return err
 		}
 		client.Close()
+	case "postgres":
+		if err := pgstore.CheckTable(spec.PostgresTable); err != nil {
+			return err
+		}
+		if spec.PostgresSweepInterval < 0 {
+			return fmt.Errorf("postgres sweep_interval must not be negative, got %v", spec.PostgresSweepInterval)
+		}
+		if _, err := pgxpool.ParseConfig(spec.URL); err != nil {
+			return fmt.Errorf("postgres URL %s: %w", Redact(spec.URL), redactErr(err, spec.URL))
+		}
+	}
+	if kind == "postgres" && spec.RedisWaitReplicas > 0 {
+		return errors.New("redis wait_replicas applies to a Redis store, not PostgreSQL")
 	}
 	return nil
+}
+
+// redactErr keeps the URL's password out of a parse error that quotes it.
+func redactErr(err error, rawURL string) error {
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+	}
+	return err
+}
+
+// OpenPostgres opens the PostgreSQL store spec selects: a pool, a check that
+// the server answers within PingTimeout, the schema (created, or checked), and
+// the store, with the function that closes the store and then the pool.
+func OpenPostgres(ctx context.Context, spec Spec) (*pgstore.Store, func() error, error) {
+	pool, err := pgxpool.New(ctx, spec.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(spec.URL), redactErr(err, spec.URL))
+	}
+	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, nil, &UnreachableError{Store: "PostgreSQL", URL: Redact(spec.URL), Err: redactErr(err, spec.URL)}
+	}
+	ps, err := pgstore.New(pctx, pool, pgstore.WithTable(spec.PostgresTable), pgstore.WithCreateSchema(spec.PostgresCreateSchema),
+		pgstore.WithSweep(spec.PostgresSweepInterval, pgstore.DefaultSweepBatch))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return ps, func() error { err := ps.Close(); pool.Close(); return err }, nil
 }
 
 // Opened is an open store.
@@ -146,6 +207,12 @@ func Open(ctx context.Context, spec Spec) (*Opened, error) {
 			return nil, err
 		}
 		return &Opened{Store: s, Memory: s, close: s.Close}, nil
+	case "postgres":
+		ps, closeFn, err := OpenPostgres(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: ps, close: closeFn}, nil
 	default:
 		rs, closeFn, err := OpenRedis(ctx, spec, false)
 		if err != nil {
@@ -203,19 +270,21 @@ func DialRedis(ctx context.Context, rawURL string) (redis.UniversalClient, error
 	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
-		return client, &UnreachableError{URL: redisstore.Redact(rawURL), Err: err}
+		return client, &UnreachableError{Store: "Redis", URL: redisstore.Redact(rawURL), Err: err}
 	}
 	return client, nil
 }
 
 // UnreachableError: the store did not answer at start-up.
 type UnreachableError struct {
-	URL string // redacted
-	Err error
+	Store string // "Redis", "PostgreSQL"
+	URL   string // redacted
+	Err   error
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("%s: Redis unreachable: %v", e.URL, e.Err)
+	// One line: pgx lists every address it tried on lines of their own.
+	return fmt.Sprintf("%s: %s unreachable: %s", e.URL, e.Store, strings.Join(strings.Fields(e.Err.Error()), " "))
 }
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
