@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -598,12 +599,18 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 	}
 }
 
-func TestE2ETwoProxiesShareRedis(t *testing.T) {
+// Two instances on one shared store (Redis, PostgreSQL): 200 concurrent
+// duplicates across both run once, and both replay it.
+func TestE2ETwoProxiesShareAStore(t *testing.T) {
 	skipShort(t)
-	rs := redistest.Start(t)
+	t.Run("redis", func(t *testing.T) { twoProxies(t, redistest.Start(t).URL()) })
+	t.Run("postgres", func(t *testing.T) { twoProxies(t, pgtest.Start(t).URL()) })
+}
+
+func twoProxies(t *testing.T, store string) {
 	up := newUpstream(t)
-	a := start(t, "--upstream", up.URL, "--store", rs.URL())
-	b := start(t, "--upstream", up.URL, "--store", rs.URL())
+	a := start(t, "--upstream", up.URL, "--store", store)
+	b := start(t, "--upstream", up.URL, "--store", store)
 	const n = 200
 	var wg sync.WaitGroup
 	codes := make(chan int, n)
@@ -636,6 +643,41 @@ func TestE2ETwoProxiesShareRedis(t *testing.T) {
 		if r := send(t, p.addr, "/slow?ms=300", "dup", "x"); !r.replayed {
 			t.Fatalf("%s did not replay: %+v", p.addr, r)
 		}
+	}
+}
+
+// PostgreSQL as an operator meets it: with schema creation off, a missing table
+// stops start-up with one line naming idemproxy migrate; migrate --apply creates
+// it; a duplicate on another instance waits (--wait) for the first, woken by
+// LISTEN/NOTIFY across processes, and gets its replay.
+func TestE2EPostgresMigrateAndWait(t *testing.T) {
+	skipShort(t)
+	pg := pgtest.Start(t)
+	up := newUpstream(t)
+	code, out := runBin(t, "--upstream", up.URL, "--store", pg.URL(), "--postgres-table", "ops.idem", "--postgres-create-schema=false")
+	if code != 1 || !strings.Contains(out, "idemproxy migrate") || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+		t.Fatalf("start without the table: exit %d, %q; want exit 1 and one line naming idemproxy migrate", code, out)
+	}
+	if _, err := pg.Pool().Exec(context.Background(), "CREATE SCHEMA ops"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runBin(t, "migrate", "--apply", "--store", pg.URL(), "--postgres-table", "ops.idem"); code != 0 {
+		t.Fatalf("migrate --apply: exit %d: %s", code, out)
+	}
+	flags := []string{"--upstream", up.URL, "--store", pg.URL(), "--postgres-table", "ops.idem", "--postgres-create-schema=false", "--wait", "10s"}
+	a, b := start(t, flags...), start(t, flags...)
+	first := make(chan result, 1)
+	go func() { first <- send(t, a.addr, "/slow?ms=700", "w", "x") }()
+	testutil.Eventually(t, 10*time.Second, "the first execution to start", func() bool { return up.count("w") == 1 })
+	began := time.Now()
+	if r := send(t, b.addr, "/slow?ms=700", "w", "x"); r.status != 201 || !r.replayed {
+		t.Fatalf("duplicate on the other instance: %+v, want the first's replay", r)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("the waiting duplicate took %v", d)
+	}
+	if r := <-first; r.status != 201 || up.count("w") != 1 {
+		t.Fatalf("first: %+v, upstream ran %d times", r, up.count("w"))
 	}
 }
 
