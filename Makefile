@@ -59,7 +59,7 @@ fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), and
 	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache
 
 .PHONY: demo
-demo: build ## Run the proxy (memory store) in front of the demo API, show replay/409/422, keep running.
+demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running.
 	@./examples/demo.sh
 
 .PHONY: demo-check

@@ -2,26 +2,31 @@
 # make demo: the demo API on :3000 and idemproxy (memory store) on :8080 in front of
 # it. It runs the curl lines below once so you see each answer, then keeps both
 # running for you to try them yourself, until Ctrl-C. DEMO_ONCE=1 stops after the tour.
+# DEMO_STORE picks the store (default memory), e.g.
+#   make demo DEMO_STORE='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
+#   make demo DEMO_STORE=redis://127.0.0.1:6379/0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 API=127.0.0.1:${DEMO_API_PORT:-3000}
 PROXY=127.0.0.1:${DEMO_PROXY_PORT:-8080}
 ADMIN=127.0.0.1:${DEMO_ADMIN_PORT:-9090}
+STORE=${DEMO_STORE:-memory}
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
 ./bin/demoapi --listen "$API" 2>/tmp/idemproxy-demoapi.log & pids+=($!)
-./bin/idemproxy --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
+./bin/idemproxy --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --store "$STORE" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
 for _ in $(seq 100); do
+  if ! kill -0 "${pids[1]}" 2>/dev/null; then echo "idemproxy did not start:"; cat /tmp/idemproxy-demo.log; exit 1; fi
   curl -fsS "http://$ADMIN/healthz" >/dev/null 2>&1 && curl -fsS "http://$API/charges" >/dev/null 2>&1 && break
   sleep 0.1
 done
 
 run() { printf '\n\033[1m$ %s\033[0m\n' "$*"; eval "$@"; echo; }
 key="demo-$(date +%s)"
-echo "idemproxy on http://$PROXY in front of the demo API on http://$API (logs: /tmp/idemproxy-demo.log)"
+echo "idemproxy on http://$PROXY (store: ${STORE%%\?*}) in front of the demo API on http://$API (logs: /tmp/idemproxy-demo.log)"
 echo "== 1. The first request runs; the retry with the same key is replayed, not run again:"
 run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 100}'"
 run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 100}'"
