@@ -9,6 +9,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,22 +22,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/internal/procinfo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Server is one PostgreSQL server.
-type Server struct {
-	t    testing.TB
+// Cluster is one PostgreSQL data directory and its server, for tests and the
+// soak: Init once, then Start and Stop as often as needed.
+type Cluster struct {
 	Addr string // 127.0.0.1:port
 	dir  string
-	bin  string // the directory of initdb, pg_ctl, postgres
-	as   *user.User
+	bin  string     // the directory of initdb, pg_ctl, postgres
+	as   *user.User // the user to run as, when we are root
+}
+
+// Server is a Cluster owned by one test.
+type Server struct {
+	*Cluster
+	t testing.TB
 }
 
 // URL is a postgres:// URL of the server's postgres database.
-func (s *Server) URL() string {
+func (s *Cluster) URL() string {
 	return "postgres://postgres@" + s.Addr + "/postgres?sslmode=disable"
 }
 
@@ -58,71 +65,95 @@ func (s *Server) Pool(opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	return p
 }
 
-// binDir finds PostgreSQL's programs: on PATH, or Debian's versioned directory.
-func binDir(t testing.TB) string {
-	t.Helper()
+// BinDir finds PostgreSQL's programs: on PATH, or Debian's versioned directory.
+func BinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Dir(real)
+			return filepath.Dir(real), nil
 		}
-		return filepath.Dir(p)
+		return filepath.Dir(p), nil
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Strings(dirs)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
-			return dirs[i]
+			return dirs[i], nil
 		}
 	}
-	msg := "pgtest: initdb not found (on PATH or in /usr/lib/postgresql/*/bin); install postgresql to run this test"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + "; CI must run the PostgreSQL tests")
+	return "", errors.New("initdb not found (on PATH or in /usr/lib/postgresql/*/bin); install postgresql")
+}
+
+// NewCluster initialises a data directory under dir (which it creates) and
+// picks a free port; the server is not started.
+func NewCluster(dir string) (*Cluster, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
 	}
-	t.Skip(msg)
-	return ""
+	c := &Cluster{bin: bin, dir: dir}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		if c.as, err = user.Lookup("postgres"); err != nil {
+			return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
+		}
+		uid, _ := strconv.Atoi(c.as.Uid)
+		gid, _ := strconv.Atoi(c.as.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	if out, err := c.run("initdb", "-D", c.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return c, nil
+}
+
+// Start runs the server on a free port (the same one again after Stop).
+func (c *Cluster) Start() error {
+	if c.Addr != "" {
+		return c.start()
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		c.Addr = procinfo.FreeAddr()
+		if err = c.start(); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // Start runs a fresh server for this test, stopped when it ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: binDir(t)}
+	if _, err := BinDir(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pgtest: %v; CI must run the PostgreSQL tests", err)
+		}
+		t.Skipf("pgtest: %v", err)
+	}
 	dir, err := os.MkdirTemp("", "pgtest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.dir = dir
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if os.Geteuid() == 0 {
-		if s.as, err = user.Lookup("postgres"); err != nil {
-			t.Fatalf("pgtest: running as root and there is no postgres user to run PostgreSQL as: %v", err)
-		}
-		uid, _ := strconv.Atoi(s.as.Uid)
-		gid, _ := strconv.Atoi(s.as.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
+	c, err := NewCluster(dir)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	if out, err := s.run("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	if err := c.Start(); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	for attempt := 0; ; attempt++ {
-		s.Addr = testutil.FreeAddr(t)
-		err := s.start()
-		if err == nil {
-			break
-		}
-		if attempt == 4 {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	t.Cleanup(func() { _, _ = s.ctl("stop", "-m", "immediate") })
-	return s
+	t.Cleanup(func() { _ = c.Stop() })
+	return &Server{Cluster: c, t: t}
 }
 
-func (s *Server) data() string { return filepath.Join(s.dir, "data") }
+func (s *Cluster) data() string { return filepath.Join(s.dir, "data") }
 
 // run runs one of PostgreSQL's programs, as the postgres user when we are root.
-func (s *Server) run(prog string, args ...string) ([]byte, error) {
+func (s *Cluster) run(prog string, args ...string) ([]byte, error) {
 	path := filepath.Join(s.bin, prog)
 	var cmd *exec.Cmd
 	if s.as != nil {
@@ -134,20 +165,16 @@ func (s *Server) run(prog string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-func (s *Server) ctl(args ...string) ([]byte, error) {
+func (s *Cluster) ctl(args ...string) ([]byte, error) {
 	return s.run("pg_ctl", append([]string{"-D", s.data()}, args...)...)
 }
 
 // start runs the server. fsync is off (the OS keeps what a killed server
 // wrote), but commits are synchronous: a committed row survives Stop.
-func (s *Server) start() error {
+func (s *Cluster) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	opts := strings.Join([]string{"-p", port, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.dir,
-		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
-		"-c", "shared_preload_libraries=pg_stat_statements"}, " ")
-	if _, err := os.Stat(filepath.Join(sharedir(s.bin), "extension", "pg_stat_statements.control")); err != nil {
-		opts = strings.TrimSuffix(opts, " -c shared_preload_libraries=pg_stat_statements")
-	}
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}, " ")
 	out, err := s.ctl("start", "-w", "-t", "30", "-l", filepath.Join(s.dir, "server.log"), "-o", opts)
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
@@ -156,13 +183,7 @@ func (s *Server) start() error {
 	return s.waitReady(30 * time.Second)
 }
 
-// sharedir is PostgreSQL's share directory for a bin directory
-// (/usr/lib/postgresql/15/bin → /usr/share/postgresql/15).
-func sharedir(bin string) string {
-	return filepath.Join("/usr/share/postgresql", filepath.Base(filepath.Dir(bin)))
-}
-
-func (s *Server) waitReady(d time.Duration) error {
+func (s *Cluster) waitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -184,10 +205,18 @@ func (s *Server) waitReady(d time.Duration) error {
 
 // Stop shuts the server down at once (as a crash would: no checkpoint; it
 // recovers from its WAL at the next start).
+func (c *Cluster) Stop() error {
+	if out, err := c.ctl("stop", "-m", "immediate", "-w"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Stop stops the test's server (see Cluster.Stop).
 func (s *Server) Stop() {
 	s.t.Helper()
-	if out, err := s.ctl("stop", "-m", "immediate", "-w"); err != nil {
-		s.t.Fatalf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	if err := s.Cluster.Stop(); err != nil {
+		s.t.Fatalf("pgtest: %v", err)
 	}
 }
 
@@ -197,11 +226,4 @@ func (s *Server) Restart() {
 	if err := s.start(); err != nil {
 		s.t.Fatalf("pgtest: restart: %v", err)
 	}
-}
-
-// HasStatStatements reports whether pg_stat_statements is loaded (it is when
-// the server has the extension installed), and creates the extension.
-func (s *Server) HasStatStatements(ctx context.Context, pool *pgxpool.Pool) bool {
-	_, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-	return err == nil
 }
