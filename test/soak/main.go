@@ -10,6 +10,12 @@
 // reset connections, and fail with 5xx. A checker then compares the upstream's own
 // log of effects with every response the clients saw.
 //
+// Then three more phases, each with its own servers and checked the same way:
+// two instances on Sentinel while the primary is SIGKILLed every 20 s (without,
+// then with wait_replicas), real Caddy reloaded every 1.5 s under load (Redis, then
+// the memory store with changing bounds), and two instances on PostgreSQL while
+// the database is stopped and started every 15 s. SOAK_PHASES picks phases.
+//
 // It also runs the bad-input campaign: a million unique keys into a bounded memory
 // store, hostile requests against the real binary, and tenant isolation.
 //
@@ -31,8 +37,8 @@ func main() {
 	flag.IntVar(&cfg.campaignKeys, "campaign-keys", 1_000_000, "unique keys in the memory-bound campaign")
 	flag.BoolVar(&cfg.skipCampaign, "skip-campaign", false, "run only the fault soak")
 	flag.StringVar(&cfg.caddy, "caddy", "bin/caddy", "Caddy built with the module (make caddy), for the reload phase")
-	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload (env SOAK_PHASES; default all)")
-	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover and reload round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
+	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload, postgres (env SOAK_PHASES; default all)")
+	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover, reload and postgres round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
 	flag.Parse()
 	ok := true
 	if !cfg.skipCampaign {

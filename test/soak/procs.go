@@ -112,10 +112,13 @@ func newRedis(dir, name string, extra ...string) (*managed, error) {
 	return &managed{name: name, redis: true, dir: dir, addr: addr, argv: argv}, nil
 }
 
+// soakLease is the instances' lock_ttl.
+const soakLease = 4 * time.Second
+
 func newProxy(dir, bin, name, upstream, store string, extra ...string) *managed {
 	addr, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
 	argv := append([]string{bin, "--listen", addr, "--admin", admin, "--upstream", upstream, "--store", store,
-		"--lock-ttl", "4s", "--shutdown-timeout", "15s", "--log-level", "warn", "--log-format", "json"}, extra...)
+		"--lock-ttl", soakLease.String(), "--shutdown-timeout", "15s", "--log-level", "warn", "--log-format", "json"}, extra...)
 	return &managed{name: name, dir: dir, addr: addr, argv: argv}
 }
 

@@ -76,6 +76,7 @@ type harness struct {
 	// waited: the instances wait for a replica's acknowledgement of every write,
 	// so a failover explains no double run.
 	waited   bool
+	lease    time.Duration // the instances' lock_ttl
 	client   *http.Client
 	faults   faultLog
 	st       stats
@@ -84,7 +85,7 @@ type harness struct {
 }
 
 func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
-	h := &harness{cfg: cfg, name: name, duration: d, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}}}
+	h := &harness{cfg: cfg, name: name, duration: d, lease: soakLease, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}}}
 	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
 	var err error
 	h.up, err = startUpstream()
@@ -92,7 +93,8 @@ func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
 }
 
 // soak runs the phases one after another: the main fault schedule on three
-// instances, Sentinel failovers, and Caddy reloaded under load.
+// instances, Sentinel failovers, Caddy reloaded under load, and PostgreSQL
+// restarted under load.
 func soak(cfg config) error {
 	dir, err := os.MkdirTemp("", "idemproxy-soak")
 	if err != nil {
@@ -107,7 +109,7 @@ func soak(cfg config) error {
 	for _, phase := range []struct {
 		name string
 		run  func(config, string) error
-	}{{"main", mainPhase}, {"failover", failoverPhase}, {"caddy-reload", reloadPhase}} {
+	}{{"main", mainPhase}, {"failover", failoverPhase}, {"caddy-reload", reloadPhase}, {"postgres", postgresPhase}} {
 		if cfg.phases != "" && !strings.Contains(","+cfg.phases+",", ","+phase.name+",") {
 			continue
 		}

@@ -247,6 +247,10 @@ func (h *harness) explain(e effect) string {
 			if !h.waited && e.start.Before(f.to) && e.end.After(f.from.Add(-time.Second)) {
 				return "failover lost an unreplicated write"
 			}
+		case "postgres-down":
+			if f.to.Sub(f.from) > h.lease && e.end.After(f.from.Add(-time.Second)) && e.end.Before(f.to.Add(time.Second)) {
+				return "PostgreSQL down past the lease at completion"
+			}
 		case "redis-down":
 			if e.end.After(f.from.Add(-time.Second)) && e.end.Before(f.to.Add(time.Second)) {
 				return "Redis down at completion"
