@@ -75,7 +75,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 		}
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-	fmt.Printf("\n%d rounds × %d requests per scenario, %d connections; server under test on core 1, load generator + upstream + Redis on core 0\n\n",
+	fmt.Printf("\n%d rounds × %d requests per scenario, %d connections; server under test on core 1, load generator + upstream + Redis + PostgreSQL on core 0\n\n",
 		cfg.rounds, cfg.requests, cfg.conns)
 	fmt.Println("| scenario | req/s (median) | p50 ms | p99 ms | p99.9 ms | throughput ratio (range over rounds) | p99 ratio | Redis cmds/req | wrong answers |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -117,7 +117,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 	// 100% is what limited a scenario.
 	fmt.Println("\nCPU per request (µs, from /proc and getrusage over every round) and core utilisation:")
 	fmt.Println()
-	fmt.Println("| scenario | server under test (core 1) | upstream | Redis | load generator | core 1 busy | core 0 busy |")
+	fmt.Println("| scenario | server under test (core 1) | upstream | store (Redis, PostgreSQL) | load generator | core 1 busy | core 0 busy |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, s := range scenarios {
 		if s.served == 0 || s.elapsed <= 0 {
@@ -129,20 +129,23 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 		if s.server == "upstream-direct" {
 			up = 0 // the shared upstream is idle: the server under test is an upstream
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", s.name, per(s.cpuServer), per(up), per(s.cpuRedis), per(s.cpuLoad),
-			busy(s.cpuServer), busy(up+s.cpuRedis+s.cpuLoad))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", s.name, per(s.cpuServer), per(up), per(s.cpuStore), per(s.cpuLoad),
+			busy(s.cpuServer), busy(up+s.cpuStore+s.cpuLoad))
 	}
 }
 
-type cpuTimes struct{ server, up, redis, load time.Duration }
+type cpuTimes struct{ server, up, store, load time.Duration }
 
-func cpuSnapshot(pids map[string]int, server string) cpuTimes {
-	return cpuTimes{
-		server: procinfo.CPUTime(pids[server]),
+func cpuSnapshot(pids map[string]int, s *scenario) cpuTimes {
+	t := cpuTimes{
+		server: procinfo.CPUTime(pids[s.server]),
 		up:     procinfo.CPUTime(pids["upstream"]),
-		redis:  procinfo.CPUTime(pids["redis"]),
 		load:   procinfo.SelfCPUTime(),
 	}
+	if s.store != "" {
+		t.store = procinfo.TreeCPUTime(pids[s.store]) // PostgreSQL: the postmaster and its backends
+	}
+	return t
 }
 
 func baseName(s *scenario) string {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/procinfo"
 	"github.com/redis/go-redis/v9"
 )
@@ -67,6 +68,7 @@ type scenario struct {
 	target string
 	replay bool
 	redis  bool
+	store  string // "redis" or "postgres": whose CPU the store column counts
 	group  string // "proxy" or "caddy": what the ratio is against
 	rps    []float64
 	lat    []time.Duration
@@ -74,9 +76,9 @@ type scenario struct {
 	cmds   int64
 	reqs   int64
 	// CPU accounting: server is the process under test (core 1); the upstream,
-	// Redis and the load generator share core 0.
+	// the store (Redis, PostgreSQL) and the load generator share core 0.
 	server                     string
-	cpuServer, cpuUp, cpuRedis time.Duration
+	cpuServer, cpuUp, cpuStore time.Duration
 	cpuLoad, elapsed           time.Duration
 	served                     int64
 }
@@ -151,6 +153,31 @@ func run(cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
+	// PostgreSQL on core 0 with Redis: its own cluster in a temporary directory
+	// (as the postgres user when root), the postmaster and every backend pinned.
+	pgdir, err := os.MkdirTemp("", "idemproxy-bench-pg")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(pgdir)
+	pg, err := pgtest.NewCluster(pgdir)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if err := pg.Start(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer pg.Stop()
+	pids["postgres"] = pg.PID()
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", coreEnv, fmt.Sprint(pg.PID())).CombinedOutput(); err != nil {
+		return fmt.Errorf("pinning postgres: %v: %s", err, out)
+	}
+	pgAddr := procinfo.FreeAddr()
+	pgURL, err := launch(coreTest, "idemproxy-postgres", pgAddr, idemproxy, "--listen", pgAddr, "--upstream", upURL,
+		"--store", pg.URL()+"&pool_max_conns=32", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
 	red := procinfo.FreeAddr()
 	redURL, err := launch(coreTest, "idemproxy-redis", red, idemproxy, "--listen", red, "--upstream", upURL,
 		"--store", "redis://"+redisAddr+"/0?pool_size=64", "--log-level", "warn")
@@ -162,8 +189,10 @@ func run(cfg benchConfig) error {
 		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base", server: "bareproxy"},
 		{name: "idemproxy memory: first executions", target: memURL, group: "proxy", server: "idemproxy-memory"},
 		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy", server: "idemproxy-memory"},
-		{name: "idemproxy Redis: first executions", target: redURL, redis: true, group: "proxy", server: "idemproxy-redis"},
-		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, group: "proxy", server: "idemproxy-redis"},
+		{name: "idemproxy Redis: first executions", target: redURL, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
+		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
+		{name: "idemproxy PostgreSQL: first executions", target: pgURL, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
+		{name: "idemproxy PostgreSQL: replays", target: pgURL, replay: true, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
 	}
 	if !cfg.skipCaddy {
 		c1, c2 := procinfo.FreeAddr(), procinfo.FreeAddr()
@@ -204,12 +233,12 @@ func run(cfg benchConfig) error {
 			if s.redis {
 				rdb.ConfigResetStat(context.Background())
 			}
-			cpu0 := cpuSnapshot(pids, s.server)
+			cpu0 := cpuSnapshot(pids, s)
 			res := load(s.target, cfg.conns, cfg.requests, key)
-			cpu1 := cpuSnapshot(pids, s.server)
+			cpu1 := cpuSnapshot(pids, s)
 			s.cpuServer += cpu1.server - cpu0.server
 			s.cpuUp += cpu1.up - cpu0.up
-			s.cpuRedis += cpu1.redis - cpu0.redis
+			s.cpuStore += cpu1.store - cpu0.store
 			s.cpuLoad += cpu1.load - cpu0.load
 			s.elapsed += res.elapsed
 			s.served += int64(len(res.latencies))

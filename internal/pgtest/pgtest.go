@@ -203,6 +203,17 @@ func (s *Cluster) waitReady(d time.Duration) error {
 	}
 }
 
+// PID is the server's (the postmaster's) process id, or 0 when it is not running.
+func (c *Cluster) PID() int {
+	b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
 // Stop shuts the server down at once (as a crash would: no checkpoint; it
 // recovers from its WAL at the next start).
 func (c *Cluster) Stop() error {

@@ -68,6 +68,37 @@ func CPUTime(pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
+// TreeCPUTime returns the CPU time of process pid and of its live children (a
+// PostgreSQL postmaster and its backends), or -1 when pid cannot be read.
+func TreeCPUTime(pid int) time.Duration {
+	total := CPUTime(pid)
+	if total < 0 {
+		return -1
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if d := CPUTime(child); d > 0 {
+				total += d
+			}
+		}
+	}
+	return total
+}
+
 // SelfCPUTime returns the CPU time this process has used (every thread).
 func SelfCPUTime() time.Duration {
 	var ru syscall.Rusage
