@@ -1,0 +1,57 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache/pgstore"
+	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A Go service on PostgreSQL. New creates the table if it is missing (or, with
+// WithCreateSchema(false), checks that it exists), so a database that cannot be
+// reached fails here rather than at the first request.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/app?sslmode=disable&pool_max_conns=32")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgstore.New(ctx, pool, pgstore.WithTable("idem.records"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close() // before the pool: it stops the sweeper and the listener
+	idem, err := middleware.New(store, middleware.WithRequireKey(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.ListenAndServe(":8080", idem.Wrap(http.NotFoundHandler())))
+}
+
+// The DDL of a table, for a migration tool (what `idemproxy migrate` prints).
+func ExampleSchema() {
+	ddl, err := pgstore.Schema("idem_records")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(ddl)
+	// Output:
+	// CREATE TABLE IF NOT EXISTS "idem_records" (
+	// 	key         bytea       PRIMARY KEY,
+	// 	state       smallint    NOT NULL,
+	// 	token       bytea       NOT NULL,
+	// 	fingerprint bytea       NOT NULL,
+	// 	created_at  timestamptz NOT NULL,
+	// 	expires_at  timestamptz NOT NULL,
+	// 	unknown     boolean     NOT NULL DEFAULT false,
+	// 	response    bytea
+	// );
+	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
+}
