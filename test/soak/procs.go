@@ -49,7 +49,12 @@ func (m *managed) start() error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	m.cmd, m.done = cmd, done
+	// A restarted Redis loads its append-only file first (it grows through a long
+	// run: tens of seconds by the end of 30 minutes on a busy machine).
 	deadline := time.Now().Add(15 * time.Second)
+	if m.redis {
+		deadline = time.Now().Add(90 * time.Second)
+	}
 	for time.Now().Before(deadline) {
 		if c, err := net.DialTimeout("tcp", m.addr, 200*time.Millisecond); err == nil {
 			ready := !m.redis || pong(c)

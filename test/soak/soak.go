@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -172,13 +173,16 @@ func (h *harness) run(schedule func(start time.Time) error) error {
 		go func() { defer wg.Done(); h.clientLoop(c) }()
 	}
 	wg.Wait()
-	if err := <-schedDone; err != nil {
-		return fmt.Errorf("fault schedule: %w", err)
+	schedErr := <-schedDone
+	if schedErr != nil {
+		// Still verify and report what ran: the run fails either way.
+		fmt.Printf("soak: %s: the fault schedule failed: %v\n", h.name, schedErr)
+		schedErr = fmt.Errorf("fault schedule: %w", schedErr)
 	}
 	h.up.mode.Store(modeNormal)
 	fmt.Printf("soak: %s: load done; verifying every completed key is replayed unchanged\n", h.name)
 	lost, differing := h.verify()
-	return h.check(lost, differing)
+	return errors.Join(schedErr, h.check(lost, differing))
 }
 
 // faultCycle is the length of one round of the fault schedule; a long run repeats it.
