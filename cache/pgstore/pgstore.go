@@ -216,11 +216,7 @@ func (s *Store) fenced(ctx context.Context, what, query string, key, token strin
 		ok       bool
 		notified int64
 	)
-	dest := []any{&ok}
-	if query != s.q.extend { // the others announce the change
-		dest = append(dest, &notified)
-	}
-	if err := s.pool.QueryRow(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...).Scan(dest...); err != nil {
+	if err := s.pool.QueryRow(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...).Scan(&ok, &notified); err != nil {
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
 	if !ok {

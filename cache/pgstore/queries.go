@@ -34,7 +34,8 @@ CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
 `
 
 // Statements that announce a change (pg_notify, for waiters) return the number
-// of announcements as a last column: a CTE that nothing reads is never run.
+// of announcements as a last column: a CTE that nothing reads is never run. The
+// fenced statements all answer (ok, announcements); extend announces nothing.
 
 // nowSQL is the statement's clock: the injected one (tests) or the server's.
 // statement_timestamp() is fixed for the whole statement.
@@ -122,7 +123,7 @@ SELECT EXISTS (SELECT 1 FROM d)
 		extend: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 u AS (UPDATE {T} r SET expires_at = c.now + $3::bigint * interval '1 millisecond' FROM c
 	WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM u)`),
+SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 
 		// $1 key, $2 response (NULL deletes), $3 ttl ms, $4 now, $5 channel.
 		// 1 when the held unknown outcome was replaced or deleted, 0 when no live
