@@ -13,17 +13,12 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/charge", strings.NewReader(body))
-	r.Header.Set("Idempotency-Key", key)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
+var post = testutil.Post
 
 // turns counts network round trips on the connections it dialled: a write that
 // follows a read (or opens the connection) starts one.

@@ -21,13 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func post(h http.Handler, key, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/charge", strings.NewReader(body))
-	r.Header.Set("Idempotency-Key", key)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
+var post = testutil.Post
 
 // scriptInternal are the commands the store's scripts run inside Redis; INFO
 // commandstats counts them too, but they cost no round trip.

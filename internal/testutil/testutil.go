@@ -1,9 +1,12 @@
 // Package testutil holds the helpers the project's tests share: free loopback
-// ports and polling for a condition.
+// ports, polling for a condition, and a keyed POST served in process.
 package testutil
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,4 +35,13 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// Post serves a keyed POST /charge with body through h, in process.
+func Post(h http.Handler, key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/charge", strings.NewReader(body))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
 }
