@@ -17,8 +17,9 @@ import (
 //	ex   lease or record expiry, Unix milliseconds (checked on read)
 //	resp msgpack-encoded response (completed only)
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
+//	ls   an in-flight lock's lease, ms (restartGraceLua)
 //
-// PEXPIRE removes the key when ex passes; ex is checked as well so that an injected
+// PEXPIRE removes the key when ex passes (an in-flight lock restartKeepMS later); ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
 //
 // Token mismatches are answered with a value (0), never an error: Go does not match
@@ -59,17 +60,47 @@ end
 local live = kind == 'hash' and tonumber(r[5]) > now
 `
 
+// restartGraceLua: a lock whose lease lapsed while this server was down is
+// held for one more lease from the server's start. The instance that holds it may
+// have finished its request during the outage and be retrying to store the
+// response (complete_retry); without this, a client's retry would claim the
+// lapsed key first, as soon as the server answers, and run again. A lock carries
+// its lease ('ls') for this; a lock last written before the server started is
+// one that outlived a restart (uptime_in_seconds counts whole seconds, so the
+// start is taken a second early: a lock written in the second before a restart
+// may go without the grace, never one written after it). Only with the server's clock (ARGV now = 0): an
+// injected clock (tests) has no relation to the server's uptime. A promoted
+// replica has been up all along, so a failover grants nothing. In-flight locks
+// are kept (PEXPIRE) for restartKeepMS past their lease, so a restart shorter
+// than that finds them.
+const restartGraceLua = `
+if not live and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
+  local ls = tonumber(redis.call('HGET', KEYS[1], 'ls'))
+  if ls then
+    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+    if up then
+      local started = now - (up + 1) * 1000 -- at or before the real start
+      if tonumber(r[5]) - ls < started and now < started + ls then live = true end
+    end
+  end
+end
+`
+
+// restartKeepMS is how long an in-flight lock's hash outlives its lease, for
+// restartGraceLua: 5 minutes, complete_retry's default.
+const restartKeepMS = 300000
+
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms.
 // Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
 // claim), {1, v, st, fp, ca, ex, resp} when another live record exists.
-var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + `
+var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
 if live then
   if r[2] == '1' and r[7] == ARGV[1] then return {0} end
   return {1, r[1], r[2], r[3], r[4], r[5], r[6]}
 end
 if kind == 'hash' then redis.call('DEL', KEYS[1]) end
-redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]), 'ls', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + ` + fmt.Sprint(restartKeepMS) + `)
 return {0}
 `)
 
@@ -151,8 +182,8 @@ return 1
 
 // extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0.
 var extendScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + heldLua + `
-redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]), 'ls', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + ` + fmt.Sprint(restartKeepMS) + `)
 return 1
 `)
 
