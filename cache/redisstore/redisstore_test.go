@@ -139,6 +139,30 @@ func TestRestartGrace(t *testing.T) {
 	}
 }
 
+// A server that refuses INFO to our user (an ACL, a managed Redis) grants no
+// restart grace, and a lapsed lock is claimed as before: never an error.
+func TestRestartGraceWithoutInfo(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
+		t.Skipf("ACL SETUSER: %v", err)
+	}
+	o, _ := redis.ParseURL(srv.URL())
+	o.Username, o.Password = "noinfo", "pw"
+	c := redis.NewClient(o)
+	defer c.Close()
+	s := mustNew(t, c)
+	defer s.Close()
+	key := cachetest.Key(t, "k")
+	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the lease lapses: the claim below takes the grace's path
+	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("claim of a lapsed lock without INFO: loaded=%v err=%v; want claimed", loaded, err)
+	}
+}
+
 func waitGone(t *testing.T, c *redis.Client, key string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)

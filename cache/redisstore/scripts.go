@@ -77,7 +77,8 @@ const restartGraceLua = `
 if not live and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
   local ls = tonumber(redis.call('HGET', KEYS[1], 'ls'))
   if ls then
-    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+    local info = redis.pcall('INFO', 'server') -- a server that refuses INFO grants no grace
+    local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
     if up then
       local started = now - (up + 1) * 1000 -- at or before the real start
       if tonumber(r[5]) - ls < started and now < started + ls then live = true end
