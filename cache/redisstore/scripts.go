@@ -18,6 +18,7 @@ import (
 //	resp msgpack-encoded response (completed only)
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
 //	ls   an in-flight lock's lease, ms (restartGraceLua)
+//	gr   when the first claim after a restart found the lock lapsed, ms (restartGraceLua)
 //
 // PEXPIRE removes the key when ex passes (an in-flight lock restartKeepMS later); ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
@@ -60,28 +61,34 @@ end
 local live = kind == 'hash' and tonumber(r[5]) > now
 `
 
-// restartGraceLua: a lock whose lease lapsed while this server was down is
-// held for one more lease from the server's start. The instance that holds it may
-// have finished its request during the outage and be retrying to store the
-// response (complete_retry); without this, a client's retry would claim the
-// lapsed key first, as soon as the server answers, and run again. A lock carries
-// its lease ('ls') for this; a lock last written before the server started is
-// one that outlived a restart (uptime_in_seconds counts whole seconds, so the
-// start is taken a second early: a lock written in the second before a restart
-// may go without the grace, never one written after it). Only with the server's clock (ARGV now = 0): an
-// injected clock (tests) has no relation to the server's uptime. A promoted
-// replica has been up all along, so a failover grants nothing. In-flight locks
-// are kept (PEXPIRE) for restartKeepMS past their lease, so a restart shorter
-// than that finds them.
+// restartGraceLua: a lock whose lease lapsed while this server was down (or
+// loading its data) is held for one more lease from the first claim that finds
+// it after the restart. The instance that holds it may have finished its request
+// during the outage and be retrying to store the response (complete_retry);
+// without this, a client's retry, answered as soon as the server accepts
+// commands, would claim the lapsed key first and run again. A lock carries its
+// lease ('ls') for this; one last written before the server started is one that
+// outlived a restart (uptime_in_seconds counts whole seconds, so the start is
+// taken a second early: a lock written in the second before a restart may go
+// without the grace, never one written after it). The grace starts at that first
+// claim ('gr'), not at the server's start: loading a large append-only file takes
+// seconds, during which no request is answered. Only with the server's clock
+// (ARGV now = 0): an injected clock (tests) has no relation to the server's
+// uptime. A promoted replica has been up all along, so a failover grants nothing;
+// a server that refuses INFO grants nothing. In-flight locks are kept (PEXPIRE)
+// for restartKeepMS past their lease, so a restart shorter than that finds them.
 const restartGraceLua = `
 if not live and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
-  local ls = tonumber(redis.call('HGET', KEYS[1], 'ls'))
-  if ls then
-    local info = redis.pcall('INFO', 'server') -- a server that refuses INFO grants no grace
+  local g = redis.call('HMGET', KEYS[1], 'ls', 'gr')
+  local ls, gr = tonumber(g[1]), tonumber(g[2])
+  if ls and gr then
+    if now < gr + ls then live = true end
+  elseif ls then
+    local info = redis.pcall('INFO', 'server')
     local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up then
-      local started = now - (up + 1) * 1000 -- at or before the real start
-      if tonumber(r[5]) - ls < started and now < started + ls then live = true end
+    if up and tonumber(r[5]) - ls < now - (up + 1) * 1000 then
+      redis.call('HSET', KEYS[1], 'gr', now)
+      live = true
     end
   end
 end
