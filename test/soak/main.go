@@ -11,7 +11,7 @@
 // log of effects with every response the clients saw.
 //
 // Then three more phases, each with its own servers and checked the same way:
-// two instances on Sentinel while the primary is SIGKILLed every 20 s (without,
+// two instances on Sentinel while the primary is SIGKILLed every 25 s (without,
 // then with wait_replicas), real Caddy reloaded every 1.5 s under load (Redis, then
 // the memory store with changing bounds), and two instances on PostgreSQL while
 // the database is stopped and started every 15 s. SOAK_PHASES picks phases.
