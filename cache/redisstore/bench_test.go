@@ -1,22 +1,11 @@
 package redisstore_test
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/redistest"
-	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 )
-
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discard) WriteHeader(int)             {}
 
 // BenchmarkCoreRedis: the core's first execution and replay against a real Redis
 // on loopback (each includes the round trips: 2 and 1).
@@ -24,37 +13,5 @@ func BenchmarkCoreRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	store := mustNew(b, srv.Client())
 	defer store.Close()
-	h, err := middleware.New(store)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wrapped := h.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(201)
-		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
-	}))
-	send := func(key string) {
-		r := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":100}`))
-		r.Header.Set("Idempotency-Key", key)
-		wrapped.ServeHTTP(&discard{h: http.Header{}}, r)
-	}
-	for i := 0; i < 64; i++ {
-		send("replay-" + strconv.Itoa(i))
-	}
-	var n atomic.Int64
-	for _, bc := range []struct {
-		name string
-		key  func(i int64) string
-	}{
-		{"FirstExecution", func(i int64) string { return "first-" + strconv.FormatInt(i, 10) }},
-		{"Replay", func(i int64) string { return "replay-" + strconv.FormatInt(i%64, 10) }},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					send(bc.key(n.Add(1)))
-				}
-			})
-		})
-	}
+	middlewaretest.Bench(b, store)
 }
