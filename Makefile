@@ -45,7 +45,7 @@ vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no
 	@echo "vet: ok (core free of Caddy, zap and Prometheus)"
 
 .PHONY: test
-test: ## Run every test with the race detector (starts its own redis-server instances).
+test: ## Run every test with the race detector (starts its own redis-server and PostgreSQL instances).
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 .PHONY: test-short
