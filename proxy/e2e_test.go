@@ -661,6 +661,12 @@ func TestE2EPostgresMigrateAndWait(t *testing.T) {
 	if _, err := pg.Pool().Exec(context.Background(), "CREATE SCHEMA ops"); err != nil {
 		t.Fatal(err)
 	}
+	if code, out := runBin(t, "migrate", "--postgres-table", "ops.idem"); code != 0 || !strings.Contains(out, `CREATE TABLE IF NOT EXISTS "ops"."idem"`) {
+		t.Fatalf("migrate (print): exit %d: %s", code, out)
+	}
+	if code, out := runBin(t, "migrate", "--postgres-table", "a;b"); code != 2 {
+		t.Fatalf("migrate with a bad table: exit %d: %s; want 2", code, out)
+	}
 	if code, out := runBin(t, "migrate", "--apply", "--store", pg.URL(), "--postgres-table", "ops.idem"); code != 0 {
 		t.Fatalf("migrate --apply: exit %d: %s", code, out)
 	}
