@@ -12,8 +12,9 @@ import (
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// The core's hot paths with the memory store. The Redis variants are in
-// cache/redisstore (they need a server).
+// The core's hot paths with the memory store. The Redis and PostgreSQL variants
+// (middlewaretest.Bench) are in cache/redisstore and cache/pgstore (they need a
+// server).
 
 var benchBody = strings.Repeat(`{"amount":100,"currency":"EUR"}`, 4)
 
