@@ -113,6 +113,43 @@ type Config struct {
 	// notification arrives. Default: 250ms.
 	WaitPoll *Duration `json:"wait_poll,omitempty" yaml:"wait_poll,omitempty" help:"how often a waiting duplicate re-reads the store when no notification comes"`
 
+	// KeySource is where the key comes from: "auto" (key_header, or where the
+	// webhook preset puts it), "header" (key_header), "json:<pointer>" (a string
+	// in the JSON body at an RFC 6901 pointer, e.g. json:/data/idempotency_key),
+	// "form:<field>" (a field of a form-encoded body) or "body" (a SHA-256 of the
+	// body). A missing or non-string field is a missing key. Default: auto.
+	KeySource *string `json:"key_source,omitempty" yaml:"key_source,omitempty" help:"where the key comes from: auto (key_header, or the webhook preset's key), header, json:/pointer, form:field, or body (a digest of it)"`
+
+	// Webhook verifies a provider's signature before the key is claimed:
+	// "standard" (Standard Webhooks: webhook-id, webhook-timestamp,
+	// webhook-signature), "stripe" (Stripe-Signature), "github"
+	// (X-Hub-Signature-256) or "hmac" (HMAC-SHA256 of the body in
+	// webhook_header). A bad or missing signature gets 401; nothing is claimed,
+	// stored or forwarded. Empty: no verification. Default: empty.
+	Webhook *string `json:"webhook,omitempty" yaml:"webhook,omitempty" help:"verify a webhook signature before the key is claimed: standard, stripe, github or hmac; empty: none"`
+
+	// WebhookSecrets are the webhook's signing secrets, as references:
+	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A signature
+	// made with any of them verifies (rotation). Secrets themselves never go in
+	// a configuration, and are never logged. Default: none.
+	WebhookSecrets []string `json:"webhook_secrets,omitzero" yaml:"webhook_secrets,omitempty" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
+
+	// WebhookTolerance is how far a signed timestamp (standard, stripe) may be
+	// from now, either way. Default: 5m.
+	WebhookTolerance *Duration `json:"webhook_tolerance,omitempty" yaml:"webhook_tolerance,omitempty" help:"how far a signed timestamp (standard, stripe) may be from now"`
+
+	// WebhookHeader is the header carrying the signature, for the hmac preset.
+	// Default: empty.
+	WebhookHeader *string `json:"webhook_header,omitempty" yaml:"webhook_header,omitempty" help:"hmac preset: the header carrying the signature"`
+
+	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
+	// base64. Default: hex.
+	WebhookEncoding *string `json:"webhook_encoding,omitempty" yaml:"webhook_encoding,omitempty" help:"hmac preset: the signature's encoding, hex or base64"`
+
+	// WebhookPrefix is text before the signature in its header for the hmac
+	// preset, e.g. "sha256=". Default: empty.
+	WebhookPrefix *string `json:"webhook_prefix,omitempty" yaml:"webhook_prefix,omitempty" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
+
 	// InFlightOnly deduplicates concurrent duplicates but stores no result: the
 	// lock is released when the response is done, so a later retry runs again.
 	// Default: false.
@@ -144,6 +181,13 @@ func DefaultConfig() Config {
 		Wait:               ptr(Duration(0)),
 		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
 		InFlightOnly:       ptr(false),
+		KeySource:          ptr(KeySourceAuto),
+		Webhook:            ptr(""),
+		WebhookSecrets:     []string{},
+		WebhookTolerance:   ptr(Duration(DefaultWebhookTolerance)),
+		WebhookHeader:      ptr(""),
+		WebhookEncoding:    ptr("hex"),
+		WebhookPrefix:      ptr(""),
 	}
 }
 
@@ -249,7 +293,42 @@ func (c Config) Options() ([]Option, error) {
 	if c.InFlightOnly != nil {
 		opts = append(opts, WithInFlightOnly(*c.InFlightOnly))
 	}
+	if c.KeySource != nil {
+		opts = append(opts, WithKeySource(*c.KeySource))
+	}
+	if c.Webhook != nil && *c.Webhook != "" {
+		w, err := c.webhook()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithWebhook(w))
+	}
 	return opts, nil
+}
+
+// webhook builds the Webhook of c, loading its secrets.
+func (c Config) webhook() (Webhook, error) {
+	w := Webhook{Preset: *c.Webhook, Tolerance: DefaultWebhookTolerance}
+	if c.WebhookTolerance != nil {
+		if *c.WebhookTolerance <= 0 {
+			return w, fieldErr("webhook_tolerance", "must be positive, got %v", *c.WebhookTolerance)
+		}
+		w.Tolerance = c.WebhookTolerance.Std()
+	}
+	for _, s := range []struct {
+		from *string
+		to   *string
+	}{{c.WebhookHeader, &w.Header}, {c.WebhookEncoding, &w.Encoding}, {c.WebhookPrefix, &w.Prefix}} {
+		if s.from != nil {
+			*s.to = *s.from
+		}
+	}
+	secrets, err := LoadSecrets(c.WebhookSecrets)
+	if err != nil {
+		return w, err
+	}
+	w.Secrets = secrets
+	return w, nil
 }
 
 // Validate checks c as New would, without a store. Errors are *ConfigError.

@@ -20,12 +20,15 @@ const (
 	OutcomeBypass        Outcome = "bypass"         // no key and none required: passed through
 	OutcomeStoreError    Outcome = "store_error"    // store failed: 503, or passed through when failing open
 	OutcomeUnknown       Outcome = "unknown"        // first execution sent, no complete answer: key held (or released by policy)
+	// 401: the webhook signature did not verify; nothing claimed or forwarded
+	OutcomeInvalidSignature Outcome = "invalid_signature"
 )
 
 // Outcomes lists every outcome, for metrics that pre-declare their labels.
 var Outcomes = []Outcome{
 	OutcomeStored, OutcomeNotStored, OutcomeReplayed, OutcomeConflict, OutcomeMismatch,
 	OutcomeNotReplayable, OutcomeInvalid, OutcomeBypass, OutcomeStoreError, OutcomeUnknown,
+	OutcomeInvalidSignature,
 }
 
 // Event describes one tracked request once its outcome is known.

@@ -97,29 +97,40 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	defer t.emit()
 	ev := &t.ev
 
-	values := r.Header.Values(h.cfg.keyHeader)
-	if len(values) == 0 {
+	var body []byte
+	if h.cfg.bodyFirst { // a signature to check, or a key in the body
+		var ok bool
+		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+			return nil
+		}
+		if v := h.cfg.verifier; v != nil {
+			if err := v.verify(r.Header, body); err != nil {
+				w.Header().Set("WWW-Authenticate", `Webhook-Signature header="`+v.header+`"`)
+				t.problem(w, OutcomeInvalidSignature, err, newProblem(ProblemInvalidSignature, http.StatusUnauthorized,
+					"the webhook signature did not verify ("+err.Error()+"); nothing was executed"), 0)
+				return nil
+			}
+		}
+	}
+	key, err := h.cfg.keySource.key(r, body)
+	switch {
+	case errors.Is(err, errNoKey):
 		if h.cfg.requireKey {
 			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
-				"this request requires an "+h.cfg.keyHeader+" header"), 0)
+				"this request requires "+h.cfg.keySource.describe()), 0)
 			return nil
 		}
 		ev.Outcome = OutcomeBypass
 		return h.passThrough(w, r, next, ev)
-	}
-	key, err := ParseKey(values)
-	if err != nil {
+	case err != nil:
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return nil
 	}
-	body, err := h.readBody(w, r)
-	if errors.Is(err, errBodyTooLarge) {
-		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.cfg.maxRequestBody)), 0)
-		return nil
-	} else if err != nil {
-		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
-		return nil
+	if !h.cfg.bodyFirst {
+		var ok bool
+		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+			return nil
+		}
 	}
 
 	storeKey := h.StoreKey(r, key)
@@ -157,6 +168,22 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		return nil
 	}
 	return h.execute(w, r, next, storeKey, token, fp, ev)
+}
+
+// readBodyOrAnswer reads the request body for the fingerprint (and a body key or
+// signature), or answers the problem and reports false.
+func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker) ([]byte, bool) {
+	body, err := h.readBody(w, r)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.cfg.maxRequestBody)), 0)
+		return nil, false
+	case err != nil:
+		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
+		return nil, false
+	}
+	return body, true
 }
 
 // tracker carries one request's event and emits it exactly once.

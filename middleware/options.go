@@ -62,6 +62,11 @@ type config struct {
 	ignoredCanon    map[string]bool
 	trackedByMethod map[string]bool
 	scope           []scopePart // scopeHeaders, parsed
+	keySourceSpec   string
+	keySource       keySource // keySourceSpec, resolved
+	webhook         *Webhook
+	verifier        *verifier // webhook, compiled
+	bodyFirst       bool      // the body is read before the key: a signature or a key in it
 }
 
 // scopePart is one entry of the scope: a request header, or one cookie.
@@ -255,6 +260,20 @@ func (c *config) finish() error {
 		}
 	}
 	c.keyHeader = http.CanonicalHeaderKey(c.keyHeader)
+	c.verifier = nil
+	if c.webhook != nil {
+		v, err := c.webhook.compile()
+		if err != nil {
+			return err
+		}
+		c.verifier = v
+	}
+	ks, err := resolveKeySource(c.keySourceSpec, c.keyHeader, c.webhook)
+	if err != nil {
+		return err
+	}
+	c.keySource = ks
+	c.bodyFirst = c.verifier != nil || ks.needsBody()
 	c.ignoredCanon = make(map[string]bool, len(c.ignoredHeaders))
 	for _, h := range c.ignoredHeaders {
 		c.ignoredCanon[http.CanonicalHeaderKey(h)] = true

@@ -22,6 +22,7 @@ const (
 	ProblemNotReplayable    = ProblemTypeBase + "not-replayable"
 	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
 	ProblemOutcomeUnknown   = ProblemTypeBase + "outcome-unknown"
+	ProblemInvalidSignature = ProblemTypeBase + "invalid-signature"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -45,6 +46,7 @@ var problemTitles = map[string]string{
 	ProblemMismatch:         "Idempotency key reused with a different request",
 	ProblemNotReplayable:    "Original response cannot be replayed",
 	ProblemStoreUnavailable: "Idempotency store unavailable",
+	ProblemInvalidSignature: "Webhook signature not verified",
 }
 
 func newProblem(typ string, status int, detail string) Problem {

@@ -1,0 +1,319 @@
+package middleware
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Webhook signature presets: the value of the webhook setting.
+const (
+	// WebhookStandard is Standard Webhooks (Svix and others): webhook-id,
+	// webhook-timestamp and webhook-signature ("v1,<base64>", space-separated),
+	// HMAC-SHA256 over "id.timestamp.body" with the base64 secret after "whsec_".
+	// The key is the signed webhook-id.
+	WebhookStandard = "standard"
+	// WebhookStripe is Stripe: Stripe-Signature "t=…,v1=<hex>,…", HMAC-SHA256 over
+	// "t.body" with the endpoint secret as it is. The key is the body's /id.
+	WebhookStripe = "stripe"
+	// WebhookGitHub is GitHub: X-Hub-Signature-256 "sha256=<hex>", HMAC-SHA256 over
+	// the body. The key is a digest of the signed body (the delivery id is not
+	// signed).
+	WebhookGitHub = "github"
+	// WebhookHMAC is a generic HMAC-SHA256 over the body in a header of your
+	// choice (webhook_header), hex or base64, after an optional prefix. The key is
+	// a digest of the signed body unless key_source names a field of it.
+	WebhookHMAC = "hmac"
+)
+
+// DefaultWebhookTolerance is how far a signed timestamp may be from now.
+const DefaultWebhookTolerance = 5 * time.Minute
+
+// Webhook is a provider's signature scheme, checked on every tracked request of a
+// handler before its key is claimed: a request whose signature does not verify
+// gets 401 and nothing is claimed, stored or forwarded.
+type Webhook struct {
+	// Preset is WebhookStandard, WebhookStripe, WebhookGitHub or WebhookHMAC.
+	Preset string
+	// Secrets are the signing secrets as the provider shows them (whsec_… for
+	// Standard Webhooks); a signature made with any of them verifies, so a
+	// secret can be rotated without downtime. At least one.
+	Secrets []string
+	// Tolerance is how far the signed timestamp may be from now (standard,
+	// stripe). Default DefaultWebhookTolerance.
+	Tolerance time.Duration
+	// Header, Encoding ("hex" or "base64") and Prefix describe the signature of
+	// the hmac preset, e.g. X-Signature, hex, "sha256=".
+	Header, Encoding, Prefix string
+}
+
+// WithWebhook verifies w's signature on every tracked request before its key is
+// claimed; see Webhook. It also picks the key when key_source is auto.
+func WithWebhook(w Webhook) Option {
+	return func(c *config) {
+		w.Secrets = append([]string(nil), w.Secrets...)
+		c.webhook = &w
+	}
+}
+
+// verifier is a compiled Webhook.
+type verifier struct {
+	Webhook
+	keys   [][]byte // HMAC keys, one per secret
+	header string   // the signature's header, canonical
+	now    func() time.Time
+}
+
+// errors of a signature check: their text is the 401 problem's detail.
+var (
+	errSigMissing  = errors.New("the request carries no signature")
+	errSigMismatch = errors.New("no signature matches the body with any configured secret")
+	errSigOld      = errors.New("the signed timestamp is outside the tolerance")
+	errSigBadTime  = errors.New("the signed timestamp is not a Unix time")
+)
+
+func (w *Webhook) compile() (*verifier, error) {
+	v := &verifier{Webhook: *w, now: time.Now}
+	if v.Tolerance == 0 {
+		v.Tolerance = DefaultWebhookTolerance
+	}
+	if v.Tolerance < 0 {
+		return nil, fieldErr("webhook_tolerance", "must be positive, got %v", v.Tolerance)
+	}
+	if len(v.Secrets) == 0 {
+		return nil, fieldErr("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
+	}
+	if v.Preset != WebhookHMAC && (v.Header != "" || v.Prefix != "") {
+		return nil, fieldErr("webhook_header", "webhook_header and webhook_prefix apply to the hmac preset only; %s has its own header", v.Preset)
+	}
+	switch v.Preset {
+	case WebhookStandard:
+		v.header = "Webhook-Signature"
+	case WebhookStripe:
+		v.header = "Stripe-Signature"
+	case WebhookGitHub:
+		v.header = "X-Hub-Signature-256"
+	case WebhookHMAC:
+		if !validToken(v.Header) {
+			return nil, fieldErr("webhook_header", "the hmac preset needs the header that carries the signature, got %q", v.Header)
+		}
+		if v.Encoding == "" {
+			v.Encoding = "hex"
+		}
+		if v.Encoding != "hex" && v.Encoding != "base64" {
+			return nil, fieldErr("webhook_encoding", "%q: want hex or base64", v.Encoding)
+		}
+		v.header = http.CanonicalHeaderKey(v.Header)
+	default:
+		return nil, fieldErr("webhook", "%q: want standard, stripe, github or hmac", v.Preset)
+	}
+	for i, s := range v.Secrets {
+		if s == "" {
+			return nil, fieldErr("webhook_secrets", "secret %d is empty", i+1)
+		}
+		key := []byte(s)
+		if v.Preset == WebhookStandard {
+			// The secret is base64 after an optional whsec_ prefix; the HMAC key
+			// is the decoded bytes. The secret itself is never named in errors.
+			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+			if err != nil || len(b) == 0 {
+				return nil, fieldErr("webhook_secrets", "secret %d is not a Standard Webhooks secret (whsec_ and base64)", i+1)
+			}
+			key = b
+		}
+		v.keys = append(v.keys, key)
+	}
+	return v, nil
+}
+
+// verify checks the request's signature over body.
+func (v *verifier) verify(h http.Header, body []byte) error {
+	sig := h.Values(v.header)
+	if len(sig) == 0 || sig[0] == "" {
+		return fmt.Errorf("%w: no %s header", errSigMissing, v.header)
+	}
+	switch v.Preset {
+	case WebhookStandard:
+		return v.verifyStandard(h, strings.Join(sig, " "), body)
+	case WebhookStripe:
+		return v.verifyStripe(strings.Join(sig, ","), body)
+	case WebhookGitHub:
+		return v.verifyMAC(sig, "sha256=", hex.DecodeString, nil, body)
+	default:
+		decode := hex.DecodeString
+		if v.Encoding == "base64" {
+			decode = base64.StdEncoding.DecodeString
+		}
+		return v.verifyMAC(sig, v.Prefix, decode, nil, body)
+	}
+}
+
+func (v *verifier) verifyStandard(h http.Header, sig string, body []byte) error {
+	id, ts := h.Get("Webhook-Id"), h.Get("Webhook-Timestamp")
+	if id == "" || ts == "" {
+		return fmt.Errorf("%w: webhook-id and webhook-timestamp are both required", errSigMissing)
+	}
+	if err := v.fresh(ts); err != nil {
+		return err
+	}
+	var candidates []string
+	for _, s := range strings.Fields(sig) {
+		if b64, ok := strings.CutPrefix(s, "v1,"); ok { // other versions (v1a: asymmetric) are not ours
+			candidates = append(candidates, b64)
+		}
+	}
+	return v.verifyMAC(candidates, "", base64.StdEncoding.DecodeString, []byte(id+"."+ts+"."), body)
+}
+
+func (v *verifier) verifyStripe(sig string, body []byte) error {
+	var t string
+	var candidates []string
+	for _, part := range strings.Split(sig, ",") {
+		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			if t == "" {
+				t = val
+			}
+		case "v1":
+			candidates = append(candidates, val)
+		}
+	}
+	if t == "" || len(candidates) == 0 {
+		return fmt.Errorf("%w: Stripe-Signature needs t= and v1=", errSigMissing)
+	}
+	if err := v.fresh(t); err != nil {
+		return err
+	}
+	return v.verifyMAC(candidates, "", hex.DecodeString, []byte(t+"."), body)
+}
+
+// verifyMAC reports whether any candidate (after prefix, decoded) is the
+// HMAC-SHA256 of signedPrefix+body under any key, in constant time per compare.
+func (v *verifier) verifyMAC(candidates []string, prefix string, decode func(string) ([]byte, error), signedPrefix, body []byte) error {
+	var sums [][]byte
+	for _, c := range candidates {
+		c, ok := strings.CutPrefix(strings.TrimSpace(c), prefix)
+		if !ok {
+			continue
+		}
+		got, err := decode(c)
+		if err != nil || len(got) != sha256.Size {
+			continue
+		}
+		if sums == nil {
+			for _, k := range v.keys {
+				m := hmac.New(sha256.New, k)
+				m.Write(signedPrefix)
+				m.Write(body)
+				sums = append(sums, m.Sum(nil))
+			}
+		}
+		for _, s := range sums {
+			if hmac.Equal(got, s) {
+				return nil
+			}
+		}
+	}
+	return errSigMismatch
+}
+
+// fresh checks a signed Unix timestamp against the tolerance, either way.
+func (v *verifier) fresh(ts string) error {
+	secs, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return errSigBadTime
+	}
+	if d := v.now().Sub(time.Unix(secs, 0)); d > v.Tolerance || d < -v.Tolerance {
+		return fmt.Errorf("%w (%v)", errSigOld, v.Tolerance)
+	}
+	return nil
+}
+
+// Sign returns the headers a provider would send with body, signed with the
+// first secret; id and at are used where the preset signs them (standard: id and
+// timestamp; stripe: timestamp). It is what `idemproxy sign` prints, for trying a
+// route by hand; tests of the verifier build their signatures independently.
+func (w Webhook) Sign(id string, at time.Time, body []byte) (http.Header, error) {
+	v, err := w.compile()
+	if err != nil {
+		return nil, err
+	}
+	mac := func(prefix string) []byte {
+		m := hmac.New(sha256.New, v.keys[0])
+		m.Write([]byte(prefix))
+		m.Write(body)
+		return m.Sum(nil)
+	}
+	ts := strconv.FormatInt(at.Unix(), 10)
+	h := http.Header{}
+	switch v.Preset {
+	case WebhookStandard:
+		if id == "" {
+			return nil, errors.New("the standard preset signs a webhook-id: give one")
+		}
+		h.Set("Webhook-Id", id)
+		h.Set("Webhook-Timestamp", ts)
+		h.Set("Webhook-Signature", "v1,"+base64.StdEncoding.EncodeToString(mac(id+"."+ts+".")))
+	case WebhookStripe:
+		h.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac(ts+".")))
+	case WebhookGitHub:
+		h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac("")))
+		if id != "" {
+			h.Set("X-GitHub-Delivery", id)
+		}
+	case WebhookHMAC:
+		enc := hex.EncodeToString
+		if v.Encoding == "base64" {
+			enc = base64.StdEncoding.EncodeToString
+		}
+		h.Set(v.header, v.Prefix+enc(mac("")))
+	}
+	return h, nil
+}
+
+// LoadSecrets reads webhook secrets from their references: "env:NAME" (the
+// variable's value) or "file:PATH" (one secret per line; blank lines and lines
+// starting with # are skipped). Secrets never appear in a configuration, and
+// errors name the reference, never a secret.
+func LoadSecrets(refs []string) ([]string, error) {
+	var out []string
+	for _, ref := range refs {
+		kind, arg, _ := strings.Cut(ref, ":")
+		switch {
+		case kind == "env" && arg != "":
+			v, ok := os.LookupEnv(arg)
+			if v = strings.TrimSpace(v); !ok || v == "" {
+				return nil, fieldErr("webhook_secrets", "%s: the variable is not set or empty", ref)
+			}
+			out = append(out, v)
+		case kind == "file" && arg != "":
+			b, err := os.ReadFile(arg)
+			if err != nil {
+				return nil, fieldErr("webhook_secrets", "%s: %v", ref, errors.Unwrap(err))
+			}
+			n := 0
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				if s := strings.TrimSpace(string(line)); s != "" && !strings.HasPrefix(s, "#") {
+					out = append(out, s)
+					n++
+				}
+			}
+			if n == 0 {
+				return nil, fieldErr("webhook_secrets", "%s: no secret in the file", ref)
+			}
+		default:
+			return nil, fieldErr("webhook_secrets", "an entry is neither env:NAME nor file:PATH (a secret itself never goes in the configuration)")
+		}
+	}
+	return out, nil
+}
