@@ -117,6 +117,7 @@ Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
   idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
+  idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT
   idemproxy version
 
 Requests with an Idempotency-Key header run once; repeats get the stored response.

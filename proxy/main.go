@@ -29,6 +29,8 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 			return keysMain(args[1:], os.Stdin, stdout, stderr, getenv)
 		case "migrate":
 			return migrateMain(args[1:], stdout, stderr, getenv)
+		case "sign":
+			return signMain(args[1:], os.Stdin, stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0
