@@ -48,6 +48,22 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "empty scope headers: Host only", input: `idempotency {
 			scope_headers
 		}`, want: `{"scope_headers":[]}`},
+		{name: "webhook verification", input: `idempotency {
+			webhook hmac
+			webhook_secrets env:ACME_OLD file:/run/secrets/acme
+			webhook_header X-Signature
+			webhook_encoding base64
+			webhook_prefix v1=
+			webhook_tolerance 2m
+			key_source json:/event/id
+		}`, want: `{"webhook":"hmac","webhook_secrets":["env:ACME_OLD","file:/run/secrets/acme"],"webhook_header":"X-Signature",
+			"webhook_encoding":"base64","webhook_prefix":"v1=","webhook_tolerance":"2m0s","key_source":"json:/event/id"}`},
+		{name: "webhook without value", input: `idempotency {
+			webhook
+		}`, wantErr: "wrong argument count"},
+		{name: "two webhook presets", input: `idempotency {
+			webhook stripe github
+		}`, wantErr: "wrong argument count"},
 		{name: "cookie scope", input: `idempotency {
 			scope_headers Cookie:session
 		}`, want: `{"scope_headers":["Cookie:session"]}`},
@@ -170,6 +186,10 @@ func TestValidate(t *testing.T) {
 		"lower-case":       {Handler{Config: middleware.Config{Methods: []string{"post"}}}, "did you mean POST?"},
 		"no methods":       {Handler{Config: middleware.Config{Methods: []string{}}}, "methods: no tracked methods"},
 		"wait + in-flight": {Handler{Config: middleware.Config{Wait: d(time.Second), InFlightOnly: &yes}}, "in_flight_only"},
+		"webhook secret unset": {Handler{Config: middleware.Config{Webhook: new("stripe"), WebhookSecrets: []string{"env:IDEMPROXY_TEST_UNSET"}}},
+			"webhook_secrets: env:IDEMPROXY_TEST_UNSET: the variable is not set or empty"},
+		"unknown preset":       {Handler{Config: middleware.Config{Webhook: new("svix"), WebhookSecrets: []string{"env:HOME"}}}, "webhook: \"svix\": want standard, stripe, github or hmac"},
+		"header with a preset": {Handler{Config: middleware.Config{Webhook: new("github"), WebhookSecrets: []string{"env:HOME"}, KeySource: new("header")}}, "key_source: header"},
 	} {
 		err := tc.h.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
