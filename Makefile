@@ -67,7 +67,8 @@ demo-check: build ## Run the demo tour once and exit (used by CI).
 	@DEMO_ONCE=1 DEMO_API_PORT=3901 DEMO_PROXY_PORT=3902 DEMO_ADMIN_PORT=3903 ./examples/demo.sh > /tmp/idemproxy-demo-check.out 2>&1 || { cat /tmp/idemproxy-demo-check.out; exit 1; }
 	@grep -q 'Idempotent-Replayed: true' /tmp/idemproxy-demo-check.out && grep -q 'HTTP/1.1 409' /tmp/idemproxy-demo-check.out \
 	  && grep -q 'HTTP/1.1 422' /tmp/idemproxy-demo-check.out && grep -q '"count":2' /tmp/idemproxy-demo-check.out \
-	  || { cat /tmp/idemproxy-demo-check.out; echo "demo-check: the tour did not show a replay, a 409, a 422 and two charges"; exit 1; }
+	  && grep -q 'HTTP/1.1 401' /tmp/idemproxy-demo-check.out && grep -q '"deliveries":1' /tmp/idemproxy-demo-check.out \
+	  || { cat /tmp/idemproxy-demo-check.out; echo "demo-check: the tour did not show a replay, a 409, a 422, two charges, and a webhook run once with a forged one refused"; exit 1; }
 	@echo "demo-check: ok"
 
 .PHONY: ci

@@ -17,7 +17,9 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 
 ./bin/demoapi --listen "$API" 2>/tmp/idemproxy-demoapi.log & pids+=($!)
-./bin/idemproxy --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --store "$STORE" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
+# The /webhooks route (examples/demo.yaml) verifies signatures with this secret.
+export DEMO_WEBHOOK_SECRET=${DEMO_WEBHOOK_SECRET:-whsec_ZGVtby13ZWJob29rLXNlY3JldA==}
+./bin/idemproxy --config examples/demo.yaml --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --store "$STORE" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
 for _ in $(seq 100); do
   if ! kill -0 "${pids[1]}" 2>/dev/null; then echo "idemproxy did not start:"; cat /tmp/idemproxy-demo.log; exit 1; fi
   curl -fsS "http://$ADMIN/healthz" >/dev/null 2>&1 && curl -fsS "http://$API/charges" >/dev/null 2>&1 && break
@@ -38,6 +40,14 @@ echo "== 4. Two charges were created upstream, not five:"
 run "curl -sS http://$API/charges"
 echo "== 5. The stored record, through the admin API:"
 run "./bin/idemproxy keys get $key-a --admin $ADMIN"
+echo "== 6. A signed webhook (Standard Webhooks) delivered twice runs once; a forged one gets 401:"
+event='{"type":"invoice.paid","data":{"invoice":"in_42"}}'
+signed=""
+while IFS= read -r h; do signed+=" -H '$h'"; done < <(./bin/idemproxy sign --webhook standard --secret env:DEMO_WEBHOOK_SECRET --id "msg_$key" --body "$event")
+run "curl -sS -i -X POST http://$PROXY/webhooks$signed -d '$event'"
+run "curl -sS -i -X POST http://$PROXY/webhooks$signed -d '$event'"
+run "curl -sS -i -X POST http://$PROXY/webhooks -H 'webhook-id: msg_$key-forged' -H 'webhook-timestamp: $(date +%s)' -H 'webhook-signature: v1,Zm9yZ2Vk' -d '$event'"
+run "curl -sS http://$API/webhooks"
 
 if [ "${DEMO_ONCE:-}" = 1 ]; then exit 0; fi
 cat <<MSG
@@ -45,6 +55,8 @@ Both are still running. Try:
   curl -i -X POST http://$PROXY/charges -H 'Idempotency-Key: my-key' -d '{"amount": 42}'
   curl -i -X POST http://$PROXY/flaky   -H 'Idempotency-Key: k5' -d '{}'     # 503: not stored, a retry runs again
   curl -s http://$ADMIN/metrics | grep idemproxy_requests_total
+  mapfile -t h < <(bin/idemproxy sign --webhook standard --secret env:DEMO_WEBHOOK_SECRET --id msg_1 --body '{"n":1}')
+  curl -i -X POST http://$PROXY/webhooks "\${h[@]/#/-H}" -d '{"n":1}'   # with DEMO_WEBHOOK_SECRET=$DEMO_WEBHOOK_SECRET
 Press Ctrl-C to stop.
 MSG
 wait

@@ -32,8 +32,8 @@ func signMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 Prints the headers a webhook provider would send with the body, signed with the
 secret (the first, for a file), one "Name: value" line each: to try a route
 that verifies signatures by hand, e.g.
-  curl -X POST 127.0.0.1:8080/webhooks --data-binary @event.json \
-    $(idemproxy sign --webhook stripe --secret env:STRIPE_SECRET --body-file event.json | sed 's/^/-H /')
+  mapfile -t h < <(idemproxy sign --webhook stripe --secret env:STRIPE_SECRET --body-file event.json)
+  curl -X POST 127.0.0.1:8080/webhooks/stripe --data-binary @event.json "${h[@]/#/-H}"
 
   --webhook PRESET          standard, stripe, github or hmac
   --secret REF              env:NAME or file:PATH, as in webhook_secrets

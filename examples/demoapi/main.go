@@ -5,6 +5,8 @@
 //	     ?delay=3s                           (answers after a delay, to see a 409)
 //	GET  /charges                            → every charge created so far
 //	POST /flaky                              → 503 (never stored: a retry runs again)
+//	POST /webhooks         (any body)        → 200, the delivery recorded (webhook receiver)
+//	GET  /webhooks                           → every delivery received so far
 package main
 
 import (
@@ -57,6 +59,25 @@ func main() {
 		defer mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(charges), "charges": charges})
+	})
+	var deliveries []json.RawMessage
+	mux.HandleFunc("POST /webhooks", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if !json.Valid(body) {
+			body, _ = json.Marshal(string(body))
+		}
+		mu.Lock()
+		deliveries = append(deliveries, body)
+		n := len(deliveries)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, "{\"received\":%d}\n", n)
+	})
+	mux.HandleFunc("GET /webhooks", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"deliveries": len(deliveries), "events": deliveries})
 	})
 	mux.HandleFunc("POST /flaky", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"temporarily unavailable"}`, http.StatusServiceUnavailable)
