@@ -307,3 +307,10 @@ func TestSignCommand(t *testing.T) {
 		t.Fatal("sign without a secret exited 0")
 	}
 }
+
+// The other example configurations that use webhooks start with their secrets set.
+func TestOtherExampleConfigsLoad(t *testing.T) {
+	up := newUpstream(t)
+	start(t, "../idemproxy.yaml", up, "GITHUB_WEBHOOK_SECRET=x", "STANDARD_WEBHOOK_SECRET="+webhooktest.StandardSecret)
+	start(t, "../demo.yaml", up, "DEMO_WEBHOOK_SECRET="+webhooktest.StandardSecret)
+}
