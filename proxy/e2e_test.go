@@ -391,8 +391,30 @@ routes:
     require_key: true
   - path: /internal
     enabled: false
+  - path: /square
+    key_source: json:/idempotency_key
+    require_key: true
+  - path: /form
+    key_source: form:idempotency_key
 `, up.URL)), 0o600)
 	p := start(t, "--config", cfg)
+	// Keys in the body: a JSON field, a form field.
+	for i := 0; i < 2; i++ {
+		r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":"sq-1","amount":5}`)
+		if r.status != 201 || r.replayed != (i > 0) {
+			t.Fatalf("json key %d: %+v", i, r)
+		}
+		r = send(t, p.addr, "/form", "", "amount=5&idempotency_key=f-1", "Content-Type", "application/x-www-form-urlencoded")
+		if r.status != 201 || r.replayed != (i > 0) {
+			t.Fatalf("form key %d: %+v", i, r)
+		}
+	}
+	if r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":5}`); r.status != 400 || !strings.Contains(r.body, "a string at /idempotency_key in its JSON body") {
+		t.Fatalf("non-string json key, required: %+v", r)
+	}
+	if r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":"sq-1","amount":6}`); r.status != 422 {
+		t.Fatalf("json key reused with another body: %+v", r)
+	}
 	for i := 0; i < 3; i++ {
 		r := send(t, p.addr, "/webhooks/github", "", `{"action":"opened"}`, "X-GitHub-Delivery", "d-1", "Authorization", fmt.Sprint("sig-", i))
 		if r.status != 201 || r.replayed != (i > 0) {
