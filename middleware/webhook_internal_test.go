@@ -2,21 +2,12 @@ package middleware
 
 import (
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
 )
-
-func header(kv map[string]string) http.Header {
-	h := http.Header{}
-	for k, v := range kv {
-		h.Set(k, v)
-	}
-	return h
-}
 
 // The published vectors verify, and Sign reproduces them.
 func TestWebhookPublishedVectors(t *testing.T) {
@@ -27,7 +18,7 @@ func TestWebhookPublishedVectors(t *testing.T) {
 	}
 	at := time.Unix(webhooktest.StandardTimestamp, 0)
 	v.now = func() time.Time { return at.Add(4 * time.Minute) }
-	h := header(map[string]string{"webhook-id": webhooktest.StandardID, "webhook-timestamp": "1614265330",
+	h := webhooktest.Header(map[string]string{"webhook-id": webhooktest.StandardID, "webhook-timestamp": "1614265330",
 		"webhook-signature": "v1,bm9wZQ== " + webhooktest.StandardSignature})
 	if err := v.verify(h, []byte(webhooktest.StandardBody)); err != nil {
 		t.Fatalf("Standard Webhooks vector: %v", err)
@@ -50,7 +41,7 @@ func TestWebhookPublishedVectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gv.verify(header(map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}), []byte(webhooktest.GitHubBody)); err != nil {
+	if err := gv.verify(webhooktest.Header(map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}), []byte(webhooktest.GitHubBody)); err != nil {
 		t.Fatalf("GitHub vector with the second secret: %v", err)
 	}
 	gh.Secrets = gh.Secrets[1:]
@@ -106,14 +97,14 @@ func TestWebhookVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := v.verify(header(c.good), []byte(body)); err != nil {
+			if err := v.verify(webhooktest.Header(c.good), []byte(body)); err != nil {
 				t.Fatalf("good delivery: %v", err)
 			}
-			if err := v.verify(header(c.good), []byte(body+" ")); !errors.Is(err, errSigMismatch) {
+			if err := v.verify(webhooktest.Header(c.good), []byte(body+" ")); !errors.Is(err, errSigMismatch) {
 				t.Fatalf("tampered body: %v", err)
 			}
 			for name, h := range c.bad {
-				if err := v.verify(header(h), []byte(body)); err == nil {
+				if err := v.verify(webhooktest.Header(h), []byte(body)); err == nil {
 					t.Errorf("%s: verified", name)
 				}
 			}

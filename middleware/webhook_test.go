@@ -13,14 +13,6 @@ import (
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-func hdr(kv map[string]string) http.Header {
-	h := http.Header{}
-	for k, v := range kv {
-		h.Set(k, v)
-	}
-	return h
-}
-
 // configured builds a handler from a Config, as the proxy and Caddy do.
 func configured(t *testing.T, c middleware.Config, opts ...middleware.Option) *middleware.Handler {
 	t.Helper()
@@ -53,7 +45,7 @@ func TestWebhookStripe(t *testing.T) {
 	h := configured(t, middleware.Config{Webhook: str("stripe"), WebhookSecrets: []string{"env:TEST_STRIPE_SECRET"}},
 		middleware.WithObserver(ev.observe)).Wrap(c)
 	deliver := func(body string, at time.Time, secret string) *httptestResult {
-		return result(serve(h, req{body: body, header: hdr(webhooktest.Stripe(secret, at, body))}))
+		return result(serve(h, req{body: body, header: webhooktest.Header(webhooktest.Stripe(secret, at, body))}))
 	}
 	now := time.Now()
 	body := `{"id":"evt_1","type":"charge.succeeded","pending_webhooks":1}`
@@ -65,7 +57,7 @@ func TestWebhookStripe(t *testing.T) {
 		t.Fatalf("redelivery: %+v", r)
 	}
 	// Tampered body under a valid signature of another.
-	tampered := req{body: strings.Replace(body, "evt_1", "evt_2", 1), header: hdr(webhooktest.Stripe("whsec_test_stripe", now, body))}
+	tampered := req{body: strings.Replace(body, "evt_1", "evt_2", 1), header: webhooktest.Header(webhooktest.Stripe("whsec_test_stripe", now, body))}
 	w := serve(h, tampered)
 	if w.Code != 401 || !strings.Contains(w.Body.String(), "invalid-signature") || w.Header().Get("WWW-Authenticate") == "" {
 		t.Fatalf("tampered: %d %s %v", w.Code, w.Body, w.Header())
@@ -100,7 +92,7 @@ func TestWebhookStripe(t *testing.T) {
 	}
 	strict := configured(t, middleware.Config{Webhook: str("stripe"), WebhookSecrets: []string{"env:TEST_STRIPE_SECRET"},
 		RequireKey: new(true)}).Wrap(c)
-	w = serve(strict, req{body: `{"id":7}`, header: hdr(webhooktest.Stripe("whsec_test_stripe", now, `{"id":7}`))})
+	w = serve(strict, req{body: `{"id":7}`, header: webhooktest.Header(webhooktest.Stripe("whsec_test_stripe", now, `{"id":7}`))})
 	if w.Code != 400 || !strings.Contains(w.Body.String(), "a string at /id in its JSON body") {
 		t.Fatalf("non-string id, key required: %d %s", w.Code, w.Body)
 	}
@@ -116,14 +108,14 @@ func TestWebhookStandard(t *testing.T) {
 	h := configured(t, middleware.Config{Webhook: str("standard"), WebhookSecrets: []string{"file:" + secrets}}).Wrap(c)
 	now, body := time.Now(), `{"type":"invoice.paid"}`
 	for i, secret := range []string{webhooktest.StandardSecret, "whsec_c2Vjb25k"} {
-		r := result(serve(h, req{body: body, header: hdr(webhooktest.Standard(secret, "msg_1", now.Add(time.Duration(i)*time.Second), body))}))
+		r := result(serve(h, req{body: body, header: webhooktest.Header(webhooktest.Standard(secret, "msg_1", now.Add(time.Duration(i)*time.Second), body))}))
 		if r.status != 201 || r.replayed != (i > 0) {
 			t.Fatalf("delivery %d: %+v", i, r)
 		}
 	}
 	forged := webhooktest.Standard(webhooktest.StandardSecret, "msg_1", now, body)
 	forged["webhook-id"] = "msg_2"
-	if r := result(serve(h, req{body: body, header: hdr(forged)})); r.status != 401 {
+	if r := result(serve(h, req{body: body, header: webhooktest.Header(forged)})); r.status != 401 {
 		t.Fatalf("forged id: %+v", r)
 	}
 	if n := c.calls.Load(); n != 1 {
@@ -139,12 +131,12 @@ func TestWebhookGitHub(t *testing.T) {
 	h := configured(t, middleware.Config{Webhook: str("github"), WebhookSecrets: []string{"env:TEST_GH_SECRET"}}).Wrap(c)
 	body := `{"action":"opened","number":1}`
 	for i, id := range []string{"d-1", "d-1", "d-forged"} {
-		r := result(serve(h, req{body: body, header: hdr(webhooktest.GitHub("gh-secret", id, body))}))
+		r := result(serve(h, req{body: body, header: webhooktest.Header(webhooktest.GitHub("gh-secret", id, body))}))
 		if r.status != 201 || r.replayed != (i > 0) {
 			t.Fatalf("delivery %d (%s): %+v", i, id, r)
 		}
 	}
-	if r := result(serve(h, req{body: body + " ", header: hdr(webhooktest.GitHub("gh-secret", "d-2", body))})); r.status != 401 {
+	if r := result(serve(h, req{body: body + " ", header: webhooktest.Header(webhooktest.GitHub("gh-secret", "d-2", body))})); r.status != 401 {
 		t.Fatalf("tampered: %+v", r)
 	}
 	if n := c.calls.Load(); n != 1 {
@@ -246,7 +238,7 @@ func TestWebhookBodyTooLarge(t *testing.T) {
 	c := &counter{}
 	h := configured(t, middleware.Config{Webhook: str("github"), WebhookSecrets: []string{"env:TEST_GH_SECRET"}, MaxRequestBody: &one}).Wrap(c)
 	body := strings.Repeat("x", 17)
-	if w := serve(h, req{body: body, header: hdr(webhooktest.GitHub("gh", "d", body))}); w.Code != 413 || c.calls.Load() != 0 {
+	if w := serve(h, req{body: body, header: webhooktest.Header(webhooktest.GitHub("gh", "d", body))}); w.Code != 413 || c.calls.Load() != 0 {
 		t.Fatalf("%d %s, calls %d", w.Code, w.Body, c.calls.Load())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -76,4 +77,13 @@ func HMAC(secret, header, prefix string, base64Enc bool, body string) map[string
 		enc = base64.StdEncoding.EncodeToString(sum)
 	}
 	return map[string]string{header: prefix + enc}
+}
+
+// Header turns the headers of a delivery into an http.Header.
+func Header(kv map[string]string) http.Header {
+	h := http.Header{}
+	for k, v := range kv {
+		h.Set(k, v)
+	}
+	return h
 }
