@@ -58,6 +58,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			key_source json:/event/id
 		}`, want: `{"webhook":"hmac","webhook_secrets":["env:ACME_OLD","file:/run/secrets/acme"],"webhook_header":"X-Signature",
 			"webhook_encoding":"base64","webhook_prefix":"v1=","webhook_tolerance":"2m0s","key_source":"json:/event/id"}`},
+		{name: "error format template", input: "idempotency {\n\terror_format `{\"errors\":[{\"code\":\"{code}\",\"message\":\"{detail}\"}]}`\n}",
+			want: `{"error_format":"{\"errors\":[{\"code\":\"{code}\",\"message\":\"{detail}\"}]}"}`},
+		{name: "error format stripe", input: `idempotency {
+			error_format stripe
+		}`, want: `{"error_format":"stripe"}`},
 		{name: "webhook without value", input: `idempotency {
 			webhook
 		}`, wantErr: "wrong argument count"},
@@ -189,6 +194,7 @@ func TestValidate(t *testing.T) {
 		"webhook secret unset": {Handler{Config: middleware.Config{Webhook: new("stripe"), WebhookSecrets: []string{"env:IDEMPROXY_TEST_UNSET"}}},
 			"webhook_secrets: env:IDEMPROXY_TEST_UNSET: the variable is not set or empty"},
 		"unknown preset":       {Handler{Config: middleware.Config{Webhook: new("svix"), WebhookSecrets: []string{"env:HOME"}}}, "webhook: \"svix\": want standard, stripe, github or hmac"},
+		"bad error format":     {Handler{Config: middleware.Config{ErrorFormat: new("xml")}}, "error_format: \"xml\""},
 		"header with a preset": {Handler{Config: middleware.Config{Webhook: new("github"), WebhookSecrets: []string{"env:HOME"}, KeySource: new("header")}}, "key_source: header"},
 	} {
 		err := tc.h.Validate()

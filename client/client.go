@@ -185,10 +185,20 @@ func (e *OutcomeUnknownError) Error() string {
 	return fmt.Sprintf("idempotent request with key %q: outcome unknown (%d): it reached the upstream and may have been executed; not retried, since the same key gets the same answer and a new key could run it twice", e.Key, e.Status)
 }
 
-// unknownOutcome reports whether resp is the outcome-unknown problem.
+// outcomeUnknownType is the problem type of an unknown outcome.
+const outcomeUnknownType = "urn:idemproxy:problem:outcome-unknown"
+
+// unknownOutcome reports whether resp is the outcome-unknown answer, in any
+// error format: idemproxy names the problem in its Idempotency-Problem header;
+// an older one only in a problem+json body.
 func unknownOutcome(resp *http.Response) bool {
-	if resp == nil || (resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusGatewayTimeout) ||
-		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+	if resp == nil || (resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusGatewayTimeout) {
+		return false
+	}
+	if t := resp.Header.Get("Idempotency-Problem"); t != "" {
+		return t == outcomeUnknownType
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
 		return false
 	}
 	// Peek at the body without consuming it for the caller.
@@ -197,7 +207,7 @@ func unknownOutcome(resp *http.Response) bool {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
-	return bytes.Contains(body, []byte(`"urn:idemproxy:problem:outcome-unknown"`))
+	return bytes.Contains(body, []byte(`"`+outcomeUnknownType+`"`))
 }
 
 // retryDelay decides whether an answer is worth another attempt, and after how long.

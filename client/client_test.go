@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/client"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -290,5 +291,70 @@ func TestOutcomeUnknownIsNotRetried(t *testing.T) {
 	var unknown *client.OutcomeUnknownError
 	if !errors.As(err, &unknown) || unknown.Status != 502 || !strings.Contains(err.Error(), "may have been executed") || calls.Load() != 1 {
 		t.Fatalf("err = %v (calls %d); want one attempt and an OutcomeUnknownError", err, calls.Load())
+	}
+}
+
+// The client understands the core's answers in every error format: an unknown
+// outcome is not retried, a 409 in flight is retried after its Retry-After, a 422
+// is final.
+func TestEveryErrorFormat(t *testing.T) {
+	for _, format := range []string{"problem", "stripe", `{"errors":[{"code":"{code}","message":"{detail}"}]}`} {
+		t.Run(format, func(t *testing.T) {
+			store, err := memstore.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			h, err := middleware.New(store, middleware.WithErrorFormat(format), middleware.WithRetryAfter(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_ = h.Handle(w, r, middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
+					calls.Add(1)
+					switch r.URL.Path {
+					case "/reset":
+						return middleware.MarkOutcomeUnknown(errors.New("connection reset"))
+					case "/slow":
+						<-release
+					}
+					w.WriteHeader(http.StatusCreated)
+					return nil
+				}))
+			}))
+			defer srv.Close()
+			c := &http.Client{Transport: client.New(nil, fast(client.WithMaxElapsed(10*time.Second))...)}
+
+			_, err = c.Post(srv.URL+"/reset", "application/json", strings.NewReader("{}"))
+			var unknown *client.OutcomeUnknownError
+			if !errors.As(err, &unknown) || calls.Load() != 1 {
+				t.Fatalf("unknown outcome: err %v, calls %d; want one attempt and an OutcomeUnknownError", err, calls.Load())
+			}
+
+			// In flight: the duplicate's 409 is retried after Retry-After, then replayed.
+			go func() {
+				req, _ := http.NewRequest("POST", srv.URL+"/slow", strings.NewReader("x"))
+				req.Header.Set("Idempotency-Key", "k-slow")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			testutil.Eventually(t, 5*time.Second, "the first request to run", func() bool { return calls.Load() == 2 })
+			time.AfterFunc(300*time.Millisecond, func() { close(release) })
+			resp, _, err := post(t, c, srv.URL+"/slow", "x", "Idempotency-Key", "k-slow")
+			if err != nil || resp.StatusCode != 201 || resp.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("in flight, then replayed: %v %v", resp, err)
+			}
+
+			// Key reuse: 422, final, sent once.
+			before := calls.Load()
+			resp, body, err := post(t, c, srv.URL+"/slow", "y", "Idempotency-Key", "k-slow")
+			if err != nil || resp.StatusCode != 422 || resp.Header.Get("Idempotency-Problem") != middleware.ProblemMismatch ||
+				resp.Header.Get("Idempotency-Key") != "k-slow" || resp.Header.Get("Cache-Control") != "no-store" || calls.Load() != before {
+				t.Fatalf("422: %v %q %v", resp, body, err)
+			}
+		})
 	}
 }

@@ -150,6 +150,16 @@ type Config struct {
 	// preset, e.g. "sha256=". Default: empty.
 	WebhookPrefix *string `json:"webhook_prefix,omitempty" yaml:"webhook_prefix,omitempty" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
 
+	// ErrorFormat is the shape of the answers the core writes itself (409, 422,
+	// 400, 503, …): "problem" (RFC 9457 application/problem+json), "stripe"
+	// ({"error":{"type","code","message","doc_url"}} with Stripe-Should-Retry,
+	// which Stripe's SDKs parse as a typed error), or a JSON template whose
+	// strings hold {type}, {title}, {status}, {detail}, {code} or {retry_after}
+	// ("{status}" alone becomes a number). Every such answer carries
+	// Idempotency-Problem (its type), Cache-Control: no-store, and the request's
+	// key. Default: problem.
+	ErrorFormat *string `json:"error_format,omitempty" yaml:"error_format,omitempty" help:"shape of the answers the core writes itself: problem (RFC 9457), stripe, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
+
 	// InFlightOnly deduplicates concurrent duplicates but stores no result: the
 	// lock is released when the response is done, so a later retry runs again.
 	// Default: false.
@@ -182,6 +192,7 @@ func DefaultConfig() Config {
 		WaitPoll:           ptr(Duration(DefaultWaitPoll)),
 		InFlightOnly:       ptr(false),
 		KeySource:          ptr(KeySourceAuto),
+		ErrorFormat:        ptr(ErrorFormatProblem),
 		Webhook:            ptr(""),
 		WebhookSecrets:     []string{},
 		WebhookTolerance:   ptr(Duration(DefaultWebhookTolerance)),
@@ -295,6 +306,9 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.KeySource != nil {
 		opts = append(opts, WithKeySource(*c.KeySource))
+	}
+	if c.ErrorFormat != nil {
+		opts = append(opts, WithErrorFormat(*c.ErrorFormat))
 	}
 	if c.Webhook != nil && *c.Webhook != "" {
 		w, err := c.webhook()

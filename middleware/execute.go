@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,7 +40,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		if p != nil && rw.status != 0 && !rw.hijacked {
 			// It panicked after it started answering (a reverse proxy aborting a
 			// response cut mid-stream): the upstream may have acted.
-			h.settleUnknown(ctx, rw, key, token, fp, started, ev, false)
+			h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, started, ev, false)
 		} else {
 			h.release(ctx, key, token, ev.KeyHash)
 			ev.Outcome = OutcomeNotStored
@@ -63,7 +62,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	ev.Status = rw.status
 	if err != nil && errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrNotSent) && !rw.hijacked {
 		ev.Err = err
-		if h.settleUnknown(ctx, rw, key, token, fp, started, ev, true) {
+		if h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, started, ev, true) {
 			return nil // answered: the outcome-unknown problem
 		}
 		return err
@@ -134,7 +133,7 @@ func (h *Handler) storeRecord(ctx context.Context, key, token string, rec *cache
 // retry gets it and nothing runs again, and answers it when nothing was written
 // yet (answer); it reports whether it answered. Under the release policy it
 // releases the key.
-func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, key, token, fp string, started time.Time, ev *Event, answer bool) bool {
+func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, token, fp string, started time.Time, ev *Event, answer bool) bool {
 	ev.Outcome = OutcomeUnknown
 	if h.cfg.unknownPolicy == UnknownRelease || h.cfg.inFlightOnly {
 		h.release(ctx, key, token, ev.KeyHash)
@@ -142,10 +141,19 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, key, token, f
 	}
 	status := unknownStatus(ev.Err)
 	p := unknownProblem(status, true)
-	body, _ := json.Marshal(p)
+	// Stored as the answer every retry gets, in the route's error format.
+	ct, hdr, body := h.cfg.errorFormat.render(p, 0)
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	hdr.Set("Content-Type", ct)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set(ProblemHeader, p.Type)
+	if echo != "" {
+		hdr.Set(h.cfg.keySource.name, echo) // every retry carries this same key
+	}
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: &cache.Response{
-		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)),
-		Header: http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}},
+		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr,
 	}}
 	h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", ev.KeyHash), slog.Duration("unknown_hold", h.cfg.unknownHold), slog.Any("error", ev.Err))
@@ -153,7 +161,7 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, key, token, f
 		ev.Err = err
 	}
 	if answer && rw.status == 0 {
-		WriteProblem(rw, p, 0)
+		h.cfg.errorFormat.write(rw, p, 0, h.cfg.keySource.name, echo)
 		ev.Status = status
 		return true
 	}

@@ -126,6 +126,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return nil
 	}
+	if h.cfg.keySource.kind == "header" {
+		t.key = key // echoed on the answers the core writes
+	}
 	if !h.cfg.bodyFirst {
 		var ok bool
 		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
@@ -192,6 +195,7 @@ type tracker struct {
 	start   time.Time
 	ev      Event
 	emitted bool
+	key     string // the request's key, when it came in a header
 }
 
 func (t *tracker) emit() {
@@ -209,7 +213,7 @@ func (t *tracker) emit() {
 func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem, retryAfter time.Duration) {
 	t.ev.Outcome, t.ev.Status, t.ev.Err = o, p.Status, err
 	t.emit()
-	WriteProblem(w, p, retryAfter)
+	t.h.cfg.errorFormat.write(w, p, retryAfter, t.h.cfg.keySource.name, t.key)
 }
 
 // answerDuplicate answers a request whose key already has a record.

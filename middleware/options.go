@@ -67,6 +67,8 @@ type config struct {
 	webhook         *Webhook
 	verifier        *verifier // webhook, compiled
 	bodyFirst       bool      // the body is read before the key: a signature or a key in it
+	errorFormatSpec string
+	errorFormat     errorFormat // errorFormatSpec, parsed
 }
 
 // scopePart is one entry of the scope: a request header, or one cookie.
@@ -274,6 +276,9 @@ func (c *config) finish() error {
 	}
 	c.keySource = ks
 	c.bodyFirst = c.verifier != nil || ks.needsBody()
+	if c.errorFormat, err = parseErrorFormat(c.errorFormatSpec); err != nil {
+		return err
+	}
 	c.ignoredCanon = make(map[string]bool, len(c.ignoredHeaders))
 	for _, h := range c.ignoredHeaders {
 		c.ignoredCanon[http.CanonicalHeaderKey(h)] = true

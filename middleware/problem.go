@@ -1,9 +1,7 @@
 package middleware
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -56,19 +54,24 @@ func newProblem(typ string, status int, detail string) Problem {
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
 // Retry-After header in whole seconds (at least 1).
 func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
-	b, err := json.Marshal(p)
-	if err != nil { // cannot happen: the struct holds only strings and ints
-		b = []byte(`{"type":"about:blank","status":500}`)
+	(&errorFormat{kind: ErrorFormatProblem}).write(w, p, retryAfter, "", "")
+}
+
+// WriteProblem writes p in the handler's error_format, echoing the request's key
+// (when it came in a valid key header) as Stripe does.
+func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
+	h.cfg.errorFormat.write(w, p, retryAfter, h.cfg.keySource.name, h.echoKey(r))
+}
+
+// echoKey is the key to echo on an answer to r: the key header's, when valid;
+// none for a key taken from the body.
+func (h *Handler) echoKey(r *http.Request) string {
+	if h.cfg.keySource.kind != "header" {
+		return ""
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
-	h.Del("Transfer-Encoding")
-	if retryAfter > 0 {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(secs))
+	key, err := ParseKey(r.Header.Values(h.cfg.keySource.name))
+	if err != nil {
+		return ""
 	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(b)
+	return key
 }

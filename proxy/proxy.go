@@ -183,7 +183,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Routes match the path as sent; a "..", "." or "//" segment would pick one
 		// route here and reach another upstream (/internal/../charges).
 		p.metrics.untracked.Add(1)
-		middleware.WriteProblem(w, middleware.Problem{Type: ProblemPath, Title: "Path not in canonical form",
+		p.def.h.WriteProblem(w, r, middleware.Problem{Type: ProblemPath, Title: "Path not in canonical form",
 			Status: http.StatusBadRequest, Detail: "the path has an empty, \".\" or \"..\" segment; send it as " + cleaned(r.URL.Path)}, 0)
 		return
 	}
@@ -196,7 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := rt.h.Handle(w, r, p.next); err != nil {
 		// The upstream failed and the key was released (the request never left,
 		// or the unknown_outcome policy is release): nothing was answered yet.
-		p.upstreamProblem(w, r, err)
+		p.upstreamProblem(w, r, rt.h, err)
 	}
 }
 
@@ -248,16 +248,17 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		slot.err = err // the core answers
 		return
 	}
-	p.upstreamProblem(w, r, err)
+	p.upstreamProblem(w, r, p.match(r.URL.Path).h, err)
 }
 
-// upstreamProblem answers a failed upstream call whose key (if any) was released.
-func (p *Proxy) upstreamProblem(w http.ResponseWriter, _ *http.Request, err error) {
+// upstreamProblem answers, in the route's error format, a failed upstream call
+// whose key (if any) was released.
+func (p *Proxy) upstreamProblem(w http.ResponseWriter, r *http.Request, h *middleware.Handler, err error) {
 	status := http.StatusBadGateway
 	if errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusGatewayTimeout
 	}
-	middleware.WriteProblem(w, middleware.Problem{
+	h.WriteProblem(w, r, middleware.Problem{
 		Type:   ProblemUpstream,
 		Title:  "Upstream unavailable",
 		Status: status,
