@@ -71,8 +71,13 @@ demo-check: build ## Run the demo tour once and exit (used by CI).
 	  || { cat /tmp/idemproxy-demo-check.out; echo "demo-check: the tour did not show a replay, a 409, a 422, two charges, and a webhook run once with a forged one refused"; exit 1; }
 	@echo "demo-check: ok"
 
+.PHONY: rules
+rules: ## Check the Prometheus alert rules in examples/prometheus (promtool check rules, promtool test rules).
+	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install -y prometheus"; exit 1; }
+	cd examples/prometheus && promtool check rules idemproxy-rules.yml && promtool test rules idemproxy-rules.test.yml
+
 .PHONY: ci
-ci: vet build test demo-check soak ## Everything CI runs.
+ci: vet build rules test demo-check soak ## Everything CI runs.
 
 .PHONY: clean
 clean: ## Remove build output.

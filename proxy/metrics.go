@@ -62,6 +62,11 @@ func (m *metrics) write(w io.Writer) {
 		fmt.Fprintf(w, "idemproxy_memory_records %d\n", m.mem.Len())
 		fmt.Fprint(w, "# HELP idemproxy_memory_bytes Approximate bytes held by the memory store's records.\n# TYPE idemproxy_memory_bytes gauge\n")
 		fmt.Fprintf(w, "idemproxy_memory_bytes %d\n", m.mem.Bytes())
+		maxRecords, maxBytes := m.mem.Bounds()
+		fmt.Fprint(w, "# HELP idemproxy_memory_max_records The memory store's bound on records (memory_max_records).\n# TYPE idemproxy_memory_max_records gauge\n")
+		fmt.Fprintf(w, "idemproxy_memory_max_records %d\n", maxRecords)
+		fmt.Fprint(w, "# HELP idemproxy_memory_max_bytes The memory store's bound on bytes (memory_max_bytes).\n# TYPE idemproxy_memory_max_bytes gauge\n")
+		fmt.Fprintf(w, "idemproxy_memory_max_bytes %d\n", maxBytes)
 	}
 	m.store.write(w, "idemproxy_store_duration_seconds", "Latency of the store's claim-or-get call.")
 	m.upstream.write(w, "idemproxy_upstream_duration_seconds", "Latency of first executions forwarded upstream.")
