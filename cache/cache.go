@@ -39,7 +39,15 @@ type Lock struct {
 	Fingerprint string
 	// Lease is how long the lock lives unless it is extended or completed.
 	Lease time.Duration
+	// Trace is the first execution's trace context (opaque bytes from the
+	// caller, at most MaxTrace), kept with the lock and returned as
+	// Record.Trace while it is in flight, so a duplicate can link to it.
+	// Optional.
+	Trace []byte
 }
+
+// MaxTrace bounds Lock.Trace and Response.Trace.
+const MaxTrace = 64
 
 // Store is the storage contract. Every method is safe for concurrent use, and the
 // atomicity promised below holds across every process that shares the store.

@@ -8,11 +8,11 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// nested is a stored response whose unknown field "x" holds depth nested
+// nested is a stored response whose unknown field "z" holds depth nested
 // one-element arrays (or maps).
 func nested(depth int, mapLevel bool) []byte {
 	var b bytes.Buffer
-	b.Write([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'x'})
+	b.Write([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'z'})
 	for range depth {
 		if mapLevel {
 			b.Write([]byte{0x81, 0xa1, 'k'}) // {"k": …}

@@ -45,6 +45,9 @@ type Record struct {
 	ExpiresAt time.Time `msgpack:"e,omitempty"`
 	// Response is set on completed records.
 	Response *Response `msgpack:"r,omitempty"`
+	// Trace is an in-flight record's Lock.Trace (a completed record's is in
+	// Response.Trace).
+	Trace []byte `msgpack:"x,omitempty"`
 }
 
 // Response is the stored outcome of the first request.
@@ -63,6 +66,8 @@ type Response struct {
 	// complete answer came back; the stored response is the outcome-unknown
 	// problem its retries get.
 	Unknown bool `msgpack:"u,omitempty"`
+	// Trace is the first execution's trace context (see Lock.Trace).
+	Trace []byte `msgpack:"x,omitempty"`
 }
 
 // EncodeResponse and DecodeResponse encode only the response, for stores that keep

@@ -23,6 +23,7 @@ func sample() *cache.Record {
 			Body:     []byte{0, 1, 2, 0xff},
 			BodySize: 4,
 			Trailer:  http.Header{"X-Checksum": {"abc"}},
+			Trace:    []byte("\x00trace\xff"),
 		},
 	}
 }
@@ -59,20 +60,21 @@ func TestResponseCodecMatchesReflection(t *testing.T) {
 		Body     []byte              `msgpack:"b,omitempty"`
 		Oversize bool                `msgpack:"o,omitempty"`
 		BodySize int64               `msgpack:"n,omitempty"`
-		Extra    string              `msgpack:"x,omitempty"` // an unknown field: skipped
+		Trace    []byte              `msgpack:"x,omitempty"`
+		Extra    string              `msgpack:"z,omitempty"` // an unknown field: skipped
 	}
-	in := plain{Status: 207, Header: map[string][]string{"Set-Cookie": {"a", "b"}, "X-Empty": {}}, Body: []byte{0, 1}, BodySize: 2, Extra: "future"}
+	in := plain{Status: 207, Header: map[string][]string{"Set-Cookie": {"a", "b"}, "X-Empty": {}}, Body: []byte{0, 1}, BodySize: 2, Trace: []byte{7, 8}, Extra: "future"}
 	b, _ := msgpack.Marshal(&in)
 	got, err := cache.DecodeResponse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != 207 || len(got.Header["Set-Cookie"]) != 2 || string(got.Body) != "\x00\x01" || got.BodySize != 2 {
+	if got.Status != 207 || len(got.Header["Set-Cookie"]) != 2 || string(got.Body) != "\x00\x01" || got.BodySize != 2 || string(got.Trace) != "\x07\x08" {
 		t.Fatalf("decoded %+v", got)
 	}
-	out, _ := cache.EncodeResponse(&cache.Response{Status: 200, Header: http.Header{"A": {"1"}}, Oversize: true, BodySize: 9})
+	out, _ := cache.EncodeResponse(&cache.Response{Status: 200, Header: http.Header{"A": {"1"}}, Oversize: true, BodySize: 9, Trace: []byte{9}})
 	var back plain
-	if err := msgpack.Unmarshal(out, &back); err != nil || back.Status != 200 || back.Header["A"][0] != "1" || !back.Oversize || back.BodySize != 9 {
+	if err := msgpack.Unmarshal(out, &back); err != nil || back.Status != 200 || back.Header["A"][0] != "1" || !back.Oversize || back.BodySize != 9 || string(back.Trace) != "\x09" {
 		t.Fatalf("plain msgpack read %+v, %v", back, err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // Response is encoded by hand: it is on every replay's path, and msgpack's
 // reflection cost more than the rest of a replay. The wire format is the plain
 // msgpack map the struct tags describe ({"s": status, "h": headers, "b": body,
-// "o": oversize, "n": body size, "t": trailers, "u": unknown outcome}, empty fields left out), so either side can be
+// "o": oversize, "n": body size, "t": trailers, "u": unknown outcome, "x": trace context}, empty fields left out), so either side can be
 // decoded by any msgpack reader.
 
 var (
@@ -38,6 +38,9 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		n++
 	}
 	if r.Unknown {
+		n++
+	}
+	if len(r.Trace) > 0 {
 		n++
 	}
 	if err := enc.EncodeMapLen(n); err != nil {
@@ -88,6 +91,14 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 			return err
 		}
 		if err := enc.EncodeBool(true); err != nil {
+			return err
+		}
+	}
+	if len(r.Trace) > 0 {
+		if err := enc.EncodeString("x"); err != nil {
+			return err
+		}
+		if err := enc.EncodeBytes(r.Trace); err != nil {
 			return err
 		}
 	}
@@ -159,6 +170,10 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 			}
 		case "o":
 			if r.Oversize, err = dec.DecodeBool(); err != nil {
+				return err
+			}
+		case "x":
+			if r.Trace, err = dec.DecodeBytes(); err != nil {
 				return err
 			}
 		case "n":

@@ -90,6 +90,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ResolveUnknown", testResolveUnknown},
 		{"ReleaseUnknown", testReleaseUnknown},
 		{"ResolveOnlyUnknown", testResolveOnlyUnknown},
+		{"TraceContextKept", testTraceContextKept},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -329,5 +330,38 @@ func testKeysAreIndependent(t *testing.T, h Harness) {
 func testPing(t *testing.T, h Harness) {
 	if err := h.Store.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// testTraceContextKept: the first execution's trace context is kept with the lock
+// (Record.Trace while in flight, to claims and Get alike) and with the response
+// once completed; a lock without one has none.
+func testTraceContextKept(t *testing.T, h Harness) {
+	ctx := context.Background()
+	key := Key(t, "k")
+	trace := []byte("\x00\x01trace-id-0123456\x00span-id\x01")
+	tok := Token()
+	if _, loaded, err := h.Store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: lease, Trace: trace}); err != nil || loaded {
+		t.Fatalf("LockOrGet: loaded=%v err=%v", loaded, err)
+	}
+	if rec := mustLoad(t, h.Store, key); string(rec.Trace) != string(trace) || rec.Response != nil {
+		t.Fatalf("in flight: Trace %q Response %+v, want %q and none", rec.Trace, rec.Response, trace)
+	}
+	if rec, err := h.Store.Get(ctx, key); err != nil || string(rec.Trace) != string(trace) {
+		t.Fatalf("Get in flight: %+v %v", rec, err)
+	}
+	done := completed(201, "created")
+	done.Response.Trace = trace
+	if err := h.Store.Complete(ctx, key, tok, done, ttl); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	rec := mustLoad(t, h.Store, key)
+	if rec.State != cache.StateCompleted || string(rec.Response.Trace) != string(trace) || string(rec.Response.Body) != "created" {
+		t.Fatalf("completed: %+v %+v", rec, rec.Response)
+	}
+	plain := Key(t, "plain")
+	claim(t, h.Store, plain, "fp")
+	if rec := mustLoad(t, h.Store, plain); rec.Trace != nil {
+		t.Fatalf("a lock without a trace context has %q", rec.Trace)
 	}
 }

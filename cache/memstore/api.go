@@ -13,10 +13,13 @@ import (
 
 type lock struct {
 	token, fingerprint string
-	created, expires   int64 // unix nanoseconds
+	trace              string // Lock.Trace
+	created, expires   int64  // unix nanoseconds
 }
 
-func (l *lock) size() int64 { return lockOverhead + int64(len(l.token)+len(l.fingerprint)) }
+func (l *lock) size() int64 {
+	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace))
+}
 
 // LockOrGet implements cache.Store.
 func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
@@ -47,7 +50,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 		}
 		s.dropIndexLocked(sh, &k)
 	}
-	nl := &lock{token: l.Token, fingerprint: l.Fingerprint, created: now, expires: now + int64(l.Lease)}
+	nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now, expires: now + int64(l.Lease)}
 	sh.locks[k] = nl
 	s.records.Add(1)
 	s.bytes.Add(nl.size())
@@ -357,7 +360,15 @@ func (l *lock) record() *cache.Record {
 		Fingerprint: l.fingerprint,
 		CreatedAt:   time.Unix(0, l.created),
 		ExpiresAt:   time.Unix(0, l.expires),
+		Trace:       bytesOrNil(l.trace),
 	}
+}
+
+func bytesOrNil(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }
 
 // InProcess implements cache.InProcess: no operation blocks on I/O.

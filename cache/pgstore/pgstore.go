@@ -160,7 +160,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			claimed bool
 			rec     row
 		)
-		err := s.pool.QueryRow(ctx, s.q.claim, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg()).
+		err := s.pool.QueryRow(ctx, s.q.claim, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)).
 			Scan(&claimed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -296,6 +296,9 @@ func (r *row) record() (*cache.Record, error) {
 		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
 	switch rec.State {
 	case cache.StateInFlight:
+		if len(r.response) > 0 {
+			rec.Trace = r.response // in flight, the column holds the lock's trace context
+		}
 	case cache.StateCompleted:
 		resp, err := cache.DecodeResponse(r.response)
 		if err != nil {
@@ -306,4 +309,12 @@ func (r *row) record() (*cache.Record, error) {
 		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
 	}
 	return rec, nil
+}
+
+// traceArg is a lock's trace context as a statement argument: NULL when it has none.
+func traceArg(t []byte) any {
+	if len(t) == 0 {
+		return nil
+	}
+	return t
 }

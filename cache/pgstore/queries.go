@@ -17,7 +17,8 @@ import (
 //	expires_at   when the lease (in flight) or the record (completed) lapses; every
 //	             statement treats a row past it as absent
 //	unknown      the response is a held unknown outcome (so Resolve need not decode it)
-//	response     msgpack-encoded response (completed only)
+//	response     msgpack-encoded response (completed); in flight, the lock's trace
+//	             context (Lock.Trace, raw) or NULL
 //
 // The index on expires_at makes the sweep's batches cheap.
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
@@ -68,16 +69,16 @@ func buildQueries(table string) queries {
 		schema: r.Replace(schemaSQL),
 		check:  r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response FROM {T} LIMIT 0`),
 
-		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now.
+		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.
 		// Claims a free key (absent or lapsed), or answers "claimed" again to the
 		// token that holds the lock (a re-sent claim); otherwise returns the live
 		// row and writes nothing.
 		claim: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
 ins AS (
 	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
-	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, NULL FROM c
+	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, $6::bytea FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 1, token = excluded.token, fingerprint = excluded.fingerprint,
-		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = NULL
+		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = excluded.response
 	WHERE r.expires_at <= excluded.created_at OR (r.state = 1 AND r.token = excluded.token)
 	RETURNING 1
 )

@@ -129,7 +129,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 	if lock.Token == "" {
 		return nil, false, errors.New("redisstore: empty lock token")
 	}
-	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg()).Slice()
+	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg(), string(lock.Trace)).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
 		// it, so it cannot hold the key against the pending Complete of an
@@ -300,6 +300,9 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 	}
 	switch rec.State {
 	case cache.StateInFlight:
+		if t := str(6); t != "" {
+			rec.Trace = []byte(t)
+		}
 	case cache.StateCompleted:
 		resp, err := cache.DecodeResponse([]byte(str(6)))
 		if err != nil {

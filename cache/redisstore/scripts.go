@@ -15,7 +15,8 @@ import (
 //	tok  lock token; kept once completed, so a re-sent Complete is recognised
 //	ca   created-at, Unix milliseconds
 //	ex   lease or record expiry, Unix milliseconds (checked on read)
-//	resp msgpack-encoded response (completed only)
+//	resp msgpack-encoded response (completed); in flight, the lock's trace
+//	     context (Lock.Trace, raw), when it has one
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
 //	ls   an in-flight lock's lease, ms (restartGraceLua)
 //	gr   when the first claim after a restart found the lock lapsed, ms (restartGraceLua)
@@ -98,7 +99,7 @@ end
 // restartGraceLua: 5 minutes, complete_retry's default.
 const restartKeepMS = 300000
 
-// lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms.
+// lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context.
 // Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
 // claim), {1, v, st, fp, ca, ex, resp} when another live record exists.
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
@@ -108,6 +109,7 @@ if live then
 end
 if kind == 'hash' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]), 'ls', ARGV[3])
+if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'resp', ARGV[5]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + ` + fmt.Sprint(restartKeepMS) + `)
 return {0}
 `)
