@@ -48,4 +48,8 @@ type Event struct {
 	Request *http.Request
 	// Err is the store error, the error returned by next, or the problem's cause.
 	Err error
+	// Origin is, for a duplicate (replayed, conflict, mismatch,
+	// not_replayable), the trace context the first execution stored (see
+	// WithTraceContext): link the duplicate's span to it. Nil otherwise.
+	Origin []byte
 }

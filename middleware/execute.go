@@ -13,7 +13,7 @@ import (
 )
 
 // execute runs the first request under the lock and stores or releases its outcome.
-func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key, token, fp string, ev *Event) (err error) {
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key, token, fp string, trace []byte, ev *Event) (err error) {
 	started := time.Now()
 	// Detach from the client: a hang-up must not cancel the work whose result the
 	// client's retry will ask for. The handler timeout bounds it instead.
@@ -40,7 +40,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		if p != nil && rw.status != 0 && !rw.hijacked {
 			// It panicked after it started answering (a reverse proxy aborting a
 			// response cut mid-stream): the upstream may have acted.
-			h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, started, ev, false)
+			h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, trace, started, ev, false)
 		} else {
 			h.release(ctx, key, token, ev.KeyHash)
 			ev.Outcome = OutcomeNotStored
@@ -62,7 +62,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 	ev.Status = rw.status
 	if err != nil && errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrNotSent) && !rw.hijacked {
 		ev.Err = err
-		if h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, started, ev, true) {
+		if h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, trace, started, ev, true) {
 			return nil // answered: the outcome-unknown problem
 		}
 		return err
@@ -72,7 +72,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		h.release(ctx, key, token, ev.KeyHash)
 		return err
 	}
-	resp := &cache.Response{Status: ev.Status, BodySize: rw.size}
+	resp := &cache.Response{Status: ev.Status, BodySize: rw.size, Trace: trace}
 	if rw.oversize {
 		resp.Oversize = true
 	} else {
@@ -89,7 +89,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
 			slog.String("key_hash", ev.KeyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", cerr))
 		rec = &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started,
-			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true}}
+			Response: &cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true, Trace: trace}}
 		cerr = h.storeRecord(ctx, key, token, rec, h.cfg.ttl, ev.KeyHash)
 	}
 	ev.Outcome = OutcomeStored
@@ -133,7 +133,7 @@ func (h *Handler) storeRecord(ctx context.Context, key, token string, rec *cache
 // retry gets it and nothing runs again, and answers it when nothing was written
 // yet (answer); it reports whether it answered. Under the release policy it
 // releases the key.
-func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, token, fp string, started time.Time, ev *Event, answer bool) bool {
+func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, token, fp string, trace []byte, started time.Time, ev *Event, answer bool) bool {
 	ev.Outcome = OutcomeUnknown
 	if h.cfg.unknownPolicy == UnknownRelease || h.cfg.inFlightOnly {
 		h.release(ctx, key, token, ev.KeyHash)
@@ -153,7 +153,7 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, to
 		hdr.Set(h.cfg.keySource.name, echo) // every retry carries this same key
 	}
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: &cache.Response{
-		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr,
+		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace,
 	}}
 	h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", ev.KeyHash), slog.Duration("unknown_hold", h.cfg.unknownHold), slog.Any("error", ev.Err))

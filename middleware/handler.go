@@ -140,9 +140,15 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	ev.KeyHash = storeKey[:12]
 	fp := h.fingerprint(r, body)
 	token := newToken()
+	var trace []byte
+	if h.cfg.traceContext != nil {
+		if trace = h.cfg.traceContext(r.Context()); len(trace) > cache.MaxTrace {
+			trace = nil
+		}
+	}
 	t0 := time.Now()
 	sctx, scancel := h.storeCtx(r.Context())
-	rec, loaded, err := h.store.LockOrGet(sctx, storeKey, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL})
+	rec, loaded, err := h.store.LockOrGet(sctx, storeKey, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Trace: trace})
 	scancel()
 	ev.StoreDuration = time.Since(t0)
 	if err != nil {
@@ -170,7 +176,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		h.answerDuplicate(w, rec, fp, t)
 		return nil
 	}
-	return h.execute(w, r, next, storeKey, token, fp, ev)
+	return h.execute(w, r, next, storeKey, token, fp, trace, ev)
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
@@ -218,6 +224,10 @@ func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem
 
 // answerDuplicate answers a request whose key already has a record.
 func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp string, t *tracker) {
+	t.ev.Origin = rec.Trace
+	if rec.Response != nil {
+		t.ev.Origin = rec.Response.Trace
+	}
 	switch {
 	case rec.Fingerprint != fp:
 		t.problem(w, OutcomeMismatch, nil, newProblem(ProblemMismatch, http.StatusUnprocessableEntity,

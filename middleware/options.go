@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -69,6 +70,7 @@ type config struct {
 	bodyFirst       bool      // the body is read before the key: a signature or a key in it
 	errorFormatSpec string
 	errorFormat     errorFormat // errorFormatSpec, parsed
+	traceContext    func(context.Context) []byte
 }
 
 // scopePart is one entry of the scope: a request header, or one cookie.
@@ -199,6 +201,16 @@ func WithInFlightOnly(on bool) Option { return func(c *config) { c.inFlightOnly 
 // WithLogger sets the logger. Logs never contain a raw key or Authorization value,
 // only a short hash of the store key. Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithTraceContext registers fn, called at each claim with the request's
+// context: the bytes it returns (at most cache.MaxTrace; nil for none) are the
+// first execution's trace context, kept with the lock and the stored response,
+// and handed to the observer of every duplicate as Event.Origin, so a tracer can
+// link the duplicate's span to the first's. The core knows nothing of any tracing
+// library; package internal/tracing's TraceContext fits for OpenTelemetry.
+func WithTraceContext(fn func(context.Context) []byte) Option {
+	return func(c *config) { c.traceContext = fn }
+}
 
 // WithObserver registers a callback called once per tracked request with its
 // outcome; use it for metrics and access logs. It runs on the request's goroutine
