@@ -55,6 +55,8 @@ type Config struct {
 
 	// sources names where each set field came from, for error messages.
 	sources map[string]string
+	// tracing: the OTEL_* variables asked for traces (Run sets it).
+	tracing bool
 }
 
 // Route is the protection of one path prefix. A field set in a route wins over the

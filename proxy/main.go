@@ -81,6 +81,21 @@ func isTerminal(f *os.File) bool {
 // lets in-flight requests finish (their responses are stored) for up to
 // ShutdownTimeout, and closes the store.
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	if tracingWanted(os.Getenv) {
+		stopTracing, err := startTracing(ctx)
+		if err != nil {
+			return err
+		}
+		cfg.tracing = true
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stopTracing(sctx); err != nil {
+				log.Warn("tracing: spans not all exported at shutdown", "error", err)
+			}
+		}()
+		log.Info("tracing on: OpenTelemetry spans exported as the OTEL_* variables say")
+	}
 	p, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -90,7 +105,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	servers := []*http.Server{newServer(p, cfg, log)}
+	handler := http.Handler(p)
+	if cfg.tracing {
+		handler = p.traced()
+	}
+	servers := []*http.Server{newServer(handler, cfg, log)}
 	listeners := []net.Listener{ln}
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)

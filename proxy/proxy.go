@@ -23,6 +23,8 @@ import (
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/tracing"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // Problem types the proxy answers itself.
@@ -63,6 +65,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, log: log, metrics: newMetrics()}
 	spec := cfg.storeSpec()
 	spec.Warn = log.Warn
+	spec.Trace = cfg.tracing
 	opened, err := stores.Open(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.source("store"), err)
@@ -87,7 +90,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 				guardResend(pr)
 			}
 		},
-		Transport:    forward.NewTransport(cfg.UpstreamTimeout.Std()),
+		Transport:    upstreamTransport(cfg),
 		BufferPool:   forward.BufferPool{},
 		ErrorHandler: p.upstreamError,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -133,6 +136,9 @@ func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*ro
 		return nil, err
 	}
 	opts = append(opts, middleware.WithLogger(p.log), middleware.WithObserver(p.observe))
+	if p.cfg.tracing {
+		opts = append(opts, middleware.WithTraceContext(tracing.TraceContext))
+	}
 	h, err := middleware.New(p.store, opts...)
 	if err != nil {
 		return nil, err
@@ -202,6 +208,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) observe(ev middleware.Event) {
 	p.metrics.record(ev)
+	if p.cfg.tracing {
+		tracing.Observe(ev)
+	}
 	r := ev.Request
 	level := slog.LevelInfo
 	if ev.Err != nil && ev.Outcome == middleware.OutcomeStoreError {
@@ -224,6 +233,16 @@ func (p *Proxy) observe(ev middleware.Event) {
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
 	p.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// upstreamTransport is the transport to the upstream; with tracing, each call is
+// a client span and carries its traceparent upstream.
+func upstreamTransport(cfg *Config) http.RoundTripper {
+	t := forward.NewTransport(cfg.UpstreamTimeout.Std())
+	if !cfg.tracing {
+		return t
+	}
+	return otelhttp.NewTransport(t)
 }
 
 // errResendRefused: the transport wanted to send a request again after its

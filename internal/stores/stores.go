@@ -16,6 +16,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,6 +55,9 @@ type Spec struct {
 	PostgresSweepInterval time.Duration
 	// Warn receives what Open tolerates but an operator should know.
 	Warn func(msg string, args ...any)
+	// Trace makes the store's calls spans of the global OpenTelemetry tracer
+	// provider: redisotel for Redis, a pgx query tracer for PostgreSQL.
+	Trace bool
 }
 
 // Kind is a store type: its Caddy module name and the URL schemes that select it.
@@ -157,7 +161,14 @@ func redactErr(err error, rawURL string) error {
 // the server answers within PingTimeout, the schema (created, or checked), and
 // the store, with the function that closes the store and then the pool.
 func OpenPostgres(ctx context.Context, spec Spec) (*pgstore.Store, func() error, error) {
-	pool, err := pgxpool.New(ctx, spec.URL)
+	cfg, err := pgxpool.ParseConfig(spec.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(spec.URL), redactErr(err, spec.URL))
+	}
+	if spec.Trace {
+		cfg.ConnConfig.Tracer = newPGTracer()
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(spec.URL), redactErr(err, spec.URL))
 	}
@@ -243,6 +254,12 @@ func OpenRedis(ctx context.Context, spec Spec, startUnreachable bool) (*redissto
 		if err := EnforceNoEviction(ctx, client, spec.RedisAllowEviction, spec.Warn); err != nil {
 			client.Close()
 			return nil, nil, err
+		}
+	}
+	if spec.Trace {
+		if err := redisotel.InstrumentTracing(client); err != nil {
+			client.Close()
+			return nil, nil, fmt.Errorf("tracing Redis: %w", err)
 		}
 	}
 	rs, err := redisstore.New(client, redisstore.WithPrefix(spec.RedisPrefix),

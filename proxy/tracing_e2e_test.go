@@ -1,0 +1,158 @@
+package proxy_test
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/otlptest"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+)
+
+// The built binary with OTEL_EXPORTER_OTLP_ENDPOINT exports a server span per
+// request (continuing the client's trace), a client span for the upstream call
+// whose traceparent reaches the upstream, the idempotency attributes, and a link
+// from the replay and the 422 to the first execution's span.
+func TestE2ETracingOTLP(t *testing.T) {
+	skipShort(t)
+	rc := otlptest.NewReceiver(t)
+	var mu sync.Mutex
+	var upstreamTP []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
+		mu.Unlock()
+		w.WriteHeader(201)
+		fmt.Fprint(w, "created")
+	}))
+	defer up.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	t.Setenv("OTEL_SERVICE_NAME", "idemproxy-e2e")
+	p := start(t, "--upstream", up.URL)
+
+	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	first := send(t, p.addr, "/pay", "k1", "a", "Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
+	again := send(t, p.addr, "/pay", "k1", "a")
+	reuse := send(t, p.addr, "/pay", "k1", "b")
+	if first.status != 201 || !again.replayed || reuse.status != 422 {
+		t.Fatalf("first %+v again %+v reuse %+v", first, again, reuse)
+	}
+	var server []*tracepb.Span
+	var client *tracepb.Span
+	testutil.Eventually(t, 15*time.Second, "3 server spans and a client span", func() bool {
+		server, client = nil, nil
+		for _, s := range rc.Spans() {
+			switch s.Kind {
+			case tracepb.Span_SPAN_KIND_SERVER:
+				server = append(server, s)
+			case tracepb.Span_SPAN_KIND_CLIENT:
+				client = s
+			}
+		}
+		return len(server) == 3 && client != nil
+	})
+	byOutcome := map[string]*tracepb.Span{}
+	for _, s := range server {
+		byOutcome[otlptest.Attr(s, "idempotency.outcome").GetStringValue()] = s
+	}
+	stored, replayed, mismatch := byOutcome["stored"], byOutcome["replayed"], byOutcome["mismatch"]
+	if stored == nil || replayed == nil || mismatch == nil {
+		t.Fatalf("server spans by outcome: %v", byOutcome)
+	}
+	if got := hex.EncodeToString(stored.TraceId); got != clientTrace || hex.EncodeToString(stored.ParentSpanId) != "00f067aa0ba902b7" {
+		t.Errorf("the first request's span is in trace %s under %x, want the client's %s", got, stored.ParentSpanId, clientTrace)
+	}
+	if stored.Name != "POST /" {
+		t.Errorf("span name %q", stored.Name)
+	}
+	for _, s := range server {
+		if len(otlptest.Attr(s, "idempotency.key_hash").GetStringValue()) != 12 {
+			t.Errorf("%s: key_hash %v", s.Name, otlptest.Attr(s, "idempotency.key_hash"))
+		}
+	}
+	if otlptest.Attr(stored, "idempotency.replayed").GetBoolValue() || !otlptest.Attr(replayed, "idempotency.replayed").GetBoolValue() {
+		t.Errorf("idempotency.replayed: stored %v replayed %v", otlptest.Attr(stored, "idempotency.replayed"), otlptest.Attr(replayed, "idempotency.replayed"))
+	}
+	for name, s := range map[string]*tracepb.Span{"replay": replayed, "422": mismatch} {
+		if len(s.Links) != 1 || !bytes.Equal(s.Links[0].SpanId, stored.SpanId) || !bytes.Equal(s.Links[0].TraceId, stored.TraceId) {
+			t.Errorf("%s span links %v, want one to the first execution %x", name, s.Links, stored.SpanId)
+		}
+	}
+	if len(stored.Links) != 0 {
+		t.Errorf("the first execution links to %v", stored.Links)
+	}
+	// The upstream call: a client span under the first request's span, whose
+	// context went upstream as traceparent.
+	if !bytes.Equal(client.ParentSpanId, stored.SpanId) || !bytes.Equal(client.TraceId, stored.TraceId) {
+		t.Errorf("client span parent %x trace %x, want %x %x", client.ParentSpanId, client.TraceId, stored.SpanId, stored.TraceId)
+	}
+	mu.Lock()
+	tps := append([]string(nil), upstreamTP...)
+	mu.Unlock()
+	want := "00-" + clientTrace + "-" + hex.EncodeToString(client.SpanId) + "-01"
+	if len(tps) != 1 || tps[0] != want {
+		t.Errorf("traceparent upstream %q, want [%s]", tps, want)
+	}
+	if services := strings.Join(rc.Services(), ","); !strings.Contains(services, "idemproxy-e2e") {
+		t.Errorf("service names %q", services)
+	}
+}
+
+// With a shared store, its calls are spans under the request's span: redisotel
+// for Redis, pgx's query tracer for PostgreSQL.
+func TestE2ETracingStoreSpans(t *testing.T) {
+	skipShort(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	defer up.Close()
+	for _, store := range []struct {
+		name, system string
+		url          func() string
+	}{
+		{"redis", "redis", func() string { return redistest.Start(t).URL() }},
+		{"postgres", "postgresql", func() string { return pgtest.Start(t).URL() }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			rc := otlptest.NewReceiver(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+			p := start(t, "--upstream", up.URL, "--store", store.url())
+			if r := send(t, p.addr, "/pay", "s1", "a"); r.status != 201 {
+				t.Fatalf("%+v", r)
+			}
+			var server *tracepb.Span
+			var storeSpans []*tracepb.Span
+			testutil.Eventually(t, 15*time.Second, "the server span and its store spans", func() bool {
+				server, storeSpans = nil, nil
+				all := rc.Spans()
+				for _, s := range all {
+					if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+						server = s
+					}
+				}
+				for _, s := range all {
+					sys := otlptest.Attr(s, "db.system").GetStringValue() + otlptest.Attr(s, "db.system.name").GetStringValue()
+					if server != nil && sys == store.system && bytes.Equal(s.TraceId, server.TraceId) {
+						storeSpans = append(storeSpans, s)
+					}
+				}
+				return server != nil && len(storeSpans) >= 2 // the claim, and the completion
+			})
+			for _, s := range storeSpans {
+				if s.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+					t.Errorf("store span %q is %v, want a client span", s.Name, s.Kind)
+				}
+			}
+		})
+	}
+}
