@@ -36,13 +36,13 @@ bench-micro: ## Go micro-benchmarks of the core, the codec and the memory store 
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore
 
 .PHONY: vet
-vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy.
+vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
 	$(GO) vet $(PKGS)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	@bad=$$($(GO) list -deps ./middleware/... ./cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus' || true); \
+	@bad=$$($(GO) list -deps ./middleware/... ./cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus|go.opentelemetry.io' || true); \
 	if [ -n "$$bad" ]; then echo "the core must not import these:"; echo "$$bad"; exit 1; fi
-	@echo "vet: ok (core free of Caddy, zap and Prometheus)"
+	@echo "vet: ok (core free of Caddy, zap, Prometheus and OpenTelemetry)"
 
 .PHONY: test
 test: ## Run every test with the race detector (starts its own redis-server and PostgreSQL instances).

@@ -21,6 +21,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -95,6 +96,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	counter := outcomeCounter(ctx)
 	opts = append(opts,
 		middleware.WithLogger(ctx.Slogger()),
+		// With Caddy's tracing directive on, its span is in the request's
+		// context: the first execution's span context is kept with the claim,
+		// and the outcome and the link to it go on that span. Off, both find
+		// no span and do nothing.
+		middleware.WithTraceContext(tracing.TraceContext),
 		middleware.WithObserver(func(ev middleware.Event) {
 			if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 				repl.Set(ResultPlaceholder, string(ev.Outcome))
@@ -102,6 +108,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			if counter != nil {
 				counter.WithLabelValues(string(ev.Outcome)).Inc()
 			}
+			tracing.Observe(ev)
 		}))
 	if h.core, err = middleware.New(store, opts...); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
