@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
 )
 
@@ -47,17 +47,8 @@ func TestCaddyWebhookExamples(t *testing.T) {
 
 	post := func(path, body string, h map[string]string) (int, string, bool) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true"
+		a := testutil.PostWith(t, base+path, body, h)
+		return a.Status, a.Body, a.Replayed
 	}
 	now := time.Now()
 	cases := []struct {

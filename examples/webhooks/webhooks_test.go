@@ -6,7 +6,6 @@
 package webhooks_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -113,28 +112,11 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-type answer struct {
-	status   int
-	replayed bool
-	body     string
-}
+type answer = testutil.Answer
 
 func deliver(t *testing.T, addr, path, body string, headers map[string]string) answer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b)}
+	return testutil.PostWith(t, "http://"+addr+path, body, headers)
 }
 
 // The scenarios every preset passes: first → forwarded, again → replayed, bad →
@@ -146,14 +128,14 @@ type scenario struct {
 
 func check(t *testing.T, up *upstream, s scenario, wantForwarded int) {
 	t.Helper()
-	if s.first.status != 200 || s.first.replayed || s.first.body != "processed #1" {
+	if s.first.Status != 200 || s.first.Replayed || s.first.Body != "processed #1" {
 		t.Errorf("first delivery: %+v", s.first)
 	}
-	if s.again.status != 200 || !s.again.replayed || s.again.body != s.first.body {
+	if s.again.Status != 200 || !s.again.Replayed || s.again.Body != s.first.Body {
 		t.Errorf("redelivery: %+v, want the first answer replayed", s.again)
 	}
 	for name, a := range s.bad {
-		if a.status != 401 || !strings.Contains(a.body, "urn:idemproxy:problem:invalid-signature") {
+		if a.Status != 401 || !strings.Contains(a.Body, "urn:idemproxy:problem:invalid-signature") {
 			t.Errorf("%s: %+v, want 401 invalid-signature", name, a)
 		}
 	}
@@ -182,7 +164,7 @@ func TestStandardWebhooks(t *testing.T) {
 	}
 	check(t, up, s, 1)
 	// The id the forger tried to take still runs when the real delivery comes.
-	if a := deliver(t, addr, path, body, webhooktest.Standard(secret, "msg_future", now, body)); a.status != 200 || a.replayed {
+	if a := deliver(t, addr, path, body, webhooktest.Standard(secret, "msg_future", now, body)); a.Status != 200 || a.Replayed {
 		t.Fatalf("the real msg_future: %+v", a)
 	}
 }
@@ -205,11 +187,11 @@ func TestStripe(t *testing.T) {
 		"pre-claim, wrong secret": deliver(t, addr, path, event("evt_future", 1), webhooktest.Stripe("whsec_guessed", now, event("evt_future", 1))),
 	}
 	check(t, up, s, 1)
-	if a := deliver(t, addr, path, event("evt_future", 1), webhooktest.Stripe(secret, now, event("evt_future", 1))); a.status != 200 || a.replayed {
+	if a := deliver(t, addr, path, event("evt_future", 1), webhooktest.Stripe(secret, now, event("evt_future", 1))); a.Status != 200 || a.Replayed {
 		t.Fatalf("the real evt_future: %+v", a)
 	}
 	// A signed event without an id: require_key makes it 400, not forwarded.
-	if a := deliver(t, addr, path, `{"object":"event"}`, webhooktest.Stripe(secret, now, `{"object":"event"}`)); a.status != 400 || !strings.Contains(a.body, "missing-key") {
+	if a := deliver(t, addr, path, `{"object":"event"}`, webhooktest.Stripe(secret, now, `{"object":"event"}`)); a.Status != 400 || !strings.Contains(a.Body, "missing-key") {
 		t.Fatalf("no id: %+v", a)
 	}
 	if n := up.count(); n != 2 {
@@ -227,7 +209,7 @@ func TestGitHub(t *testing.T) {
 	s.again = deliver(t, addr, path, body, webhooktest.GitHub(secret, "72d3162e-cc78-11e3-81ab-4c9367dc0958", body))
 	// A captured delivery sent again under a new delivery id: the same signed
 	// body, so the same key: replayed, not run.
-	if a := deliver(t, addr, path, body, webhooktest.GitHub(secret, "ffffffff-0000-0000-0000-000000000000", body)); !a.replayed || a.body != s.first.body {
+	if a := deliver(t, addr, path, body, webhooktest.GitHub(secret, "ffffffff-0000-0000-0000-000000000000", body)); !a.Replayed || a.Body != s.first.Body {
 		t.Errorf("captured body under a new id: %+v", a)
 	}
 	s.bad = map[string]answer{
@@ -239,7 +221,7 @@ func TestGitHub(t *testing.T) {
 	// The published example: GitHub's documented secret, body and signature.
 	up2 := newUpstream(t)
 	addr2 := start(t, "github.yaml", up2, "GITHUB_WEBHOOK_SECRET="+webhooktest.GitHubSecret)
-	if a := deliver(t, addr2, path, webhooktest.GitHubBody, map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}); a.status != 200 {
+	if a := deliver(t, addr2, path, webhooktest.GitHubBody, map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}); a.Status != 200 {
 		t.Fatalf("GitHub's documented example: %+v", a)
 	}
 }
@@ -299,7 +281,7 @@ func TestSignCommand(t *testing.T) {
 		headers[name] = value
 	}
 	for i := 0; i < 2; i++ {
-		if a := deliver(t, addr, "/webhooks/standard", body, headers); a.status != 200 || a.replayed != (i > 0) {
+		if a := deliver(t, addr, "/webhooks/standard", body, headers); a.Status != 200 || a.Replayed != (i > 0) {
 			t.Fatalf("signed by idemproxy sign, delivery %d: %+v (headers %v)", i, a, headers)
 		}
 	}

@@ -3,6 +3,8 @@
 package testutil
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -44,4 +46,31 @@ func Post(h http.Handler, key, body string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// Answer is what PostWith got back.
+type Answer struct {
+	Status   int
+	Replayed bool // Idempotent-Replayed: true
+	Body     string
+}
+
+// PostWith POSTs body to url with the headers (a JSON Content-Type unless they
+// set one), over a real socket, within 10 s.
+func PostWith(t testing.TB, url, body string, headers map[string]string) Answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return Answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b)}
 }
