@@ -24,7 +24,22 @@ import (
 // from the replay and the 422 to the first execution's span.
 func TestE2ETracingOTLP(t *testing.T) {
 	skipShort(t)
-	rc := otlptest.NewReceiver(t)
+	t.Run("http", func(t *testing.T) {
+		rc := otlptest.NewReceiver(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+		tracingOTLP(t, rc)
+	})
+	t.Run("grpc", func(t *testing.T) {
+		rc := otlptest.NewGRPCReceiver(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.Endpoint)
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+		t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+		tracingOTLP(t, &rc.Receiver)
+	})
+}
+
+func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
 	var mu sync.Mutex
 	var upstreamTP []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -35,8 +50,6 @@ func TestE2ETracingOTLP(t *testing.T) {
 		fmt.Fprint(w, "created")
 	}))
 	defer up.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	t.Setenv("OTEL_SERVICE_NAME", "idemproxy-e2e")
 	p := start(t, "--upstream", up.URL)

@@ -1,10 +1,12 @@
-// Package otlptest is an OTLP/HTTP trace receiver for tests: the built binaries
-// export their spans to it as they would to a collector.
+// Package otlptest is an OTLP trace receiver for tests, over HTTP or gRPC: the
+// built binaries export their spans to it as they would to a collector.
 package otlptest
 
 import (
 	"compress/gzip"
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -56,6 +59,13 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	rc.add(&req)
+	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (rc *Receiver) add(req *coltrace.ExportTraceServiceRequest) {
 	rc.mu.Lock()
 	for _, rs := range req.ResourceSpans {
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -68,9 +78,35 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc.mu.Unlock()
-	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
+}
+
+// GRPCReceiver is a Receiver that takes OTLP over gRPC: point
+// OTEL_EXPORTER_OTLP_ENDPOINT at Endpoint, with OTEL_EXPORTER_OTLP_PROTOCOL=grpc
+// and OTEL_EXPORTER_OTLP_INSECURE=true.
+type GRPCReceiver struct {
+	Receiver
+	Endpoint string // http://127.0.0.1:port
+	coltrace.UnimplementedTraceServiceServer
+}
+
+// NewGRPCReceiver starts a gRPC receiver, stopped when the test ends.
+func NewGRPCReceiver(t testing.TB) *GRPCReceiver {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &GRPCReceiver{Endpoint: "http://" + l.Addr().String()}
+	srv := grpc.NewServer()
+	coltrace.RegisterTraceServiceServer(srv, rc)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return rc
+}
+
+// Export implements the OTLP trace service.
+func (rc *GRPCReceiver) Export(_ context.Context, req *coltrace.ExportTraceServiceRequest) (*coltrace.ExportTraceServiceResponse, error) {
+	rc.add(req)
+	return &coltrace.ExportTraceServiceResponse{}, nil
 }
 
 // Spans returns the spans received so far.
