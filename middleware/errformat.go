@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +41,10 @@ type errorFormat struct {
 	tmpl any    // the template, decoded
 }
 
-var templateFields = []string{"type", "title", "status", "detail", "code", "retry_after"}
+var (
+	templateFields = []string{"type", "title", "status", "detail", "code", "retry_after"}
+	placeholder    = regexp.MustCompile(`\{([a-z_]+)\}`)
+)
 
 func parseErrorFormat(spec string) (errorFormat, error) {
 	switch spec {
@@ -61,66 +66,23 @@ func parseErrorFormat(spec string) (errorFormat, error) {
 		return errorFormat{}, fieldErr("error_format", "the template has text after its JSON value")
 	}
 	used := false
-	var walk func(v any) error
-	walk = func(v any) error {
-		switch v := v.(type) {
-		case string:
-			for rest := v; ; {
-				i := strings.IndexByte(rest, '{')
-				if i < 0 {
-					return nil
-				}
-				j := strings.IndexByte(rest[i:], '}')
-				if j < 0 {
-					return nil
-				}
-				name := rest[i+1 : i+j]
-				if isIdent(name) {
-					known := false
-					for _, f := range templateFields {
-						known = known || f == name
-					}
-					if !known {
-						return fmt.Errorf("unknown placeholder {%s}: want one of {%s}", name, strings.Join(templateFields, "}, {"))
-					}
-					used = true
-				}
-				rest = rest[i+j+1:]
+	var bad error
+	mapStrings(tmpl, func(str string) any {
+		for _, m := range placeholder.FindAllStringSubmatch(str, -1) {
+			if !slices.Contains(templateFields, m[1]) {
+				bad = fmt.Errorf("unknown placeholder {%s}: want one of {%s}", m[1], strings.Join(templateFields, "}, {"))
 			}
-		case map[string]any:
-			for _, x := range v {
-				if err := walk(x); err != nil {
-					return err
-				}
-			}
-		case []any:
-			for _, x := range v {
-				if err := walk(x); err != nil {
-					return err
-				}
-			}
+			used = true
 		}
-		return nil
-	}
-	if err := walk(tmpl); err != nil {
-		return errorFormat{}, fieldErr("error_format", "%v", err)
+		return str
+	})
+	if bad != nil {
+		return errorFormat{}, fieldErr("error_format", "%v", bad)
 	}
 	if !used {
 		return errorFormat{}, fieldErr("error_format", "the template uses no placeholder: every error would read the same")
 	}
 	return errorFormat{kind: "template", tmpl: tmpl}, nil
-}
-
-func isIdent(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= 'a' && c <= 'z' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // code is the problem type's short name with underscores: in_flight, mismatch.
@@ -141,10 +103,7 @@ func (p Problem) retryable() bool {
 
 // render returns the Content-Type, extra headers and body of p in this format.
 func (f *errorFormat) render(p Problem, retryAfter time.Duration) (string, http.Header, []byte) {
-	secs := 0
-	if retryAfter > 0 {
-		secs = int((retryAfter + time.Second - 1) / time.Second)
-	}
+	secs := retrySeconds(retryAfter)
 	switch f.kind {
 	case ErrorFormatStripe:
 		typ := "invalid_request_error"
@@ -164,39 +123,22 @@ func (f *errorFormat) render(p Problem, retryAfter time.Duration) (string, http.
 	case "template":
 		vals := map[string]string{"type": p.Type, "title": p.Title, "status": strconv.Itoa(p.Status),
 			"detail": p.Detail, "code": p.code(), "retry_after": strconv.Itoa(secs)}
-		var fill func(v any) any
-		fill = func(v any) any {
-			switch v := v.(type) {
-			case string:
-				if v == "{status}" {
-					return p.Status
-				}
-				if v == "{retry_after}" {
-					return secs
-				}
-				for _, name := range templateFields {
-					v = strings.ReplaceAll(v, "{"+name+"}", vals[name])
-				}
-				return v
-			case map[string]any:
-				out := make(map[string]any, len(v))
-				for k, x := range v {
-					out[k] = fill(x)
-				}
-				return out
-			case []any:
-				out := make([]any, len(v))
-				for i, x := range v {
-					out[i] = fill(x)
-				}
-				return out
+		filled := mapStrings(f.tmpl, func(str string) any {
+			switch str {
+			case "{status}":
+				return p.Status
+			case "{retry_after}":
+				return secs
 			}
-			return v
-		}
+			for _, name := range templateFields {
+				str = strings.ReplaceAll(str, "{"+name+"}", vals[name])
+			}
+			return str
+		})
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(fill(f.tmpl)); err != nil { // cannot happen: it decoded from JSON
+		if err := enc.Encode(filled); err != nil { // cannot happen: it decoded from JSON
 			return "application/json", nil, []byte(`{}`)
 		}
 		return "application/json", nil, bytes.TrimRight(buf.Bytes(), "\n")
@@ -224,9 +166,38 @@ func (f *errorFormat) write(w http.ResponseWriter, p Problem, retryAfter time.Du
 		h.Set(keyHeader, key)
 	}
 	if retryAfter > 0 {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(secs))
+		h.Set("Retry-After", strconv.Itoa(retrySeconds(retryAfter)))
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
+}
+
+// retrySeconds is d in whole seconds, rounded up (0 for none).
+func retrySeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// mapStrings returns v (decoded JSON) with every string s replaced by f(s), in
+// objects and arrays at any depth.
+func mapStrings(v any, f func(string) any) any {
+	switch v := v.(type) {
+	case string:
+		return f(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = mapStrings(x, f)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = mapStrings(x, f)
+		}
+		return out
+	}
+	return v
 }

@@ -135,6 +135,7 @@ func TestErrorFormatConfig(t *testing.T) {
 		`{"a":"fixed"}`:                "uses no placeholder",
 		`{"a":"{detail}"} {"b":"x"}`:   "text after its JSON value",
 		`{"a":"{detail}","b":"{x y}"}`: "",
+		`{"a":"{{detail}}"}`:           "",
 	} {
 		err := middleware.Config{ErrorFormat: &spec}.Validate()
 		if f, _ := middleware.FieldOf(err); want == "" && err != nil || want != "" && (f != "error_format" || !strings.Contains(err.Error(), want)) {

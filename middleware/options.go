@@ -207,7 +207,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // first execution's trace context, kept with the lock and the stored response,
 // and handed to the observer of every duplicate as Event.Origin, so a tracer can
 // link the duplicate's span to the first's. The core knows nothing of any tracing
-// library; package internal/tracing's TraceContext fits for OpenTelemetry.
+// library; package tracing (TraceContext, Observe) fits it to OpenTelemetry.
 func WithTraceContext(fn func(context.Context) []byte) Option {
 	return func(c *config) { c.traceContext = fn }
 }
