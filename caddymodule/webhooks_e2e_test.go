@@ -91,3 +91,54 @@ func TestCaddyWebhookExamples(t *testing.T) {
 		t.Fatalf("forwarded %d deliveries, want %d", n, len(cases))
 	}
 }
+
+// Rotating a webhook secret in its file, then `caddy reload --force` (the
+// Caddyfile itself is unchanged, so a plain reload would skip it): deliveries
+// signed with the new secret verify, the retired one's get 401, and what was
+// stored before the reload is still replayed.
+func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	var forwarded atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			fmt.Fprintf(w, "processed #%d", forwarded.Add(1))
+		}
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	secrets := filepath.Join(dir, "secrets")
+	os.WriteFile(secrets, []byte("old-secret\n"), 0o600)
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\twebhook github\n\t\twebhook_secrets file:%s\n\t}\n\treverse_proxy %s\n}\n",
+		admin, site, secrets, strings.TrimPrefix(up.URL, "http://"))
+	path := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(path, []byte(cfg), 0o644)
+	bin := caddyBinary(t)
+	runCaddy(t, bin, dir, path)
+	url := "http://127.0.0.1:" + site + "/hook"
+	waitHTTP(t, url)
+	deliver := func(secret, body string) testutil.Answer {
+		return testutil.PostWith(t, url, body, webhooktest.GitHub(secret, "d", body))
+	}
+	if a := deliver("old-secret", `{"n":1}`); a.Status != 200 || a.Replayed {
+		t.Fatalf("before the rotation: %+v", a)
+	}
+	os.WriteFile(secrets, []byte("new-secret\n"), 0o600)
+	if out, err := caddyShort(bin, "reload", "--force", "--config", path, "--adapter", "caddyfile", "--address", admin); err != nil {
+		t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+	if a := deliver("new-secret", `{"n":2}`); a.Status != 200 || a.Replayed {
+		t.Fatalf("signed with the new secret: %+v", a)
+	}
+	if a := deliver("old-secret", `{"n":3}`); a.Status != 401 {
+		t.Fatalf("signed with the retired secret: %+v", a)
+	}
+	if a := deliver("new-secret", `{"n":1}`); a.Status != 200 || !a.Replayed || a.Body != "processed #1" {
+		t.Fatalf("a redelivery of what ran before the reload: %+v", a)
+	}
+	if n := forwarded.Load(); n != 2 {
+		t.Fatalf("forwarded %d, want 2", n)
+	}
+}
