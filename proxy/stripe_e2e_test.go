@@ -9,10 +9,12 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/stripe/stripe-go/v85"
 )
 
@@ -119,4 +121,21 @@ func mismatches(t *testing.T, admin string) int {
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
+}
+
+// The proxy's own answers follow the route's error format too: the upstream
+// unreachable (502, retry: nothing ran) and a non-canonical path (400).
+func TestE2EProxyProblemsInErrorFormat(t *testing.T) {
+	skipShort(t)
+	p := start(t, "--upstream", "http://"+testutil.FreeAddr(t), "--error-format", "stripe")
+	r := send(t, p.addr, "/pay", "k-down", "x")
+	if r.status != 502 || !strings.Contains(r.body, `"code":"upstream_unavailable"`) || !strings.Contains(r.body, `"type":"api_error"`) ||
+		r.header.Get("Stripe-Should-Retry") != "true" || r.header.Get("Idempotency-Key") != "k-down" ||
+		r.header.Get("Idempotency-Problem") != "urn:idemproxy:problem:upstream-unavailable" {
+		t.Fatalf("upstream down: %+v", r)
+	}
+	r = send(t, p.addr, "/a/../pay", "k-path", "x")
+	if r.status != 400 || !strings.Contains(r.body, `"code":"non_canonical_path"`) || r.header.Get("Stripe-Should-Retry") != "false" {
+		t.Fatalf("non-canonical path: %+v", r)
+	}
 }
