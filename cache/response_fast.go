@@ -83,11 +83,16 @@ func decodeResponseFast(b []byte) (resp *Response, ok bool) {
 			r.Body = make([]byte, l) // empty, not nil, for a zero-length bin, as the library has it
 			copy(r.Body, b[off:off+l])
 		case 'x':
+			if p.nil() {
+				r.Trace = nil
+				continue
+			}
 			off, l, ok := p.binSpan()
 			if !ok || l > MaxTrace {
 				return nil, false
 			}
-			r.Trace = append([]byte(nil), b[off:off+l]...)
+			r.Trace = make([]byte, l) // empty, not nil, for a zero-length bin, as the library has it
+			copy(r.Trace, b[off:off+l])
 		case 'o':
 			v, ok := p.bool()
 			if !ok {

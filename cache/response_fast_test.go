@@ -18,6 +18,7 @@ func FuzzFastDecoderAgrees(f *testing.F) {
 		{Status: 200, Header: http.Header{"X-Empty": {}, "X-Nil": nil}, Body: []byte{0, 1, 2, 0xff}, BodySize: 4},
 		{Status: 500, Oversize: true, BodySize: 1 << 40},
 		{Status: 200, Body: make([]byte, 70000), BodySize: 70000},
+		{Status: 201, Body: []byte("ok"), Trace: []byte("0123456789abcdef01234567\x01")},
 	} {
 		b, err := EncodeResponse(r)
 		if err != nil {
@@ -32,6 +33,8 @@ func FuzzFastDecoderAgrees(f *testing.F) {
 	f.Add([]byte{0x83, 0xa1, 's', 0xd1, 0x01, 0x2c, 0xa1, 'n', 0xd3, 0, 0, 0, 0, 0, 0, 0, 5, 0xa1, 'o', 0xc2})
 	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'h', 0x81, 0xa1, 'A', 0xc0})
 	f.Add([]byte{0x81, 0xa1, 's', 0xcd})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'x', 0xc4, 0x02, 0x07, 0x08})
+	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'x', 0xc0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fast, ok := decodeResponseFast(b)
 		if !ok {
