@@ -22,13 +22,7 @@ func TestCaddyWebhookExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	var forwarded atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			fmt.Fprintf(w, "processed #%d", forwarded.Add(1))
-		}
-	}))
-	defer up.Close()
+	up, forwarded := countingUpstream(t)
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "acme")
 	os.WriteFile(secrets, []byte("acme-secret\n"), 0o600)
@@ -100,13 +94,7 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	var forwarded atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			fmt.Fprintf(w, "processed #%d", forwarded.Add(1))
-		}
-	}))
-	defer up.Close()
+	up, forwarded := countingUpstream(t)
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "secrets")
 	os.WriteFile(secrets, []byte("old-secret\n"), 0o600)
@@ -141,4 +129,16 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	if n := forwarded.Load(); n != 2 {
 		t.Fatalf("forwarded %d, want 2", n)
 	}
+}
+
+// countingUpstream answers each POST "processed #N" and counts them.
+func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	forwarded := new(atomic.Int64)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			fmt.Fprintf(w, "processed #%d", forwarded.Add(1))
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up, forwarded
 }
