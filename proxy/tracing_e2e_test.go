@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +169,85 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stop sends SIGTERM and waits for a clean exit (the cleanup then finds it done).
+func stop(t *testing.T, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
+		}
+		p.done <- nil // for the cleanup
+	case <-time.After(15 * time.Second):
+		t.Fatal("idemproxy did not exit after SIGTERM")
+	}
+}
+
+// Spans still batched at shutdown are exported before the process exits; the
+// sampler is the SDK's, set by OTEL_TRACES_SAMPLER; and with no endpoint there is
+// no tracing at all (nothing is added to what goes upstream).
+func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
+	skipShort(t)
+	var mu sync.Mutex
+	var upstreamTP []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
+		mu.Unlock()
+		w.WriteHeader(201)
+	}))
+	defer up.Close()
+	lastTP := func() string { mu.Lock(); defer mu.Unlock(); return upstreamTP[len(upstreamTP)-1] }
+	serverSpans := func(rc *otlptest.Receiver) int {
+		n := 0
+		for _, s := range rc.Spans() {
+			if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+				n++
+			}
+		}
+		return n
+	}
+
+	t.Run("flushed at shutdown", func(t *testing.T) {
+		rc := otlptest.NewReceiver(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+		t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // only the shutdown exports
+		p := start(t, "--upstream", up.URL)
+		send(t, p.addr, "/pay", "f1", "a")
+		stop(t, p)
+		if n := serverSpans(rc); n != 1 {
+			t.Fatalf("%d server spans exported by the time the process exited, want 1", n)
+		}
+	})
+	t.Run("sampler from OTEL_TRACES_SAMPLER", func(t *testing.T) {
+		rc := otlptest.NewReceiver(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+		t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+		p := start(t, "--upstream", up.URL)
+		send(t, p.addr, "/pay", "s1", "a")
+		stop(t, p)
+		if n := len(rc.Spans()); n != 0 {
+			t.Fatalf("always_off exported %d spans", n)
+		}
+		if tp := lastTP(); !strings.HasPrefix(tp, "00-") || !strings.HasSuffix(tp, "-00") {
+			t.Fatalf("traceparent upstream %q, want one that says not sampled", tp)
+		}
+	})
+	t.Run("off without an endpoint", func(t *testing.T) {
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+		p := start(t, "--upstream", up.URL)
+		send(t, p.addr, "/pay", "o1", "a")
+		if tp := lastTP(); tp != "" {
+			t.Fatalf("traceparent %q sent upstream with tracing off", tp)
+		}
+		if strings.Contains(p.stderr.String(), "tracing on") {
+			t.Fatal("tracing on without an endpoint")
+		}
+	})
 }
