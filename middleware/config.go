@@ -322,20 +322,13 @@ func (c Config) Options() ([]Option, error) {
 
 // webhook builds the Webhook of c, loading its secrets.
 func (c Config) webhook() (Webhook, error) {
-	w := Webhook{Preset: *c.Webhook, Tolerance: DefaultWebhookTolerance}
+	w := Webhook{Preset: *c.Webhook, Tolerance: DefaultWebhookTolerance,
+		Header: valueOr(c.WebhookHeader), Encoding: valueOr(c.WebhookEncoding), Prefix: valueOr(c.WebhookPrefix)}
 	if c.WebhookTolerance != nil {
 		if *c.WebhookTolerance <= 0 {
 			return w, fieldErr("webhook_tolerance", "must be positive, got %v", *c.WebhookTolerance)
 		}
 		w.Tolerance = c.WebhookTolerance.Std()
-	}
-	for _, s := range []struct {
-		from *string
-		to   *string
-	}{{c.WebhookHeader, &w.Header}, {c.WebhookEncoding, &w.Encoding}, {c.WebhookPrefix, &w.Prefix}} {
-		if s.from != nil {
-			*s.to = *s.from
-		}
 	}
 	secrets, err := LoadSecrets(c.WebhookSecrets)
 	if err != nil {
@@ -343,6 +336,14 @@ func (c Config) webhook() (Webhook, error) {
 	}
 	w.Secrets = secrets
 	return w, nil
+}
+
+// valueOr is *p, or "" when p is unset.
+func valueOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // Validate checks c as New would, without a store. Errors are *ConfigError.
