@@ -90,17 +90,6 @@ func (p Problem) code() string {
 	return strings.ReplaceAll(strings.TrimPrefix(p.Type, ProblemTypeBase), "-", "_")
 }
 
-// retryable says whether the same request may be sent again with the same key
-// and get another answer: in flight (later), the store or upstream unavailable
-// (nothing ran).
-func (p Problem) retryable() bool {
-	switch p.Type {
-	case ProblemInFlight, ProblemStoreUnavailable, ProblemTypeBase + "upstream-unavailable":
-		return true
-	}
-	return false
-}
-
 // render returns the Content-Type, extra headers and body of p in this format.
 func (f *errorFormat) render(p Problem, retryAfter time.Duration) (string, http.Header, []byte) {
 	secs := retrySeconds(retryAfter)
@@ -119,7 +108,7 @@ func (f *errorFormat) render(p Problem, retryAfter time.Duration) (string, http.
 		}
 		body, _ := json.Marshal(map[string]any{"error": map[string]any{
 			"type": typ, "code": code, "message": p.Title + ": " + p.Detail, "doc_url": p.Type}})
-		return "application/json", http.Header{"Stripe-Should-Retry": {strconv.FormatBool(p.retryable())}}, body
+		return "application/json", http.Header{"Stripe-Should-Retry": {strconv.FormatBool(p.Retryable)}}, body
 	case "template":
 		vals := map[string]string{"type": p.Type, "title": p.Title, "status": strconv.Itoa(p.Status),
 			"detail": p.Detail, "code": p.code(), "retry_after": strconv.Itoa(secs)}

@@ -32,6 +32,10 @@ type Problem struct {
 	// OriginalStatus is set on not-replayable problems: the status the first
 	// request completed with.
 	OriginalStatus int `json:"original_status,omitempty"`
+	// Retryable says the same request may be sent again with the same key and
+	// get another answer (nothing ran, or it still runs), as Stripe-Should-Retry
+	// tells Stripe's SDKs. Not part of the problem body.
+	Retryable bool `json:"-"`
 }
 
 var problemTitles = map[string]string{
@@ -48,7 +52,8 @@ var problemTitles = map[string]string{
 }
 
 func newProblem(typ string, status int, detail string) Problem {
-	return Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail}
+	return Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail,
+		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable}
 }
 
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a

@@ -278,10 +278,11 @@ func (p *Proxy) upstreamProblem(w http.ResponseWriter, r *http.Request, h *middl
 		status = http.StatusGatewayTimeout
 	}
 	h.WriteProblem(w, r, middleware.Problem{
-		Type:   ProblemUpstream,
-		Title:  "Upstream unavailable",
-		Status: status,
-		Detail: "the upstream could not be reached or did not answer; the request may be retried with the same key",
+		Type:      ProblemUpstream,
+		Title:     "Upstream unavailable",
+		Status:    status,
+		Detail:    "the upstream could not be reached or did not answer; the request may be retried with the same key",
+		Retryable: true, // it never left, or its key was released
 	}, 0)
 }
 
