@@ -59,6 +59,7 @@ fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the
 	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache
 	$(GO) test -run '^$$' -fuzz FuzzWebhookVerify -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzJSONPointerKey -fuzztime 30s ./middleware
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalRequest -fuzztime 30s ./middleware
 
 .PHONY: demo
 demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running.

@@ -19,9 +19,10 @@ import (
 // Each field with a help tag is a setting: its json name is the Caddyfile
 // subdirective and the config-file key, and, with dashes, the proxy's flag.
 type Config struct {
-	// Methods protected; others pass through untouched, key or not. HTTP methods
-	// are case-sensitive: write them in upper case. Default: POST, PATCH.
-	Methods []string `json:"methods,omitzero" yaml:"methods,omitempty" help:"methods protected, upper case"`
+	// Methods protected; others pass through untouched, key or not. Write them
+	// in upper case; a request's method matches in any case ("post" is POST, and
+	// is forwarded as POST). Default: POST, PATCH.
+	Methods []string `json:"methods,omitzero" yaml:"methods,omitempty" help:"methods protected, upper case (requests match in any case)"`
 
 	// KeyHeader is the request header carrying the key. Default: Idempotency-Key.
 	KeyHeader *string `json:"key_header,omitempty" yaml:"key_header,omitempty" help:"request header carrying the key"`
@@ -35,6 +36,18 @@ type Config struct {
 	// the client's credential is in one of them. An entry "Cookie:NAME" names one
 	// cookie. An empty list scopes by the Host alone. Default: Authorization.
 	ScopeHeaders []string `json:"scope_headers,omitzero" yaml:"scope_headers,omitempty" help:"request headers that, with the Host, scope a key (Cookie:NAME for one cookie; empty: Host only)"`
+
+	// ScopeHost makes the Host, in canonical form (lower case, no default port,
+	// no trailing dot), part of a key's scope. Turn it off for an API served
+	// under several names whose clients may retry through another. A webhook
+	// route never scopes by the Host, which is not signed. Default: true.
+	ScopeHost *bool `json:"scope_host,omitempty" yaml:"scope_host,omitempty" help:"scope keys by the Host (canonical form); webhook routes never do"`
+
+	// KeyNamespace puts these keys in a namespace of their own: the same key in
+	// two namespaces is two records. Keys from different key sources (a header,
+	// a JSON field, a webhook preset's id) never meet, whatever the namespace.
+	// Default: empty (a proxy route with a webhook preset: its path).
+	KeyNamespace *string `json:"key_namespace,omitempty" yaml:"key_namespace,omitempty" help:"namespace of these keys: the same key in two namespaces is two records (default: none; a proxy webhook route: its path)"`
 
 	// FingerprintHeaders are request headers added to the fingerprint (method,
 	// path and query, body), which decides whether a repeat is the same request.
@@ -173,6 +186,8 @@ func DefaultConfig() Config {
 		KeyHeader:          ptr(DefaultKeyHeader),
 		RequireKey:         ptr(false),
 		ScopeHeaders:       append([]string(nil), DefaultScopeHeaders...),
+		ScopeHost:          ptr(true),
+		KeyNamespace:       ptr(""),
 		FingerprintHeaders: []string{},
 		MaxRequestBody:     ptr(Size(DefaultMaxRequestBody)),
 		MaxBody:            ptr(Size(DefaultMaxStoredBody)),
@@ -245,6 +260,12 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.ScopeHeaders != nil {
 		opts = append(opts, WithScopeHeaders(c.ScopeHeaders...))
+	}
+	if c.ScopeHost != nil {
+		opts = append(opts, WithScopeHost(*c.ScopeHost))
+	}
+	if c.KeyNamespace != nil {
+		opts = append(opts, WithKeyNamespace(*c.KeyNamespace))
 	}
 	if c.FingerprintHeaders != nil {
 		opts = append(opts, WithFingerprintHeaders(c.FingerprintHeaders...))
@@ -371,7 +392,7 @@ func FieldOf(err error) (string, bool) {
 // methodHint suggests the upper-case spelling of a lower-case method.
 func methodHint(m string) string {
 	if u := strings.ToUpper(m); u != m && validToken(m) {
-		return fmt.Sprintf(" (methods are case-sensitive: did you mean %s?)", u)
+		return fmt.Sprintf(" (write methods in upper case, %s; requests match it in any case)", u)
 	}
 	return ""
 }

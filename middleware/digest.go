@@ -12,23 +12,23 @@ import (
 )
 
 // StoreKey returns the store key for key as sent with r: a hex SHA-256 of the
-// request's scope and the key, so keys of different clients never meet and a
-// client's key never reaches the store verbatim.
+// key's namespace (key_namespace and the key source that produced it), the
+// request's scope and the key, so keys of different clients, or of different
+// sources, never meet and a client's key never reaches the store verbatim. The
+// Host is read in canonical form (CanonicalHost).
 func (h *Handler) StoreKey(r *http.Request, key string) string {
+	host, err := CanonicalHost(r.Host)
+	if err != nil {
+		host = r.Host // no request with this Host is ever claimed
+	}
+	return h.storeKey(r, host, key)
+}
+
+// storeKey is StoreKey with the canonical Host.
+func (h *Handler) storeKey(r *http.Request, host, key string) string {
 	d := getDigest()
 	defer digests.Put(d)
-	if h.cfg.scopeFunc != nil {
-		d.field(h.cfg.scopeFunc(r))
-	} else {
-		d.field(r.Host)
-		for _, sp := range h.cfg.scope {
-			if sp.cookie {
-				d.cookie(r, sp.name)
-			} else {
-				d.header(r.Header, sp.name)
-			}
-		}
-	}
+	h.writeScope(d, r, host)
 	d.field(key)
 	var sum [sha256.Size]byte
 	var out [2 * sha256.Size]byte
@@ -36,16 +36,69 @@ func (h *Handler) StoreKey(r *http.Request, key string) string {
 	return string(out[:]) // one allocation, where EncodeToString makes two
 }
 
-// fingerprint identifies the request: method, path and query, chosen headers, body
-// (but for a signed webhook).
-func (h *Handler) fingerprint(r *http.Request, body []byte) string {
+// storeKeyV2 marks a store key derived with its namespace. A Host never
+// contains '/', so no scope of the first derivation can begin with it.
+const storeKeyV2 = "idemproxy/2"
+
+// writeScope writes what a key belongs to.
+//
+// A header key on a route with no key_namespace, scoped by the Host, keeps the
+// first derivation (the Host, the scope headers, then the key), so records
+// stored by earlier versions are still found. Every other route's keys begin
+// with storeKeyV2, the namespace and the key source (a webhook's preset
+// included), so a header key can never claim the store key of a webhook id or
+// of a body-derived key. A webhook route's scope is the route and the signed
+// key alone: the Host and the other headers are not signed, and a captured
+// delivery must not run again under another Host.
+func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
+	c := &h.cfg
+	if !c.legacyScope {
+		d.field(storeKeyV2)
+		d.field(c.keyNamespace)
+		d.field(c.keySourceID)
+		if c.verifier != nil {
+			return
+		}
+		if c.scopeFunc != nil {
+			d.field("func")
+			d.field(c.scopeFunc(r))
+			return
+		}
+		if c.scopeHost {
+			d.field("host")
+			d.field(host)
+		} else {
+			d.field("no-host")
+		}
+	} else if c.scopeFunc != nil {
+		d.field(c.scopeFunc(r))
+		return
+	} else {
+		d.field(host)
+	}
+	for _, sp := range c.scope {
+		if sp.cookie {
+			d.cookie(r, sp.name)
+		} else {
+			d.header(r.Header, sp.name)
+		}
+	}
+}
+
+// fingerprint identifies the request: method, canonical path and query, chosen
+// headers, body (but for a signed webhook).
+func (h *Handler) fingerprint(r *http.Request, path string, body []byte) string {
 	if h.cfg.fpFunc != nil {
 		return h.cfg.fpFunc(r, body)
 	}
 	d := getDigest()
 	defer digests.Put(d)
 	d.field(r.Method)
-	d.field(r.URL.RequestURI())
+	if r.URL.ForceQuery || r.URL.RawQuery != "" {
+		d.fields("?", path, r.URL.RawQuery) // one field, as URL.RequestURI writes it
+	} else {
+		d.field(path)
+	}
 	for _, name := range h.cfg.fpHeaders {
 		d.header(r.Header, name)
 	}
@@ -81,6 +134,15 @@ func getDigest() *digest {
 func (d *digest) field(s string) {
 	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(s)))
 	d.buf = append(d.buf, s...)
+	if len(d.buf) > 4096 {
+		d.flush()
+	}
+}
+
+// fields adds one field: a and b joined by sep.
+func (d *digest) fields(sep, a, b string) {
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(a)+len(sep)+len(b)))
+	d.buf = append(append(append(d.buf, a...), sep...), b...)
 	if len(d.buf) > 4096 {
 		d.flush()
 	}

@@ -73,7 +73,7 @@ func ExampleConfig() {
 	fmt.Println(bad.Validate())
 	// Output:
 	// true 48h0m0s 1MiB 0s
-	// methods: "post" is not an upper-case HTTP method token (methods are case-sensitive: did you mean POST?)
+	// methods: "post" is not an upper-case HTTP method token (write methods in upper case, POST; requests match it in any case)
 }
 
 // A GitHub webhook receiver: the signature is verified before anything is

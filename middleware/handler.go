@@ -78,8 +78,11 @@ func (h *Handler) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// Tracked reports whether requests with this method are handled by the core.
-func (h *Handler) Tracked(method string) bool { return h.cfg.trackedByMethod[method] }
+// Tracked reports whether requests with this method are handled by the core. A
+// method is tracked in any case: "post" is POST.
+func (h *Handler) Tracked(method string) bool {
+	return h.cfg.trackedByMethod[h.cfg.canonicalMethod(method)]
+}
 
 // Handle serves one request. Untracked methods go straight to next. It returns the
 // error next returned (after releasing the key), and nil otherwise.
@@ -87,15 +90,31 @@ func (h *Handler) Tracked(method string) bool { return h.cfg.trackedByMethod[met
 // The observer is called once per tracked request: before the response is written
 // when the core answers itself (problems, replays), after next returns otherwise.
 func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) error {
-	if !h.cfg.trackedByMethod[r.Method] {
+	method := h.cfg.canonicalMethod(r.Method)
+	if !h.cfg.trackedByMethod[method] {
 		return next.ServeHTTP(w, r)
 	}
+	// The request goes on as the core read it: a tracked method in another
+	// case is forwarded in its canonical spelling.
+	r.Method = method
 	if h.holder != nil {
 		defer h.holder.Hold()()
 	}
 	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}}
 	defer t.emit()
 	ev := &t.ev
+
+	path, _, err := CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		return nil
+	}
+	host, err := CanonicalHost(r.Host)
+	if err != nil {
+		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
+			err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
+		return nil
+	}
 
 	var body []byte
 	if h.cfg.bodyFirst { // a signature to check, or a key in the body
@@ -136,9 +155,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		}
 	}
 
-	storeKey := h.StoreKey(r, key)
+	storeKey := h.storeKey(r, host, key)
 	ev.KeyHash = storeKey[:12]
-	fp := h.fingerprint(r, body)
+	fp := h.fingerprint(r, path, body)
 	token := newToken()
 	var trace []byte
 	if h.cfg.traceContext != nil {

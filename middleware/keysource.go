@@ -104,6 +104,16 @@ func parsePointer(p string) ([]string, error) {
 	return toks, nil
 }
 
+// id names the key source in the store key: the same key from two sources is
+// two records.
+func (ks *keySource) id() string {
+	switch ks.kind {
+	case "json", "form":
+		return ks.kind + ":" + ks.name
+	}
+	return ks.kind
+}
+
 // needsBody reports whether the key is in the body, which is then read first.
 func (ks *keySource) needsBody() bool { return ks.kind != "header" }
 

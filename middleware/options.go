@@ -39,6 +39,8 @@ type config struct {
 	requireKey      bool
 	scopeHeaders    []string
 	scopeFunc       func(*http.Request) string
+	scopeHost       bool
+	keyNamespace    string
 	fpHeaders       []string
 	fpFunc          func(r *http.Request, body []byte) string
 	maxRequestBody  int64
@@ -65,6 +67,8 @@ type config struct {
 	scope           []scopePart // scopeHeaders, parsed
 	keySourceSpec   string
 	keySource       keySource // keySourceSpec, resolved
+	keySourceID     string    // the key source (and webhook preset) as the store key names it
+	legacyScope     bool      // store keys keep the first derivation (see writeScope)
 	webhook         *Webhook
 	verifier        *verifier // webhook, compiled
 	bodyFirst       bool      // the body is read before the key: a signature or a key in it
@@ -102,6 +106,18 @@ func WithScopeHeaders(names ...string) Option {
 
 // WithScopeFunc replaces the Host-and-headers scope with a function of the request.
 func WithScopeFunc(fn func(*http.Request) string) Option { return func(c *config) { c.scopeFunc = fn } }
+
+// WithScopeHost sets whether the Host (in canonical form: lower-case, no default
+// port, no trailing dot) is part of a key's scope. Turn it off for an API served
+// under several names whose clients may retry through another. A webhook route
+// never scopes by the Host, which is not signed. Default true.
+func WithScopeHost(on bool) Option { return func(c *config) { c.scopeHost = on } }
+
+// WithKeyNamespace puts this handler's keys in a namespace of their own: the
+// same key under two namespaces is two records. Keys from different key sources
+// (a header, a JSON field, a webhook preset's id) never meet whatever the
+// namespace. Default "" (the proxy gives a webhook route its path).
+func WithKeyNamespace(ns string) Option { return func(c *config) { c.keyNamespace = ns } }
 
 // WithFingerprintHeaders adds request headers to the fingerprint (method, path and
 // query, and body by default).
@@ -222,6 +238,7 @@ func defaultConfig() config {
 		methods:        DefaultMethods,
 		keyHeader:      DefaultKeyHeader,
 		scopeHeaders:   DefaultScopeHeaders,
+		scopeHost:      true,
 		maxRequestBody: DefaultMaxRequestBody,
 		bodyTimeout:    DefaultBodyReadTimeout,
 		completeRetry:  DefaultCompleteRetry,
@@ -287,6 +304,11 @@ func (c *config) finish() error {
 		return err
 	}
 	c.keySource = ks
+	c.keySourceID = ks.id()
+	if c.webhook != nil {
+		c.keySourceID = c.webhook.Preset + "/" + c.keySourceID
+	}
+	c.legacyScope = c.verifier == nil && ks.kind == "header" && c.keyNamespace == "" && c.scopeHost
 	c.bodyFirst = c.verifier != nil || ks.needsBody()
 	if c.errorFormat, err = parseErrorFormat(c.errorFormatSpec); err != nil {
 		return err

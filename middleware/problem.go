@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,8 @@ const (
 	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
 	ProblemOutcomeUnknown   = ProblemTypeBase + "outcome-unknown"
 	ProblemInvalidSignature = ProblemTypeBase + "invalid-signature"
+	ProblemNonCanonicalPath = ProblemTypeBase + "non-canonical-path"
+	ProblemInvalidHost      = ProblemTypeBase + "invalid-host"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -49,6 +52,51 @@ var problemTitles = map[string]string{
 	ProblemNotReplayable:    "Original response cannot be replayed",
 	ProblemStoreUnavailable: "Idempotency store unavailable",
 	ProblemInvalidSignature: "Webhook signature not verified",
+	ProblemNonCanonicalPath: "Path not in canonical form",
+	ProblemInvalidHost:      "Invalid Host",
+}
+
+// NonCanonicalPathProblem is the 400 answer to a request whose escaped path
+// could not be read one way only (err from CanonicalPath).
+func NonCanonicalPathProblem(escapedPath string, err error) Problem {
+	detail := err.Error() + "; upstreams resolve such paths differently, so it was not forwarded"
+	if clean := suggestPath(escapedPath); clean != "" && clean != escapedPath {
+		detail += "; send it as " + clean
+	}
+	return newProblem(ProblemNonCanonicalPath, http.StatusBadRequest, detail)
+}
+
+// suggestPath is p with its dot and empty segments resolved and ;parameters
+// kept, when that is a canonical path; "" otherwise.
+func suggestPath(p string) string {
+	if p == "" || p[0] != '/' {
+		return ""
+	}
+	var out []string
+	segs := strings.Split(p[1:], "/")
+	for i, seg := range segs {
+		name, _, _ := strings.Cut(seg, ";")
+		switch strings.ToLower(name) {
+		case "", ".", "%2e":
+			if i == len(segs)-1 {
+				out = append(out, "")
+			}
+		case "..", ".%2e", "%2e.", "%2e%2e":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if i == len(segs)-1 {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, seg)
+		}
+	}
+	s := "/" + strings.Join(out, "/")
+	if _, _, err := CanonicalPath(s); err != nil {
+		return ""
+	}
+	return s
 }
 
 func newProblem(typ string, status int, detail string) Problem {

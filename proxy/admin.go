@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
@@ -149,7 +150,11 @@ func (p *Proxy) lookupKey(r *http.Request) (*keyLookup, error) {
 	q := r.URL.Query()
 	rt := p.def
 	if path := q.Get("path"); path != "" {
-		rt = p.match(path)
+		_, route, err := middleware.CanonicalPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("path: %w", err)
+		}
+		rt = p.match(route)
 	}
 	host := q.Get("host")
 	if !q.Has("host") {

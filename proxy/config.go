@@ -205,16 +205,20 @@ func (c *Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return c.named(err, "")
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{}
 	for i, r := range c.Routes {
 		where := fmt.Sprintf("routes[%d] (%s)", i, r.Path)
 		if !strings.HasPrefix(r.Path, "/") {
 			return fmt.Errorf("routes[%d]: path %q must start with /", i, r.Path)
 		}
-		if seen[r.Path] {
-			return fmt.Errorf("routes[%d]: path %q appears twice", i, r.Path)
+		_, match, err := middleware.CanonicalPath(r.Path)
+		if err != nil {
+			return fmt.Errorf("routes[%d]: path %q: %v", i, r.Path, err)
 		}
-		seen[r.Path] = true
+		if prev, ok := seen[match]; ok {
+			return fmt.Errorf("routes[%d]: path %q appears twice (routes match in any case: %q is the same route)", i, r.Path, prev)
+		}
+		seen[match] = r.Path
 		if err := c.Config.Merged(r.Config).Validate(); err != nil {
 			return c.named(err, where)
 		}

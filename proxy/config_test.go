@@ -83,7 +83,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--listen", "8080"}, nil, "--listen"},
 		{[]string{"--upstream", "http://x", "--max-body", "ten"}, nil, "not a size"},
 		{[]string{"--upstream", "http://x", "--max-body", "10"}, nil, `--max-body: "10" has no unit`},
-		{[]string{"--upstream", "http://x", "--methods", "post"}, nil, "--methods: \"post\" is not an upper-case HTTP method token (methods are case-sensitive: did you mean POST?)"},
+		{[]string{"--upstream", "http://x", "--methods", "post"}, nil, "--methods: \"post\" is not an upper-case HTTP method token (write methods in upper case, POST; requests match it in any case)"},
 		{[]string{"--upstream", "http://x", "--store-statuses", "2xx,!500,700"}, nil, "--store-statuses: "},
 		{[]string{"--upstream", "http://x", "--lock-ttl", "0s"}, nil, "--lock-ttl: must be at least 3ms"},
 		{[]string{"--upstream", "http://x", "--wait", "5s", "--in-flight-only"}, nil, "--wait: does not combine with in_flight_only"},

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"path"
 	"sort"
 	"strings"
 	"syscall"
@@ -31,8 +30,9 @@ import (
 const (
 	// ProblemUpstream: a 502/504 when the upstream fails.
 	ProblemUpstream = middleware.ProblemTypeBase + "upstream-unavailable"
-	// ProblemPath: a 400 for a path that is not in canonical form.
-	ProblemPath = middleware.ProblemTypeBase + "non-canonical-path"
+	// ProblemPath: a 400 for a path that is not in canonical form (the core's
+	// problem type; see middleware.CanonicalPath).
+	ProblemPath = middleware.ProblemNonCanonicalPath
 )
 
 // Proxy serves clients: it routes each request to its route's idempotency handler
@@ -46,13 +46,14 @@ type Proxy struct {
 	next    middleware.Next
 	def     *route
 	routes  []*route        // longest path first
-	guarded map[string]bool // methods tracked by some route: their paths must be canonical
+	guarded map[string]bool // methods tracked by some route, canonical: their paths must be canonical
 	metrics *metrics
 }
 
 type route struct {
 	methods []string
-	path    string
+	path    string // as configured
+	match   string // path in route form (middleware.Canonical.Route)
 	enabled bool
 	h       *middleware.Handler
 }
@@ -123,14 +124,26 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	p.guarded = map[string]bool{}
 	for _, rt := range append([]*route{p.def}, p.routes...) {
 		for _, m := range rt.methods {
-			p.guarded[m] = true
+			p.guarded[m] = true // upper case (Validate)
 		}
 	}
-	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
+	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].match) > len(p.routes[j].match) })
 	return p, nil
 }
 
 func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*route, error) {
+	match := ""
+	if path != "" {
+		var err error
+		if _, match, err = middleware.CanonicalPath(path); err != nil {
+			return nil, err // Validate names the route
+		}
+		if mc.Webhook != nil && *mc.Webhook != "" && (mc.KeyNamespace == nil || *mc.KeyNamespace == "") {
+			// A webhook route's keys are its own: two routes with the same
+			// preset (two accounts of one provider) never share a record.
+			mc.KeyNamespace = &match
+		}
+	}
 	opts, err := mc.Options()
 	if err != nil {
 		return nil, err
@@ -143,7 +156,7 @@ func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*ro
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, enabled: enabled, h: h, methods: mc.Methods}, nil
+	return &route{path: path, match: match, enabled: enabled, h: h, methods: mc.Methods}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see middleware.Handler.Wait).
@@ -159,41 +172,47 @@ func (p *Proxy) Wait(ctx context.Context) error {
 // Close releases the store.
 func (p *Proxy) Close() error { return p.opened.Close() }
 
-// canonical reports whether a path has no empty, "." or ".." segment (a trailing
-// slash is allowed), so that it names what the upstream will resolve.
-func canonical(p string) bool { return p == "" || cleaned(p) == p }
-
-// cleaned is path.Clean keeping a trailing slash.
-func cleaned(p string) string {
-	c := path.Clean("/" + p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c
-}
-
-// match returns the route for a path: the longest matching prefix, whole segments.
-func (p *Proxy) match(path string) *route {
+// match returns the route for a path in route form (middleware.Canonical.Route):
+// the longest matching prefix, whole segments.
+func (p *Proxy) match(route string) *route {
 	for _, rt := range p.routes {
-		if path == rt.path || strings.HasPrefix(path, rt.path) &&
-			(strings.HasSuffix(rt.path, "/") || path[len(rt.path)] == '/') {
+		if route == rt.match || strings.HasPrefix(route, rt.match) &&
+			(strings.HasSuffix(rt.match, "/") || route[len(rt.match)] == '/') {
 			return rt
 		}
 	}
 	return p.def
 }
 
+// routeOf returns the route of r: the default one when its path is not
+// canonical.
+func (p *Proxy) routeOf(r *http.Request) *route {
+	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		return p.def
+	}
+	return p.match(route)
+}
+
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.guarded[r.Method] && !canonical(r.URL.Path) {
-		// Routes match the path as sent; a "..", "." or "//" segment would pick one
-		// route here and reach another upstream (/internal/../charges).
+	if !p.guarded[strings.ToUpper(r.Method)] { // "post" is POST
+
 		p.metrics.untracked.Add(1)
-		p.def.h.WriteProblem(w, r, middleware.Problem{Type: ProblemPath, Title: "Path not in canonical form",
-			Status: http.StatusBadRequest, Detail: "the path has an empty, \".\" or \"..\" segment; send it as " + cleaned(r.URL.Path)}, 0)
+		p.rp.ServeHTTP(w, r)
 		return
 	}
-	rt := p.match(r.URL.Path)
+	// Routes match the path as the core reads it (middleware.CanonicalPath):
+	// decoded, without ;parameters, in any case. A path that cannot be read one
+	// way only ("..", "..;", an encoded slash) could pick one route here and
+	// reach another upstream (/internal/..;/charges): it is refused.
+	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		p.metrics.untracked.Add(1)
+		p.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		return
+	}
+	rt := p.match(route)
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
 		p.metrics.untracked.Add(1)
 		p.rp.ServeHTTP(w, r)
@@ -267,7 +286,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		slot.err = err // the core answers
 		return
 	}
-	p.upstreamProblem(w, r, p.match(r.URL.Path).h, err)
+	p.upstreamProblem(w, r, p.routeOf(r).h, err)
 }
 
 // upstreamProblem answers, in the route's error format, a failed upstream call
