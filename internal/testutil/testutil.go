@@ -3,12 +3,14 @@
 package testutil
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -74,3 +76,19 @@ func PostWith(t testing.TB, url, body string, headers map[string]string) Answer 
 	b, _ := io.ReadAll(resp.Body)
 	return Answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b)}
 }
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes: a child process's
+// output, read by the test while it runs.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
