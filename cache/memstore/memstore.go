@@ -48,14 +48,27 @@ const (
 	maxChunk = 16 << 10
 	minChunk = 512
 	// A log entry: size u32 | fingerprint length u32 | created i64 | expires i64 |
-	// key [32] | token hash u64 | fingerprint | encoded response.
-	entryHeader = 64
+	// key [32] | token hash u64 | owner u64 | fingerprint | encoded response.
+	entryHeader = 72
 	// indexBytes is what a completed record's slot in its shard's index costs: 24
 	// bytes at the map's typical load.
 	indexBytes = 40
 	// lockOverhead approximates an in-flight lock beyond its strings: the struct,
 	// its map slot and the pointer to it.
 	lockOverhead = 160
+	// ownerBytes is what an owner's row in the owner table costs while it
+	// holds records.
+	ownerBytes = 48
+	// shareFloor: an owner's fair share of each bound is the bound divided by
+	// the active owners, but never less than the bound divided by shareFloor,
+	// however many owners there are.
+	shareFloor = 1024
+	// compactBudget bounds the bytes one makeRoom call moves to the log's tail
+	// (past it, the call gives up; the next one goes on from there).
+	compactBudget = 64 << 10
+	// roomAttempts bounds how often a claim or completion makes room and tries
+	// again when others took the room in between.
+	roomAttempts = 3
 )
 
 // Option configures a Store.
@@ -102,6 +115,7 @@ type Store struct {
 	records atomic.Int64
 	bytes   atomic.Int64
 	cursor  atomic.Uint32 // round-robin start for eviction
+	owners  owners
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -214,6 +228,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	s.maxRecs.Store(c.maxRecords)
 	s.maxByte.Store(c.maxBytes)
+	s.owners.init()
 	for i := range s.shards {
 		s.shards[i].locks = make(map[ikey]*lock)
 		s.shards[i].index = make(map[prefix]uint64)
@@ -236,7 +251,7 @@ func (s *Store) SetBounds(maxRecords, maxBytes int64) error {
 	s.maxRecs.Store(maxRecords)
 	s.maxByte.Store(maxBytes)
 	if s.over() {
-		s.makeRoom(nil)
+		s.evictOldest()
 	}
 	return nil
 }
