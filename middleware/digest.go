@@ -17,23 +17,29 @@ import (
 func (h *Handler) StoreKey(r *http.Request, key string) string {
 	d := getDigest()
 	defer digests.Put(d)
-	if h.cfg.scopeFunc != nil {
-		d.field(h.cfg.scopeFunc(r))
-	} else {
-		d.field(r.Host)
-		for _, sp := range h.cfg.scope {
-			if sp.cookie {
-				d.cookie(r, sp.name)
-			} else {
-				d.header(r.Header, sp.name)
-			}
-		}
-	}
+	h.scopeFields(d, r)
 	d.field(key)
 	var sum [sha256.Size]byte
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], d.sum(sum[:0]))
 	return string(out[:]) // one allocation, where EncodeToString makes two
+}
+
+// scopeFields adds the request's scope to d: the scope function's result, or
+// the Host and the scope headers and cookies.
+func (h *Handler) scopeFields(d *digest, r *http.Request) {
+	if h.cfg.scopeFunc != nil {
+		d.field(h.cfg.scopeFunc(r))
+		return
+	}
+	d.field(r.Host)
+	for _, sp := range h.cfg.scope {
+		if sp.cookie {
+			d.cookie(r, sp.name)
+		} else {
+			d.header(r.Header, sp.name)
+		}
+	}
 }
 
 // fingerprint identifies the request: method, path and query, chosen headers, body

@@ -14,6 +14,7 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token string) (*cache.R
 	deadline := time.NewTimer(h.cfg.wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
+	owner := h.owner(r)
 	for {
 		var changed <-chan struct{}
 		cancel := func() {}
@@ -22,7 +23,7 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token string) (*cache.R
 		}
 		// Read after subscribing: a change in between still wakes us.
 		sctx, scancel := h.storeCtx(r.Context())
-		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL})
+		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Owner: owner})
 		scancel()
 		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != fp {
 			cancel()

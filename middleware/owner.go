@@ -1,0 +1,27 @@
+package middleware
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+)
+
+// ownerDomain keeps an owner digest apart from every store key: both hash the
+// scope, and only the store key goes on to hash the client's key.
+const ownerDomain = "idemproxy owner"
+
+// owner returns the client scope a request's records belong to, as
+// cache.Lock.Owner: 16 hex digits of a SHA-256 of exactly the scope the store
+// key uses (the scope function's result, or the Host and the scope headers
+// and cookies), so a client's credential never reaches the store. A bounded
+// store shares its room by owner (the memory store's eviction).
+func (h *Handler) owner(r *http.Request) string {
+	d := getDigest()
+	defer digests.Put(d)
+	d.field(ownerDomain)
+	h.scopeFields(d, r)
+	var sum [sha256.Size]byte
+	var out [16]byte
+	hex.Encode(out[:], d.sum(sum[:0])[:8])
+	return string(out[:])
+}
