@@ -173,13 +173,12 @@ func (s *Store) completeLocked(sh *shard, k *ikey, token string, rec *cache.Reco
 	if l != nil {
 		delete(sh.locks, *k) // the lock's record becomes the completed one
 	}
-	p := s.prefixOf(k)
-	if old, taken := sh.index[p]; taken {
+	if old, taken := sh.index[s.prefixOf(k)]; taken {
 		// Another key with the same 128-bit prefix (never seen in practice), or
 		// this key's expired record: it becomes a hole; this one takes the slot.
 		s.dropIndexLocked(sh, sh.entryAt(old))
 	}
-	sh.index[p] = pos
+	s.indexLocked(sh, pos, e)
 	s.bytes.Add(s.owners.add(nd.owner, nd.records, nd.growth) - row)
 	sh.waiters.Notify(*k)
 	return true, nd, nil
@@ -315,7 +314,8 @@ func (s *Store) resolveLocked(sh *shard, k *ikey, resp *cache.Response, ttl time
 	// owner; the old entry becomes a hole in the log.
 	pos, ne := s.appendLocked(sh, n, newCap)
 	entry(ne).write(k, e.tokenHash(), e.owner(), rec.Fingerprint, e.created(), now+int64(ttl), response)
-	sh.index[s.prefixOf(k)] = pos
+	s.unindexLocked(sh, e)
+	s.indexLocked(sh, pos, ne)
 	s.owners.add(e.owner(), 0, int64(n-len(e)))
 	sh.waiters.Notify(*k)
 	return true, need{}, nil

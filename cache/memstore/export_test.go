@@ -40,6 +40,7 @@ func CheckInvariants(s *Store) error {
 				}
 				pos = sh.head
 			}
+			live := 0
 			for end := c.base + uint64(len(c.buf)); pos < end; {
 				e := c.entryAt(pos)
 				if len(e) < entryHeader || pos+uint64(len(e)) > end {
@@ -47,12 +48,16 @@ func CheckInvariants(s *Store) error {
 				}
 				if s.indexedAt(sh, pos, e) {
 					indexed++
+					live += len(e)
 					u := want[e.owner()]
 					u.records++
 					u.bytes += e.cost()
 					want[e.owner()] = u
 				}
 				pos += uint64(len(e))
+			}
+			if live != c.live {
+				return fmt.Errorf("shard %d: chunk %d counts %d live bytes, holds %d", si, i, c.live, live)
 			}
 			bytes += int64(cap(c.buf))
 		}

@@ -13,16 +13,36 @@ import (
 type chunk struct {
 	base uint64
 	buf  []byte // len: bytes written; entries never span chunks
+	live int    // bytes of the entries indexed (the rest of len(buf) are holes)
+}
+
+// indexLocked indexes the entry e, written at pos, as its key's record.
+func (s *Store) indexLocked(sh *shard, pos uint64, e entry) {
+	sh.index[s.prefixOf(e.key())] = pos
+	sh.log[sh.chunkOf(pos)].live += len(e)
+}
+
+// unindexLocked makes the indexed entry e a hole (its key's slot is dropped
+// or about to point elsewhere).
+func (s *Store) unindexLocked(sh *shard, e entry) {
+	p := s.prefixOf(e.key())
+	sh.log[sh.chunkOf(sh.index[p])].live -= len(e)
+	delete(sh.index, p)
 }
 
 // dropIndexLocked forgets the completed record e, which must be indexed; its
-// entry becomes a hole in the log, reclaimed when the head passes it.
+// entry becomes a hole in the log, reclaimed when the head passes it or its
+// chunk is compacted.
 func (s *Store) dropIndexLocked(sh *shard, e entry) {
-	k := *e.key()
-	sh.waiters.Notify(k)
-	delete(sh.index, s.prefixOf(&k))
+	sh.waiters.Notify(*e.key())
+	s.unindexLocked(sh, e)
 	s.records.Add(-1)
 	s.bytes.Add(-indexBytes + s.owners.add(e.owner(), -1, -e.cost()))
+}
+
+// chunkOf returns the index in sh.log of the chunk holding pos.
+func (sh *shard) chunkOf(pos uint64) int {
+	return sort.Search(len(sh.log), func(i int) bool { return sh.log[i].base > pos }) - 1
 }
 
 // lookupLocked returns the log entry of k's completed record, or nil.
@@ -46,8 +66,7 @@ func (s *Store) indexedAt(sh *shard, pos uint64, e entry) bool {
 
 // entryAt returns the entry at pos, which must be a position in the log.
 func (sh *shard) entryAt(pos uint64) entry {
-	i := sort.Search(len(sh.log), func(i int) bool { return sh.log[i].base > pos }) - 1
-	return sh.log[i].entryAt(pos)
+	return sh.log[sh.chunkOf(pos)].entryAt(pos)
 }
 
 func (c *chunk) entryAt(pos uint64) entry {
@@ -111,6 +130,20 @@ func (s *Store) trimLocked(sh *shard) {
 		}
 		s.bytes.Add(-int64(sh.dropFirstChunk()))
 	}
+}
+
+// removeChunk removes the chunk at i from the log, whose records the caller
+// dropped or moved, and returns the capacity it held (the caller accounts for
+// it). Only the first chunk's removal moves the head.
+func (sh *shard) removeChunk(i int) int {
+	if i == 0 {
+		return sh.dropFirstChunk()
+	}
+	n := cap(sh.log[i].buf)
+	copy(sh.log[i:], sh.log[i+1:])
+	sh.log[len(sh.log)-1] = chunk{}
+	sh.log = sh.log[:len(sh.log)-1]
+	return n
 }
 
 // dropFirstChunk removes the log's first chunk, moving the head to the next

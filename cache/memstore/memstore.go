@@ -66,6 +66,9 @@ const (
 	// compactBudget bounds the bytes one makeRoom call moves to the log's tail
 	// (past it, the call gives up; the next one goes on from there).
 	compactBudget = 64 << 10
+	// scanBudget bounds the entries one makeRoom call looks at behind
+	// protected records for one it may evict.
+	scanBudget = 2048
 	// roomAttempts bounds how often a claim or completion makes room and tries
 	// again when others took the room in between.
 	roomAttempts = 3
@@ -114,7 +117,6 @@ type Store struct {
 
 	records atomic.Int64
 	bytes   atomic.Int64
-	cursor  atomic.Uint32 // round-robin start for eviction
 	owners  owners
 
 	stop      chan struct{}
@@ -154,6 +156,12 @@ type shard struct {
 	// head is the position of the oldest entry not yet reclaimed; next is where
 	// the next chunk starts.
 	head, next uint64
+	// ownScan: per owner, where its last look for its own records to evict
+	// stopped (none of them lies before it), so the next look goes on from
+	// there; hints, cleared when there are many.
+	ownScan map[ownerID]uint64
+	// mark: where the last sweep to look stopped (see sweepHeads).
+	mark mark
 	// waiters by key, woken when the key's record changes.
 	waiters waiters.Registry[ikey]
 }
@@ -232,6 +240,7 @@ func New(opts ...Option) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].locks = make(map[ikey]*lock)
 		s.shards[i].index = make(map[prefix]uint64)
+		s.shards[i].ownScan = make(map[ownerID]uint64)
 	}
 	if c.sweepInterval > 0 {
 		go s.sweepLoop(c.sweepInterval)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -363,4 +364,56 @@ func TestRandomOperationsKeepTheAccountsExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Owners claiming, completing, releasing and deleting at once, on a store at
+// its bounds: the race detector sees nothing, the bounds hold, and the counts
+// are exact once they stop.
+func TestConcurrentOwnersAtTheBounds(t *testing.T) {
+	const limit = 96 << 10
+	s, _ := newStore(t, memstore.WithMaxBytes(limit), memstore.WithMaxRecords(400), memstore.WithShards(4))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 2))
+			owner := fmt.Sprint("owner-", w%3) // two writers per owner
+			for i := range 1500 {
+				key := fmt.Sprintf("w%d-%d", w, rng.IntN(600))
+				tok, err := claimAs(s, owner, key)
+				if err != nil {
+					continue // a record is there, or nothing this owner may evict
+				}
+				switch rng.IntN(10) {
+				case 0:
+					_ = s.Release(ctx, key, tok)
+				case 1:
+					_ = s.Delete(ctx, key)
+				default:
+					rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201, Body: make([]byte, rng.IntN(1500))}}
+					if err := s.Complete(ctx, key, tok, rec, time.Hour); errors.Is(err, cache.ErrFull) {
+						rec = &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201, Oversize: true}}
+						if err := s.Complete(ctx, key, tok, rec, time.Hour); err != nil {
+							t.Errorf("the marker did not fit: %v", err)
+							return
+						}
+					} else if err != nil {
+						t.Errorf("complete %s: %v", key, err)
+						return
+					}
+				}
+				if maxR, maxB := s.Bounds(); s.Len() > maxR || s.Bytes() > maxB {
+					t.Errorf("%d records, %d bytes: over the bounds", s.Len(), s.Bytes())
+					return
+				}
+				if i%100 == 0 {
+					s.Sweep()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	checkInvariants(t, s)
 }
