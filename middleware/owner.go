@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
 )
@@ -20,8 +19,10 @@ func (h *Handler) owner(r *http.Request) string {
 	defer digests.Put(d)
 	d.field(ownerDomain)
 	h.scopeFields(d, r)
-	var sum [sha256.Size]byte
+	// The sum goes into the digest's own (pooled, just flushed) buffer: a
+	// local array would escape through the hash.Hash interface.
+	sum := d.sum(d.buf[:0])
 	var out [16]byte
-	hex.Encode(out[:], d.sum(sum[:0])[:8])
+	hex.Encode(out[:], sum[:8])
 	return string(out[:])
 }
