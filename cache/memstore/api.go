@@ -78,7 +78,11 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 
 var encodeBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// Complete implements cache.Store.
+// Complete implements cache.Store. A completion at a bound makes room within
+// the eviction policy (see makeRoom), and fails with cache.ErrFull, leaving the
+// lock as it was, when its record does not fit; a record no larger than the
+// lock it replaces (the not-replayable marker: status, body size, trace) always
+// fits.
 func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
 	if rec == nil || rec.Response == nil {
 		return fmt.Errorf("memstore: completing without a response")
