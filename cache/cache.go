@@ -44,6 +44,14 @@ type Lock struct {
 	// Record.Trace while it is in flight, so a duplicate can link to it.
 	// Optional.
 	Trace []byte
+	// Owner identifies the client scope the record belongs to: a short opaque
+	// string (the middleware passes 16 hex digits of a digest of the request's
+	// scope, never a credential). A bounded store may use it to share its room
+	// between clients, so that one client's volume cannot evict another's
+	// completed records (the memory store does, keeping it with the lock and
+	// the completed record). Stores without eviction ignore it (Redis and
+	// PostgreSQL do). Optional: records without an owner share one.
+	Owner string
 }
 
 // MaxTrace bounds Lock.Trace and Response.Trace.

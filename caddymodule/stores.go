@@ -90,8 +90,9 @@ type pooledPostgres struct {
 // a reload that changes its bounds applies them to the live store, whose records
 // stay.
 type MemoryStore struct {
-	// Most records kept; the oldest completed ones are evicted first, in-flight
-	// locks never. Default: 1000000.
+	// Most records kept, shared between client scopes: a scope's completed
+	// records are evicted only for its own volume or while it holds more
+	// than its share; in-flight locks never. Default: 1000000.
 	MaxRecords int64 `json:"max_records,omitempty"`
 	// Most bytes kept (approximate). Default: 512MiB.
 	MaxBytes middleware.Size `json:"max_bytes,omitempty"`

@@ -158,6 +158,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	storeKey := h.storeKey(r, host, key)
 	ev.KeyHash = storeKey[:12]
 	fp := h.fingerprint(r, path, body)
+	owner := h.owner(r, host)
 	token := newToken()
 	var trace []byte
 	if h.cfg.traceContext != nil {
@@ -167,13 +168,17 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	t0 := time.Now()
 	sctx, scancel := h.storeCtx(r.Context())
-	rec, loaded, err := h.store.LockOrGet(sctx, storeKey, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Trace: trace})
+	rec, loaded, err := h.store.LockOrGet(sctx, storeKey, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Trace: trace, Owner: owner})
 	scancel()
 	ev.StoreDuration = time.Since(t0)
 	if err != nil {
+		// A full store (nothing this client may evict) is refused even under
+		// fail_open: a client that can fill the store must not be able to
+		// switch the protection off.
+		failOpen := h.cfg.failOpen && !errors.Is(err, cache.ErrFull)
 		h.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
-			slog.String("key_hash", ev.KeyHash), slog.Bool("fail_open", h.cfg.failOpen), slog.Any("error", err))
-		if h.cfg.failOpen {
+			slog.String("key_hash", ev.KeyHash), slog.Bool("fail_open", failOpen), slog.Any("error", err))
+		if failOpen {
 			ev.Outcome, ev.Err = OutcomeStoreError, err
 			return h.passThrough(w, r, next, ev)
 		}
@@ -182,7 +187,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		return nil
 	}
 	if loaded && h.cfg.wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == fp {
-		rec, loaded, err = h.waitForFirst(r, storeKey, fp, token)
+		rec, loaded, err = h.waitForFirst(r, storeKey, fp, token, owner)
 		if err != nil {
 			h.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", ev.KeyHash), slog.Any("error", err))

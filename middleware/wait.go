@@ -10,7 +10,7 @@ import (
 // waitForFirst waits, up to the configured wait, for the in-flight request holding
 // key to finish. It returns the record as last read (loaded=true), or loaded=false
 // when this request claimed the key itself (the first one was released).
-func (h *Handler) waitForFirst(r *http.Request, key, fp, token string) (*cache.Record, bool, error) {
+func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string) (*cache.Record, bool, error) {
 	deadline := time.NewTimer(h.cfg.wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
@@ -22,7 +22,7 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token string) (*cache.R
 		}
 		// Read after subscribing: a change in between still wakes us.
 		sctx, scancel := h.storeCtx(r.Context())
-		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL})
+		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Owner: owner})
 		scancel()
 		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != fp {
 			cancel()

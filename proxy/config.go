@@ -37,7 +37,7 @@ type Config struct {
 	PostgresTable         string              `json:"postgres_table" yaml:"postgres_table" help:"PostgreSQL store: the table (schema.name allowed)"`
 	PostgresCreateSchema  bool                `json:"postgres_create_schema" yaml:"postgres_create_schema" help:"PostgreSQL store: create the table and its index at start-up when missing; false: they must exist (idemproxy migrate prints the DDL)"`
 	PostgresSweepInterval middleware.Duration `json:"postgres_sweep_interval" yaml:"postgres_sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
-	MemoryMaxRecords      int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (oldest completed evicted first)"`
+	MemoryMaxRecords      int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (shared between clients; see README)"`
 	MemoryMaxBytes        middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
 	UpstreamTimeout       middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
 	ShutdownTimeout       middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`

@@ -15,62 +15,74 @@ type lock struct {
 	token, fingerprint string
 	trace              string // Lock.Trace
 	created, expires   int64  // unix nanoseconds
+	owner              ownerID
 }
 
 func (l *lock) size() int64 {
 	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace))
 }
 
-// LockOrGet implements cache.Store.
+// LockOrGet implements cache.Store. A claim at a bound makes room within the
+// eviction policy (see makeRoom), and fails with cache.ErrFull when nothing it
+// may evict is left.
 func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
 	if l.Token == "" {
 		return nil, false, fmt.Errorf("memstore: empty lock token")
 	}
 	k := internKey(key)
-	now := s.now().UnixNano()
+	owner := ownerOf(l.Owner)
 	sh := s.shardFor(&k)
-	sh.mu.Lock()
-	if cur, ok := sh.locks[k]; ok {
-		if cur.expires > now && cur.token == l.Token {
-			sh.mu.Unlock()
-			return nil, false, nil // a re-sent claim: this token holds the lock
-		}
-		if cur.expires > now {
-			rec := cur.record()
-			sh.mu.Unlock()
-			return rec, true, nil
-		}
-		s.dropLockLocked(sh, &k, cur)
-	}
-	if e := s.lookupLocked(sh, &k); e != nil {
-		if e.expires() > now {
-			sh.mu.Unlock()
-			rec, err := e.record()
-			return rec, true, err
-		}
-		s.dropIndexLocked(sh, &k)
-	}
-	nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now, expires: now + int64(l.Lease)}
-	sh.locks[k] = nl
-	s.records.Add(1)
-	s.bytes.Add(nl.size())
-	sh.mu.Unlock()
-
-	if s.over() && !s.makeRoom(&k) {
-		// Only in-flight locks are left: refuse this claim rather than evict one.
+	var res reservation
+	defer s.release(&res) // what a claim that found a record did not use
+	for attempt := 1; ; attempt++ {
+		now := s.now().UnixNano()
 		sh.mu.Lock()
-		if cur := sh.locks[k]; cur == nl {
-			s.dropLockLocked(sh, &k, nl)
+		if cur, ok := sh.locks[k]; ok {
+			if cur.expires > now && cur.token == l.Token {
+				sh.mu.Unlock()
+				return nil, false, nil // a re-sent claim: this token holds the lock
+			}
+			if cur.expires > now {
+				rec := cur.record()
+				sh.mu.Unlock()
+				return rec, true, nil
+			}
+			s.dropLockLocked(sh, &k, cur)
+		}
+		if e := s.lookupLocked(sh, &k); e != nil {
+			if e.expires() > now {
+				sh.mu.Unlock()
+				rec, err := e.record()
+				return rec, true, err
+			}
+			s.dropIndexLocked(sh, e)
+		}
+		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now, expires: now + int64(l.Lease), owner: owner}
+		// The owner's row, should this be its first record, is reserved too.
+		need := nl.size() + ownerBytes
+		if s.topUp(&res, 1, need) {
+			res = reservation{}
+			sh.locks[k] = nl
+			s.bytes.Add(s.owners.add(owner, 1, nl.size()) - ownerBytes)
+			sh.mu.Unlock()
+			return nil, false, nil
 		}
 		sh.mu.Unlock()
-		return nil, false, fmt.Errorf("memstore: claiming key: %w", cache.ErrFull)
+		if attempt == roomAttempts || !s.grow(&res, owner, 1, need, need, nil) {
+			// Nothing this claim may evict is left: refuse it rather than
+			// evict an in-flight lock or another client's protected record.
+			return nil, false, fmt.Errorf("memstore: claiming key: no room within the bounds that this client may take: %w", cache.ErrFull)
+		}
 	}
-	return nil, false, nil
 }
 
 var encodeBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// Complete implements cache.Store.
+// Complete implements cache.Store. A completion at a bound makes room within
+// the eviction policy (see makeRoom), and fails with cache.ErrFull, leaving the
+// lock as it was, when its record does not fit; a record no larger than the
+// lock it replaces (the not-replayable marker: status, body size, trace) always
+// fits.
 func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
 	if rec == nil || rec.Response == nil {
 		return fmt.Errorf("memstore: completing without a response")
@@ -89,59 +101,91 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return err
 	}
 	k := internKey(key)
-	now := s.now().UnixNano()
 	sh := s.shardFor(&k)
+	var res reservation
+	defer s.release(&res)
+	for attempt := 1; ; attempt++ {
+		done, need, err := s.completeLocked(sh, &k, token, rec, ttl, buf.Bytes(), &res)
+		if done || err != nil {
+			return err
+		}
+		if attempt == roomAttempts || !s.grow(&res, need.owner, need.records, need.bytes, need.growth, nil) {
+			return fmt.Errorf("memstore: no room within the bounds for a %d-byte record of this client: %w", buf.Len(), cache.ErrFull)
+		}
+	}
+}
+
+// need is the room a write needs, for whom, and what the owner's usage grows
+// by with it.
+type need struct {
+	owner                  ownerID
+	records, bytes, growth int64
+}
+
+// completeLocked stores the completed record for Complete if res holds, or
+// can be topped up to, the room it needs, and reports done. Otherwise it
+// changes nothing and returns the room it needs.
+func (s *Store) completeLocked(sh *shard, k *ikey, token string, rec *cache.Record, ttl time.Duration, response []byte, res *reservation) (bool, need, error) {
+	now := s.now().UnixNano()
 	sh.mu.Lock()
-	l, err := s.heldLocked(sh, &k, token, now)
+	defer sh.mu.Unlock()
+	l, err := s.heldLocked(sh, k, token, now)
 	fp, created := rec.Fingerprint, now
 	if !rec.CreatedAt.IsZero() {
 		created = rec.CreatedAt.UnixNano()
 	}
+	var nd need
+	var lockSize, row int64 // what the lock held; the owner's row, reserved
 	if err == nil {
-		fp, created = l.fingerprint, l.created
-	} else if err = s.freeLocked(sh, &k, token, now); err != nil {
+		fp, created, nd.owner, lockSize = l.fingerprint, l.created, l.owner, l.size()
+	} else if err = s.freeLocked(sh, k, token, now); err != nil {
 		// Held by another claim or record; or already completed by this token
 		// (a re-sent Complete: nil).
-		sh.mu.Unlock()
 		if errors.Is(err, errCompletedByUs) {
-			return nil
+			return true, nd, nil
 		}
-		return err
+		return false, nd, err
+	} else {
+		// A late Complete on a free key: a record more, with no owner known
+		// (the lock that named it is gone); its row is reserved too.
+		nd.owner, nd.records, row = ownerOf(""), 1, ownerBytes
 	}
-	n := entryHeader + len(fp) + buf.Len()
-	if need := int64(n) + indexBytes; need > s.maxByte.Load() {
-		sh.mu.Unlock()
-		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte.Load(), cache.ErrFull)
+	n := entryHeader + len(fp) + len(response)
+	if size := int64(n) + indexBytes; size > s.maxByte.Load() {
+		return false, nd, fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", size, s.maxByte.Load(), cache.ErrFull)
 	}
 	if n > 1<<31 {
-		sh.mu.Unlock()
-		return fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
+		return false, nd, fmt.Errorf("memstore: record of %d bytes is too large: %w", n, cache.ErrFull)
 	}
-	pos, e := s.appendLocked(sh, n)
-	entry(e).write(&k, tokenHash(token), fp, created, now+int64(ttl), buf.Bytes())
-
+	newCap := s.newChunkFor(sh, n)
+	nd.growth = int64(n) + indexBytes - lockSize           // the owner's usage counts the entry
+	nd.bytes = int64(newCap) + indexBytes - lockSize + row // the store's, the chunk
+	if !s.topUp(res, nd.records, nd.bytes) {
+		if l == nil || newCap == 0 || nd.growth > 0 {
+			return false, nd, nil
+		}
+		// A record no larger than its lock (the not-replayable marker the
+		// core stores when a response does not fit) always takes the lock's
+		// place: in a chunk of its own size, it adds nothing.
+		newCap = n
+		s.release(res)
+		s.bytes.Add(nd.growth)
+	}
+	*res = reservation{} // used
+	pos, e := s.appendLocked(sh, n, newCap)
+	entry(e).write(k, tokenHash(token), nd.owner, fp, created, now+int64(ttl), response)
 	if l != nil {
-		delete(sh.locks, k) // the lock's record becomes the completed one
-		s.bytes.Add(-l.size())
-	} else {
-		s.records.Add(1) // a late Complete on a free key
+		delete(sh.locks, *k) // the lock's record becomes the completed one
 	}
-	p := s.prefixOf(&k)
-	if _, taken := sh.index[p]; taken {
-		// Another key with the same 128-bit prefix (never seen in practice): its
-		// record becomes a hole; this one takes the slot.
-		s.records.Add(-1)
-		s.bytes.Add(-indexBytes)
+	if old, taken := sh.index[s.prefixOf(k)]; taken {
+		// Another key with the same 128-bit prefix (never seen in practice), or
+		// this key's expired record: it becomes a hole; this one takes the slot.
+		s.dropIndexLocked(sh, sh.entryAt(old))
 	}
-	sh.index[p] = pos
-	s.bytes.Add(indexBytes)
-	sh.waiters.Notify(k)
-	sh.mu.Unlock()
-
-	if s.over() {
-		s.makeRoom(&k)
-	}
-	return nil
+	s.indexLocked(sh, pos, e)
+	s.bytes.Add(s.owners.add(nd.owner, nd.records, nd.growth) - row)
+	sh.waiters.Notify(*k)
+	return true, nd, nil
 }
 
 var errCompletedByUs = errors.New("completed by this token")
@@ -221,50 +265,64 @@ func (s *Store) Resolve(_ context.Context, key string, resp *cache.Response, ttl
 		}
 	}
 	k := internKey(key)
-	now := s.now().UnixNano()
 	sh := s.shardFor(&k)
-	sh.mu.Lock()
-	if s.liveLockLocked(sh, &k, now) != nil {
-		sh.mu.Unlock()
-		return fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
+	var res reservation
+	defer s.release(&res)
+	for attempt := 1; ; attempt++ {
+		done, need, err := s.resolveLocked(sh, &k, resp, ttl, buf.Bytes(), &res)
+		if done || err != nil {
+			return err
+		}
+		if attempt == roomAttempts || !s.grow(&res, need.owner, 0, need.bytes, need.growth, &k) {
+			return fmt.Errorf("memstore: no room within the bounds for the resolved record: %w", cache.ErrFull)
+		}
 	}
-	e := s.lookupLocked(sh, &k)
+}
+
+// resolveLocked settles the unknown outcome under k for Resolve if the store
+// has room for the new record, and reports done. Otherwise it changes nothing
+// and returns the room it needs, and for whom.
+func (s *Store) resolveLocked(sh *shard, k *ikey, resp *cache.Response, ttl time.Duration, response []byte, res *reservation) (bool, need, error) {
+	now := s.now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if s.liveLockLocked(sh, k, now) != nil {
+		return false, need{}, fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
+	}
+	e := s.lookupLocked(sh, k)
 	if e == nil || e.expires() <= now {
-		sh.mu.Unlock()
-		return cache.ErrNotFound
+		return false, need{}, cache.ErrNotFound
 	}
 	rec, err := e.record()
 	if err != nil {
-		sh.mu.Unlock()
-		return err
+		return false, need{}, err
 	}
 	if !rec.Response.Unknown {
-		sh.mu.Unlock()
-		return fmt.Errorf("memstore: the key holds a completed answer: %w", cache.ErrNotUnknown)
+		return false, need{}, fmt.Errorf("memstore: the key holds a completed answer: %w", cache.ErrNotUnknown)
 	}
 	if resp == nil {
-		s.dropIndexLocked(sh, &k)
-		sh.mu.Unlock()
-		return nil
+		s.dropIndexLocked(sh, e)
+		return true, need{}, nil
 	}
-	n := entryHeader + len(rec.Fingerprint) + buf.Len()
-	if need := int64(n) + indexBytes; need > s.maxByte.Load() || n > 1<<31 {
-		sh.mu.Unlock()
-		return fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", need, s.maxByte.Load(), cache.ErrFull)
+	n := entryHeader + len(rec.Fingerprint) + len(response)
+	if size := int64(n) + indexBytes; size > s.maxByte.Load() || n > 1<<31 {
+		return false, need{}, fmt.Errorf("memstore: record of %d bytes exceeds the store's %d-byte bound: %w", size, s.maxByte.Load(), cache.ErrFull)
 	}
+	newCap := s.newChunkFor(sh, n)
+	if !s.topUp(res, 0, int64(newCap)) {
+		return false, need{owner: e.owner(), bytes: int64(newCap), growth: int64(n - len(e))}, nil
+	}
+	*res = reservation{} // used
 	// The new entry keeps the completing token's hash, so a late re-sent Complete
-	// of the first execution is still recognised (and writes nothing); the old
-	// entry becomes a hole in the log.
-	tok, created := e.tokenHash(), e.created()
-	pos, ne := s.appendLocked(sh, n)
-	entry(ne).write(&k, tok, rec.Fingerprint, created, now+int64(ttl), buf.Bytes())
-	sh.index[s.prefixOf(&k)] = pos
-	sh.waiters.Notify(k)
-	sh.mu.Unlock()
-	if s.over() {
-		s.makeRoom(&k)
-	}
-	return nil
+	// of the first execution is still recognised (and writes nothing), and its
+	// owner; the old entry becomes a hole in the log.
+	pos, ne := s.appendLocked(sh, n, newCap)
+	entry(ne).write(k, e.tokenHash(), e.owner(), rec.Fingerprint, e.created(), now+int64(ttl), response)
+	s.unindexLocked(sh, e)
+	s.indexLocked(sh, pos, ne)
+	s.owners.add(e.owner(), 0, int64(n-len(e)))
+	sh.waiters.Notify(*k)
+	return true, need{}, nil
 }
 
 // Get implements cache.Store.
@@ -284,7 +342,7 @@ func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
 		return nil, cache.ErrNotFound
 	}
 	if e.expires() <= now {
-		s.dropIndexLocked(sh, &k)
+		s.dropIndexLocked(sh, e)
 		sh.mu.Unlock()
 		return nil, cache.ErrNotFound
 	}
@@ -310,7 +368,7 @@ func (s *Store) Delete(_ context.Context, key string) error {
 	if e == nil {
 		return cache.ErrNotFound
 	}
-	s.dropIndexLocked(sh, &k)
+	s.dropIndexLocked(sh, e)
 	if e.expires() <= now {
 		return cache.ErrNotFound
 	}
@@ -350,7 +408,7 @@ func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
 	sh.waiters.Notify(*k)
 	delete(sh.locks, *k)
 	s.records.Add(-1)
-	s.bytes.Add(-l.size())
+	s.bytes.Add(-l.size() + s.owners.add(l.owner, -1, -l.size()))
 }
 
 func (l *lock) record() *cache.Record {

@@ -13,15 +13,36 @@ import (
 type chunk struct {
 	base uint64
 	buf  []byte // len: bytes written; entries never span chunks
+	live int    // bytes of the entries indexed (the rest of len(buf) are holes)
 }
 
-// dropIndexLocked forgets k's completed record; its entry becomes a hole in
-// the log, reclaimed when the head passes it.
-func (s *Store) dropIndexLocked(sh *shard, k *ikey) {
-	sh.waiters.Notify(*k)
-	delete(sh.index, s.prefixOf(k))
+// indexLocked indexes the entry e, written at pos, as its key's record.
+func (s *Store) indexLocked(sh *shard, pos uint64, e entry) {
+	sh.index[s.prefixOf(e.key())] = pos
+	sh.log[sh.chunkOf(pos)].live += len(e)
+}
+
+// unindexLocked makes the indexed entry e a hole (its key's slot is dropped
+// or about to point elsewhere).
+func (s *Store) unindexLocked(sh *shard, e entry) {
+	p := s.prefixOf(e.key())
+	sh.log[sh.chunkOf(sh.index[p])].live -= len(e)
+	delete(sh.index, p)
+}
+
+// dropIndexLocked forgets the completed record e, which must be indexed; its
+// entry becomes a hole in the log, reclaimed when the head passes it or its
+// chunk is compacted.
+func (s *Store) dropIndexLocked(sh *shard, e entry) {
+	sh.waiters.Notify(*e.key())
+	s.unindexLocked(sh, e)
 	s.records.Add(-1)
-	s.bytes.Add(-indexBytes)
+	s.bytes.Add(-indexBytes + s.owners.add(e.owner(), -1, -e.cost()))
+}
+
+// chunkOf returns the index in sh.log of the chunk holding pos.
+func (sh *shard) chunkOf(pos uint64) int {
+	return sort.Search(len(sh.log), func(i int) bool { return sh.log[i].base > pos }) - 1
 }
 
 // lookupLocked returns the log entry of k's completed record, or nil.
@@ -37,53 +58,67 @@ func (s *Store) lookupLocked(sh *shard, k *ikey) entry {
 	return e
 }
 
+// indexedAt reports whether e, at pos, is a record (not a hole).
+func (s *Store) indexedAt(sh *shard, pos uint64, e entry) bool {
+	p, ok := sh.index[s.prefixOf(e.key())]
+	return ok && p == pos
+}
+
 // entryAt returns the entry at pos, which must be a position in the log.
 func (sh *shard) entryAt(pos uint64) entry {
-	i := sort.Search(len(sh.log), func(i int) bool { return sh.log[i].base > pos }) - 1
-	c := &sh.log[i]
+	return sh.log[sh.chunkOf(pos)].entryAt(pos)
+}
+
+func (c *chunk) entryAt(pos uint64) entry {
 	off := pos - c.base
 	n := uint64(entry(c.buf[off:]).size())
 	return entry(c.buf[off : off+n : off+n])
 }
 
-// appendLocked reserves n bytes at the end of sh's log and returns their position.
-func (s *Store) appendLocked(sh *shard, n int) (uint64, []byte) {
+// end returns the position after the last entry written to sh's log.
+func (sh *shard) end() uint64 {
+	if len(sh.log) == 0 {
+		return sh.next
+	}
+	c := &sh.log[len(sh.log)-1]
+	return c.base + uint64(len(c.buf))
+}
+
+// newChunkFor returns the capacity of the chunk an entry of n bytes needs: 0
+// when it fits in the last chunk, else a chunk of the usual size or of its own.
+func (s *Store) newChunkFor(sh *shard, n int) int {
 	if len(sh.log) > 0 {
-		c := &sh.log[len(sh.log)-1]
-		if used := len(c.buf); cap(c.buf)-used >= n {
-			c.buf = c.buf[:used+n]
-			return c.base + uint64(used), c.buf[used : used+n]
+		if c := &sh.log[len(sh.log)-1]; cap(c.buf)-len(c.buf) >= n {
+			return 0
 		}
 	}
-	size := max(s.chunkSize, n)
-	c := chunk{base: sh.next, buf: make([]byte, n, size)}
+	return max(s.chunkSize, n)
+}
+
+// appendLocked reserves n bytes at the end of sh's log and returns their
+// position: in the last chunk when newCap is 0 (newChunkFor said it fits),
+// else in a new chunk of capacity newCap. The caller accounts for the chunk.
+func (s *Store) appendLocked(sh *shard, n, newCap int) (uint64, []byte) {
+	if newCap == 0 {
+		c := &sh.log[len(sh.log)-1]
+		used := len(c.buf)
+		c.buf = c.buf[:used+n]
+		return c.base + uint64(used), c.buf[used : used+n]
+	}
+	c := chunk{base: sh.next, buf: make([]byte, n, newCap)}
 	if len(sh.log) == 0 {
 		sh.head = c.base
 	}
-	sh.next += uint64(size)
+	sh.next += uint64(newCap)
 	sh.log = append(sh.log, c)
-	s.bytes.Add(int64(size))
 	return c.base, c.buf
 }
 
-// popHeadLocked reclaims the entry at the head of sh's log, evicting its record
-// if it is still indexed there, unless it is keep's record. It reports whether
-// it reclaimed anything.
-func (s *Store) popHeadLocked(sh *shard, keep *ikey) bool {
-	if len(sh.log) == 0 {
-		return false
-	}
-	e := sh.entryAt(sh.head)
-	k := *e.key()
-	if pos, ok := sh.index[s.prefixOf(&k)]; ok && pos == sh.head {
-		if keep != nil && k == *keep {
-			return false
-		}
-		s.dropIndexLocked(sh, &k)
-	}
+// popHeadLocked moves the head past the entry there, whose record the caller
+// dropped or moved, and frees the chunks the head has passed.
+func (s *Store) popHeadLocked(sh *shard, e entry) {
 	sh.head += uint64(e.size())
 	s.trimLocked(sh)
-	return true
 }
 
 // trimLocked drops the chunks the head has passed.
@@ -93,20 +128,41 @@ func (s *Store) trimLocked(sh *shard) {
 		if sh.head < c.base+uint64(len(c.buf)) {
 			return
 		}
-		s.bytes.Add(-int64(cap(c.buf)))
-		sh.log[0] = chunk{}
-		sh.log = sh.log[1:]
-		if len(sh.log) > 0 {
-			sh.head = sh.log[0].base
-		} else {
-			sh.log = nil
-		}
+		s.bytes.Add(-int64(sh.dropFirstChunk()))
 	}
+}
+
+// removeChunk removes the chunk at i from the log, whose records the caller
+// dropped or moved, and returns the capacity it held (the caller accounts for
+// it). Only the first chunk's removal moves the head.
+func (sh *shard) removeChunk(i int) int {
+	if i == 0 {
+		return sh.dropFirstChunk()
+	}
+	n := cap(sh.log[i].buf)
+	copy(sh.log[i:], sh.log[i+1:])
+	sh.log[len(sh.log)-1] = chunk{}
+	sh.log = sh.log[:len(sh.log)-1]
+	return n
+}
+
+// dropFirstChunk removes the log's first chunk, moving the head to the next
+// one, and returns the capacity it held (the caller accounts for it).
+func (sh *shard) dropFirstChunk() int {
+	n := cap(sh.log[0].buf)
+	sh.log[0] = chunk{}
+	sh.log = sh.log[1:]
+	if len(sh.log) > 0 {
+		sh.head = sh.log[0].base
+	} else {
+		sh.log = nil
+	}
+	return n
 }
 
 // entry is one completed record in a shard's log, laid out as
 //
-//	size u32 | fingerprint length u32 | created i64 | expires i64 | key [32] | token hash u64 | fingerprint | encoded response
+//	size u32 | fingerprint length u32 | created i64 | expires i64 | key [32] | token hash u64 | owner u64 | fingerprint | encoded response
 //
 // (entryHeader bytes before the fingerprint). Entries are never written again
 // once appended and chunks are never reused, so reading one needs no lock.
@@ -119,6 +175,11 @@ func (e entry) expires() int64     { return int64(binary.LittleEndian.Uint64(e[1
 func (e entry) key() *ikey         { return (*ikey)(e[24:56]) }
 func (e entry) isKey(k *ikey) bool { return *e.key() == *k }
 func (e entry) tokenHash() uint64  { return binary.LittleEndian.Uint64(e[56:]) }
+func (e entry) owner() ownerID     { return ownerID(binary.LittleEndian.Uint64(e[64:])) }
+
+// cost is what a completed record counts in its owner's usage: its entry and
+// its index slot.
+func (e entry) cost() int64 { return int64(len(e)) + indexBytes }
 
 // tokenHash identifies the token that completed a record, so a re-sent Complete
 // is recognised. 64 bits: a different token matching would be a 2^-64 accident,
@@ -128,13 +189,14 @@ func tokenHash(token string) uint64 { return maphash.String(tokenSeed, token) }
 var tokenSeed = maphash.MakeSeed()
 
 // write fills a freshly reserved entry of len(e) bytes.
-func (e entry) write(k *ikey, tokHash uint64, fingerprint string, created, expires int64, response []byte) {
+func (e entry) write(k *ikey, tokHash uint64, owner ownerID, fingerprint string, created, expires int64, response []byte) {
 	binary.LittleEndian.PutUint32(e[0:], uint32(len(e)))
 	binary.LittleEndian.PutUint32(e[4:], uint32(len(fingerprint)))
 	binary.LittleEndian.PutUint64(e[8:], uint64(created))
 	binary.LittleEndian.PutUint64(e[16:], uint64(expires))
 	copy(e[24:56], k[:])
 	binary.LittleEndian.PutUint64(e[56:], tokHash)
+	binary.LittleEndian.PutUint64(e[64:], uint64(owner))
 	copy(e[entryHeader:], fingerprint)
 	copy(e[entryHeader+len(fingerprint):], response)
 }

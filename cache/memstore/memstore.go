@@ -1,8 +1,34 @@
 // Package memstore is the embedded, in-process cache.Store: shards guarded by one
 // mutex each, expiry enforced on every read and swept in the background, and a
-// bound on records and bytes. When a bound is reached the oldest completed records
-// are evicted first; an in-flight lock is never evicted (a claim that would need one
-// to go fails with cache.ErrFull instead).
+// bound on records and bytes. An in-flight lock is never evicted.
+//
+// # Eviction: each client its share
+//
+// Every record belongs to an owner, the cache.Lock's Owner (the middleware
+// passes a digest of the client's scope: Host and Authorization, or the scope
+// headers or function). The store counts each owner's records and bytes. When
+// a claim or a completion needs room at a bound, holes and expired records go
+// first; then it may evict only
+//
+//   - records of an owner holding more than its fair share of either bound
+//     (the bound divided by the active owners, the newcomer included; never less
+//     than the bound divided by 1024, however many owners there are), until that
+//     owner is back at its share; and
+//   - the newcomer's own records: at once while the new record would take it
+//     over its share (a client pays for its own volume), else as a last resort.
+//
+// A record of an owner at or below its share is never evicted to make room for
+// another owner. When nothing may be evicted, the store refuses the newcomer: a
+// claim fails with cache.ErrFull (the middleware answers 503, even with
+// fail_open), and so does a completion whose record does not fit (the middleware
+// then stores the not-replayable marker instead, which always fits in place of
+// its lock, so the key is still remembered as done and never runs twice).
+// Owners are client-chosen: an attacker can mint as many Authorization values as
+// it likes. Minting does not shrink a share below the bound over 1024, so a
+// store filled by many scopes each within its share ends in refusals (503 or
+// not-replayable) for newcomers until records expire, never in evicting a
+// protected record. Lowering the bounds on a live store (SetBounds) is an
+// operator's act: it evicts the oldest completed records, whoever owns them.
 //
 // # Layout
 //
@@ -12,13 +38,21 @@
 // map from 128 bits of seeded hash of the key to the record's position in the
 // log. The garbage collector never scans either (it sees a few large byte slices
 // and a map of plain values), so a store holding millions of records costs the
-// collector nothing, and a record costs about 130 bytes beyond its encoded
-// response.
+// collector nothing, and a record costs about 140 bytes beyond its encoded
+// response (its entry header carries 8 bytes of its owner's digest), and each
+// owner holding records a row of about 50 in the owner table.
 //
-// The log is first in, first out: eviction takes the oldest record at its head,
+// The log is first in, first out: eviction takes the oldest records at its head,
 // and memory comes back a chunk at a time as the head passes a chunk's end. A
-// record deleted or expired out of order leaves a hole that is reclaimed when the
-// head reaches it; holes count against the byte bound until then.
+// protected record at the head would pin the chunks behind it, so the store
+// compacts: it copies the live records of the head's chunk to the log's tail
+// (into spare room, or a chunk of exactly their size, never adding bytes) and
+// frees the chunk, and the head moves on. Records evicted or expired out of order
+// leave holes that count against the byte bound until the head passes them or
+// their chunk, once at least half holes, is compacted (as eviction passes it, and
+// at every sweep). The work one claim spends making room is bounded; past it,
+// the claim is refused like one with nothing to evict, and the next one goes on
+// from there.
 package memstore
 
 import (
@@ -48,14 +82,30 @@ const (
 	maxChunk = 16 << 10
 	minChunk = 512
 	// A log entry: size u32 | fingerprint length u32 | created i64 | expires i64 |
-	// key [32] | token hash u64 | fingerprint | encoded response.
-	entryHeader = 64
+	// key [32] | token hash u64 | owner u64 | fingerprint | encoded response.
+	entryHeader = 72
 	// indexBytes is what a completed record's slot in its shard's index costs: 24
 	// bytes at the map's typical load.
 	indexBytes = 40
 	// lockOverhead approximates an in-flight lock beyond its strings: the struct,
 	// its map slot and the pointer to it.
 	lockOverhead = 160
+	// ownerBytes is what an owner's row in the owner table costs while it
+	// holds records.
+	ownerBytes = 48
+	// shareFloor: an owner's fair share of each bound is the bound divided by
+	// the active owners, but never less than the bound divided by shareFloor,
+	// however many owners there are.
+	shareFloor = 1024
+	// compactBudget bounds the bytes one makeRoom call moves to the log's tail
+	// (past it, the call gives up; the next one goes on from there).
+	compactBudget = 64 << 10
+	// scanBudget bounds the entries one makeRoom call looks at behind
+	// protected records for one it may evict.
+	scanBudget = 2048
+	// roomAttempts bounds how often a claim or completion makes room and tries
+	// again when others took the room in between.
+	roomAttempts = 3
 )
 
 // Option configures a Store.
@@ -73,8 +123,9 @@ type config struct {
 // DefaultMaxRecords.
 func WithMaxRecords(n int64) Option { return func(c *config) { c.maxRecords = n } }
 
-// WithMaxBytes bounds the memory held by records, including the index and the
-// unreclaimed space of the record log. Default DefaultMaxBytes.
+// WithMaxBytes bounds the memory held by records, including the index, the
+// owner table and the unreclaimed space of the record log. Default
+// DefaultMaxBytes.
 func WithMaxBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
 
 // WithShards sets the number of independently locked shards. Default DefaultShards.
@@ -101,7 +152,7 @@ type Store struct {
 
 	records atomic.Int64
 	bytes   atomic.Int64
-	cursor  atomic.Uint32 // round-robin start for eviction
+	owners  owners
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -140,6 +191,12 @@ type shard struct {
 	// head is the position of the oldest entry not yet reclaimed; next is where
 	// the next chunk starts.
 	head, next uint64
+	// ownScan: per owner, where its last look for its own records to evict
+	// stopped (none of them lies before it), so the next look goes on from
+	// there; hints, cleared when there are many.
+	ownScan map[ownerID]uint64
+	// mark: where the last sweep to look stopped (see sweepHeads).
+	mark mark
 	// waiters by key, woken when the key's record changes.
 	waiters waiters.Registry[ikey]
 }
@@ -214,9 +271,11 @@ func New(opts ...Option) (*Store, error) {
 	}
 	s.maxRecs.Store(c.maxRecords)
 	s.maxByte.Store(c.maxBytes)
+	s.owners.init()
 	for i := range s.shards {
 		s.shards[i].locks = make(map[ikey]*lock)
 		s.shards[i].index = make(map[prefix]uint64)
+		s.shards[i].ownScan = make(map[ownerID]uint64)
 	}
 	if c.sweepInterval > 0 {
 		go s.sweepLoop(c.sweepInterval)
@@ -227,8 +286,8 @@ func New(opts ...Option) (*Store, error) {
 }
 
 // SetBounds changes the store's bounds while it runs (a configuration reload keeps
-// its records): lower bounds evict the oldest completed records at once, never an
-// in-flight lock.
+// its records): lower bounds evict the oldest completed records at once, whoever
+// owns them (an operator's choice, not another client's), never an in-flight lock.
 func (s *Store) SetBounds(maxRecords, maxBytes int64) error {
 	if maxRecords < 1 || maxBytes < 1 {
 		return fmt.Errorf("memstore: bounds must be at least 1, got %d records and %d bytes", maxRecords, maxBytes)
@@ -236,7 +295,7 @@ func (s *Store) SetBounds(maxRecords, maxBytes int64) error {
 	s.maxRecs.Store(maxRecords)
 	s.maxByte.Store(maxBytes)
 	if s.over() {
-		s.makeRoom(nil)
+		s.evictOldest()
 	}
 	return nil
 }
@@ -254,8 +313,8 @@ func (s *Store) Close() error {
 // Len reports the number of records held (live or not yet swept).
 func (s *Store) Len() int64 { return s.records.Load() }
 
-// Bytes reports the bytes held by records: locks, index slots and the record
-// log's chunks (with any holes not yet reclaimed).
+// Bytes reports the bytes held by records: locks, index slots, the owner
+// table's rows and the record log's chunks (with any holes not yet reclaimed).
 func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
 func (s *Store) shardFor(k *ikey) *shard {

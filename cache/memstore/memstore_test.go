@@ -24,6 +24,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		t.Cleanup(func() { checkInvariants(t, s) })
 		return cachetest.Harness{Store: s, Clock: clk}
 	})
 }
@@ -37,6 +38,15 @@ func newStore(t *testing.T, opts ...memstore.Option) (*memstore.Store, *cachetes
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, clk
+}
+
+// checkInvariants fails the test unless the store's counts are exactly what
+// it holds (see memstore.CheckInvariants).
+func checkInvariants(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	if err := memstore.CheckInvariants(s); err != nil {
+		t.Fatalf("invariants: %v", err)
+	}
 }
 
 func lockFor(tok string) cache.Lock {
@@ -74,6 +84,7 @@ func TestMaxRecordsEvictsOldestCompleted(t *testing.T) {
 			t.Fatalf("%s evicted: %v", k, err)
 		}
 	}
+	checkInvariants(t, s)
 }
 
 func TestInFlightNeverEvicted(t *testing.T) {
@@ -111,6 +122,7 @@ func TestInFlightNeverEvicted(t *testing.T) {
 	if err := s.Extend(ctx, "b", b, time.Minute); err != nil {
 		t.Fatalf("in-flight b evicted: %v", err)
 	}
+	checkInvariants(t, s)
 }
 
 func TestMaxBytesEvicts(t *testing.T) {
@@ -122,6 +134,7 @@ func TestMaxBytesEvicts(t *testing.T) {
 		if b := s.Bytes(); b > limit {
 			t.Fatalf("after %d records: %d bytes held, bound %d", i+1, b, limit)
 		}
+		checkInvariants(t, s)
 	}
 	if n := s.Len(); n < 10 || n > 16 {
 		t.Fatalf("Len = %d, want the bound's worth (10-16) of 4 KiB records", n)
@@ -130,6 +143,7 @@ func TestMaxBytesEvicts(t *testing.T) {
 	if _, err := s.Get(context.Background(), "k99"); err != nil {
 		t.Fatalf("newest record evicted: %v", err)
 	}
+	checkInvariants(t, s)
 }
 
 func TestRecordLargerThanBound(t *testing.T) {
@@ -147,6 +161,7 @@ func TestRecordLargerThanBound(t *testing.T) {
 	if err := s.Release(ctx, "big", tok); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+	checkInvariants(t, s)
 }
 
 func TestSweepRemovesExpired(t *testing.T) {
@@ -170,6 +185,7 @@ func TestSweepRemovesExpired(t *testing.T) {
 	if s.Len() != 0 || s.Bytes() != 0 {
 		t.Fatalf("after TTL: Len = %d, Bytes = %d, want 0, 0", s.Len(), s.Bytes())
 	}
+	checkInvariants(t, s)
 }
 
 func TestBackgroundSweeperAndClose(t *testing.T) {
@@ -255,6 +271,7 @@ func TestIndexPrefixCollision(t *testing.T) {
 	if s.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", s.Len())
 	}
+	checkInvariants(t, s)
 }
 
 // Records deleted out of order leave holes in the log; the space comes back when
@@ -272,6 +289,7 @@ func TestHolesAreReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkInvariants(t, s)
 	if s.Len() != 100 {
 		t.Fatalf("Len = %d, want 100", s.Len())
 	}
@@ -289,6 +307,7 @@ func TestHolesAreReclaimed(t *testing.T) {
 	if rec, err := s.Get(ctx, "again"); err != nil || string(rec.Response.Body) != "x" {
 		t.Fatalf("after reuse: %+v %v", rec, err)
 	}
+	checkInvariants(t, s)
 }
 
 // A record larger than a chunk gets a chunk of its own, and reads back whole.
@@ -305,6 +324,7 @@ func TestRecordLargerThanChunk(t *testing.T) {
 	if err != nil || !bytes.Equal(rec.Response.Body, big) {
 		t.Fatalf("big record: err %v, %d bytes back", err, len(rec.Response.Body))
 	}
+	checkInvariants(t, s)
 }
 
 // Readers decode entries outside the shard lock while writers append to the same
@@ -352,6 +372,7 @@ func TestConcurrentAppendReadEvict(t *testing.T) {
 	if n := s.Len(); n > 300 {
 		t.Fatalf("Len = %d over the bound of 300", n)
 	}
+	checkInvariants(t, s)
 }
 
 // Keys with structure (hex counters sharing a long zero prefix, as a caller
@@ -372,6 +393,7 @@ func TestStructuredKeys(t *testing.T) {
 			t.Fatalf("key %d: %v", i, err)
 		}
 	}
+	checkInvariants(t, s)
 }
 
 // The core's behaviour suite on the memory store.
@@ -422,4 +444,5 @@ func TestSetBoundsOnALiveStore(t *testing.T) {
 	if err := s.SetBounds(0, 1); err == nil {
 		t.Fatal("zero bound accepted")
 	}
+	checkInvariants(t, s)
 }
