@@ -56,6 +56,14 @@ func (s *Store) dropChunksOf(ctx context.Context, key string, old map[string]typ
 	}
 }
 
+// dropUnused deletes the chunks r wrote when the record that stands (cur)
+// does not use them.
+func (s *Store) dropUnused(ctx context.Context, key string, cur item, r response) {
+	if v, _, _, _ := cur.chunked(); r.version != "" && v != r.version {
+		s.discard(ctx, key, r)
+	}
+}
+
 func (s *Store) batchWrite(ctx context.Context, op string, reqs []types.WriteRequest) error {
 	for len(reqs) > 0 {
 		batch := reqs[:min(batchWriteMax, len(reqs))]

@@ -58,9 +58,11 @@ func itemKey(pk, sk string) map[string]types.AttributeValue {
 
 func chunkSK(version string, i int) string { return "c#" + version + "#" + strconv.Itoa(i) }
 
-func avS(s string) types.AttributeValue  { return &types.AttributeValueMemberS{Value: s} }
-func avB(b []byte) types.AttributeValue  { return &types.AttributeValueMemberB{Value: b} }
-func avN(n int64) types.AttributeValue   { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func avB(b []byte) types.AttributeValue { return &types.AttributeValueMemberB{Value: b} }
+func avN(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 func avBool(b bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: b} }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

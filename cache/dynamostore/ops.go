@@ -17,8 +17,9 @@ import (
 // after it is a lapsed record, as good as absent, whatever DynamoDB's time to
 // live has or has not deleted yet.
 const (
-	// A claim takes a free key: no item, or a lapsed record or tombstone.
-	condClaim = "attribute_not_exists(#pk) OR #ex <= :now"
+	// A claim takes a free key (no item, or a lapsed record or tombstone), or
+	// finds its own lock there: a re-sent claim.
+	condClaim = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok)"
 	// Complete's update writes over the caller's own lock (live, or lapsed
 	// with nobody claiming since), or creates the record on a missing key.
 	condComplete = "attribute_not_exists(#pk) OR (#st = :one AND #tok = :tok)"
@@ -29,10 +30,11 @@ const (
 	condRelease = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok)"
 	// Extend renews the caller's live lock.
 	condExtend = "#st = :one AND #tok = :tok AND #ex > :now"
-	// Resolve settles a live held unknown outcome.
-	condResolve = "#ex > :now AND #st = :two AND #unk = :true"
-	// Delete removes a live record.
-	condDelete = "#ex > :now"
+	// Resolve settles a live held unknown outcome, or finds what it wrote: a
+	// re-sent Resolve (its id, :op, is on the item).
+	condResolve = "(#ex > :now AND #st = :two AND #unk = :true) OR #op = :op"
+	// Delete puts a tombstone over a live record, or finds its own tombstone.
+	condDelete = "#ex > :now OR #op = :op"
 )
 
 // claimTries bounds the rounds of a claim that finds the key changing under
@@ -136,7 +138,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			Item:                                it,
 			ConditionExpression:                 aws.String(condClaim),
 			ExpressionAttributeNames:            names(condClaim),
-			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": avN(ms(now))},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight), ":tok": avB([]byte(lock.Token))},
 			ReturnValues:                        types.ReturnValueAllOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			ReturnConsumedCapacity:              s.rcc(),
@@ -155,8 +157,8 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			return nil, false, err
 		}
 		s.reportFailed("claim", "PutItem", old, it)
-		if !old.live(now) {
-			continue // it lapsed or went since the write: claim again
+		if !old.live(now) || old.state() == stateInFlight && old.token() == lock.Token {
+			continue // read apart from the write (fallback), and the key is free or ours: claim again
 		}
 		rec, err := s.load(ctx, key, old)
 		if errors.Is(err, errChunkMissing) {
@@ -298,6 +300,12 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 		return err
 	}
 	s.reportFailed("complete", "UpdateItem", old, nil)
+	if old.completedBy(token, now) {
+		// A re-sent Complete (or one after a Resolve): the record stands,
+		// nothing is written; chunks this call wrote anew are not its own.
+		s.dropUnused(ctx, key, old, r)
+		return nil
+	}
 	if old.live(now) {
 		return cache.ErrLockLost
 	}
@@ -339,6 +347,10 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 			return err
 		}
 		s.reportFailed("complete", "PutItem", old, it)
+		if old.completedBy(token, now) {
+			s.dropUnused(ctx, key, old, r)
+			return nil
+		}
 		if old.live(now) {
 			return cache.ErrLockLost
 		}
@@ -425,7 +437,8 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		return errors.New("dynamostore: resolving with another unknown outcome")
 	}
 	now := s.now()
-	values := map[string]types.AttributeValue{":now": avN(ms(now)), ":two": avN(stateCompleted), ":true": avBool(true)}
+	opID := newOpID()
+	values := map[string]types.AttributeValue{":now": avN(ms(now)), ":two": avN(stateCompleted), ":true": avBool(true), ":op": avS(opID)}
 	var (
 		old   map[string]types.AttributeValue
 		err   error
@@ -435,11 +448,12 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		wrote map[string]types.AttributeValue
 	)
 	if resp == nil {
-		call = "DeleteItem"
-		var out *dynamodb.DeleteItemOutput
-		out, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		// Deleted as Delete does: a tombstone that a re-sent call recognises.
+		call, wrote = "PutItem", s.tombstone(key, opID, now)
+		var out *dynamodb.PutItemOutput
+		out, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           aws.String(s.table),
-			Key:                                 itemKey(key, recordSK),
+			Item:                                wrote,
 			ConditionExpression:                 aws.String(condResolve),
 			ExpressionAttributeNames:            names(condResolve),
 			ExpressionAttributeValues:           values,
@@ -452,12 +466,12 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		}
 	} else {
 		exp := ms(now) + durMs(ttl)
-		if r, err = s.prepare(ctx, key, "resolve:"+newOpID(), resp, exp); err != nil {
+		if r, err = s.prepare(ctx, key, "resolve:"+opID, resp, exp); err != nil {
 			return err
 		}
 		values[":false"], values[":ex"], values[":ttl"] = avBool(false), avN(exp), avN(ttlSeconds(exp))
 		rset, rremove := r.update(values)
-		update := "SET #unk = :false, #ex = :ex, #ttl = :ttl, " + rset + " REMOVE " + rremove
+		update := "SET #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE " + rremove
 		call = "UpdateItem"
 		var out *dynamodb.UpdateItemOutput
 		out, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -520,30 +534,47 @@ func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 	return nil, errors.New("dynamostore: reading key: the record kept changing under the read")
 }
 
-// Delete implements cache.Store: one conditional DeleteItem.
+// Delete implements cache.Store: one conditional PutItem that leaves a
+// tombstone (a record that lapsed at the epoch, kept an hour), so that a
+// re-sent Delete finds its own id there and answers as the first did.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	now := s.now()
-	out, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       itemKey(key, recordSK),
-		ConditionExpression:       aws.String(condDelete),
-		ExpressionAttributeNames:  names(condDelete),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avN(ms(now))},
-		ReturnValues:              types.ReturnValueAllOld,
-		ReturnConsumedCapacity:    s.rcc(),
+	opID := newOpID()
+	tomb := s.tombstone(key, opID, now)
+	out, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                tomb,
+		ConditionExpression:                 aws.String(condDelete),
+		ExpressionAttributeNames:            names(condDelete),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": avN(ms(now)), ":op": avS(opID)},
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              s.rcc(),
 	})
 	if err == nil {
-		s.report("delete", "DeleteItem", out.ConsumedCapacity)
+		s.report("delete", "PutItem", out.ConsumedCapacity)
 		s.dropChunksOf(ctx, key, out.Attributes, "")
 		s.waiters.Notify(key)
 		return nil
 	}
-	if _, ok := isCCF(err); ok {
-		s.reportFailed("delete", "DeleteItem", nil, nil)
+	if ccf, ok := isCCF(err); ok {
+		s.reportFailed("delete", "PutItem", ccf.Item, tomb)
 		return cache.ErrNotFound
 	}
 	return fmt.Errorf("dynamostore: deleting key: %w", err)
+}
+
+// tombstone is the item a Delete (or a nil Resolve) leaves: state 0, lapsed
+// at the epoch (absent to every reader and condition, whatever its clock),
+// with the writing call's id, deleted by DynamoDB's time to live.
+func (s *Store) tombstone(key, opID string, now time.Time) map[string]types.AttributeValue {
+	it := itemKey(key, recordSK)
+	it[attrState] = avN(stateDeleted)
+	it[attrExpires] = avN(0)
+	it[attrTTL] = avN(ttlSeconds(ms(now) + tombstoneLife.Milliseconds()))
+	it[attrOp] = avS(opID)
+	return it
 }
