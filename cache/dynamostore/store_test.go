@@ -139,7 +139,10 @@ func TestOpen(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range stores {
 		wg.Add(1)
-		go func() { defer wg.Done(); stores[i], errs[i] = dynamostore.Open(ctx, table, dynamostore.Options{CreateTable: true}) }()
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = dynamostore.Open(ctx, table, dynamostore.Options{CreateTable: true})
+		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
