@@ -63,6 +63,11 @@
 // record. The chunks of a record that is deleted, resolved or overwritten by a
 // new claim are deleted with it (best effort: they expire anyway).
 //
+// The store needs these IAM actions on the table: dynamodb:GetItem, PutItem,
+// UpdateItem, DeleteItem, BatchGetItem, BatchWriteItem and DescribeTable;
+// DescribeTimeToLive when Options.Warn is set; CreateTable and
+// UpdateTimeToLive when Options.CreateTable is.
+//
 // # Expiry and consistency
 //
 // DynamoDB's deletion of expired items can lag for days, so nothing relies on

@@ -137,13 +137,7 @@ func Open(ctx context.Context, table string, opts Options) (*Store, error) {
 	if cfg.Region == "" {
 		return nil, errors.New("dynamostore: no AWS region: set AWS_REGION (or a region in the AWS profile)")
 	}
-	client := dynamodb.NewFromConfig(cfg, opts.ClientOptions...)
-	s, err := New(ctx, client, table, opts)
-	if err != nil {
-		return nil, err
-	}
-	s.region = cfg.Region
-	return s, nil
+	return New(ctx, dynamodb.NewFromConfig(cfg, opts.ClientOptions...), table, opts)
 }
 
 // New returns a store on table through client. It checks that the table
