@@ -292,17 +292,24 @@ func (s *Server) Client(opts ...func(*dynamodb.Options)) *dynamodb.Client {
 // keeps it off the machine's own profiles and instance metadata.
 func (s *Server) Env(t testing.TB) {
 	t.Helper()
-	for k, v := range map[string]string{
-		"AWS_ENDPOINT_URL_DYNAMODB":   s.Endpoint,
-		"AWS_REGION":                  Region,
-		"AWS_ACCESS_KEY_ID":           "dynamotest",
-		"AWS_SECRET_ACCESS_KEY":       "dynamotest",
-		"AWS_SESSION_TOKEN":           "",
-		"AWS_PROFILE":                 "",
-		"AWS_CONFIG_FILE":             filepath.Join(t.TempDir(), "config"),
-		"AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "credentials"),
-		"AWS_EC2_METADATA_DISABLED":   "true",
-	} {
+	for _, kv := range s.Environ(t.TempDir()) {
+		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
+	}
+}
+
+// Environ is what Env sets, as KEY=value pairs for a child process (the built
+// proxy): its AWS config and credentials files point into dir, where there are none.
+func (s *Server) Environ(dir string) []string {
+	return []string{
+		"AWS_ENDPOINT_URL_DYNAMODB=" + s.Endpoint,
+		"AWS_REGION=" + Region,
+		"AWS_ACCESS_KEY_ID=dynamotest",
+		"AWS_SECRET_ACCESS_KEY=dynamotest",
+		"AWS_SESSION_TOKEN=",
+		"AWS_PROFILE=",
+		"AWS_CONFIG_FILE=" + filepath.Join(dir, "aws-config"),
+		"AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "aws-credentials"),
+		"AWS_EC2_METADATA_DISABLED=true",
 	}
 }
