@@ -1,0 +1,112 @@
+// Package dynamostore is a cache.Store on Amazon DynamoDB (the AWS SDK for Go
+// v2), shared by every instance that points at the same table: no server of
+// your own, and DynamoDB's time to live deletes what has expired.
+//
+// # Requests
+//
+// Every operation is one request on one item; every write is conditional,
+// atomic on its own and idempotent for its token: a claim is a PutItem,
+// Complete an UpdateItem, Release a DeleteItem, Extend an UpdateItem, Resolve
+// an UpdateItem (a PutItem for a nil resolution), Delete a PutItem; Get is a
+// strongly consistent GetItem. A first execution is
+// two requests (claim, complete) plus one per lease renewal; a replay, a 409
+// and a 422 are one: the claim's condition fails and DynamoDB returns the
+// record with the failure (ReturnValuesOnConditionCheckFailure ALL_OLD; a
+// server that leaves it out is answered by a strongly consistent GetItem).
+// A response kept in chunk items (see Limits) adds its chunk writes to Complete
+// (one BatchWriteItem per 25 chunks) and one BatchGetItem to a replay.
+//
+// The SDK re-sends a request whose reply was lost, and every request is
+// built so that the re-sent one answers as the first did: a claim admits its
+// own lock, a Complete finds the record its token completed (the token is kept
+// on the completed record), Extend finds the lease it set (the request carries
+// its clock), Release finds the key free, and Resolve and Delete find their
+// call's id on the item they wrote. A Delete, and a Resolve that releases the
+// key, leave a tombstone (state 0, lapsed at the epoch) for that reason; to
+// every reader it is no record.
+//
+// # Table
+//
+// The table has a string hash key pk and a string range key sk, on-demand
+// billing, and DynamoDB's time to live on the ttl attribute. Open creates it
+// when Options.CreateTable is set; TableDefinition and Schema give its
+// definition for other tools (`idemproxy migrate` prints Schema). A record is
+// one item:
+//
+//	pk   S     the store key (the middleware's: a SHA-256 hex digest)
+//	sk   S     "r"
+//	st   N     1 in flight, 2 completed, 0 a tombstone
+//	tok  B     the lock token; kept once completed, so a re-sent Complete is recognised
+//	fp   B     the request's fingerprint
+//	ca   N     when the key was claimed, Unix milliseconds
+//	ex   N     when the lease (in flight) or the record (completed) lapses, Unix milliseconds
+//	ttl  N     DynamoDB's time to live, Unix seconds (the second after ex)
+//	unk  BOOL  the response is a held unknown outcome
+//	tr   B     an in-flight lock's trace context
+//	rsp  B     the msgpack-encoded response (cache.EncodeResponse), when inline
+//	nch  N     how many chunk items hold the encoded response, when chunked
+//	cv   S     the chunk items' version
+//	rsz  N     the encoded response's length, when chunked
+//	op   S     the id of the Resolve or Delete that last wrote the item
+//
+// A chunk item holds up to ChunkSize bytes of an encoded response:
+//
+//	pk   S     the store key
+//	sk   S     "c#<cv>#<index>"
+//	d    B     the bytes
+//	ttl  N     the record's ttl plus an hour
+//
+// The version cv is a digest of what wrote the chunks (the completing token,
+// or the Resolve call's id) and of their content: chunks are written before
+// the record that names them, a re-sent write puts the same items under the
+// same keys, and a key claimed again never reads the chunks of a previous
+// record. The chunks of a record that is deleted, resolved or overwritten by a
+// new claim are deleted with it (best effort: they expire anyway).
+//
+// The store needs these IAM actions on the table: dynamodb:GetItem, PutItem,
+// UpdateItem, DeleteItem, BatchGetItem, BatchWriteItem and DescribeTable;
+// DescribeTimeToLive when Options.Warn is set; CreateTable and
+// UpdateTimeToLive when Options.CreateTable is.
+//
+// # Expiry and consistency
+//
+// DynamoDB's deletion of expired items can lag for days, so nothing relies on
+// it: every condition and every read compares ex with the clock, and a lapsed
+// record is as good as absent. DynamoDB has no clock a condition can read, so
+// leases are judged by the instances' clocks: every instance sharing a table
+// must keep time (NTP, the Amazon Time Sync Service); a skew of s between two
+// of them shortens or lengthens a lease by s as the other sees it. Reads that
+// decide anything are strongly consistent (GetItem and BatchGetItem with
+// ConsistentRead); conditional writes always are.
+//
+// # Waiting
+//
+// DynamoDB announces no changes. The store implements cache.Notifier for its
+// own process: a Complete, Release, Resolve or Delete through a Store wakes
+// that Store's waiters at once. A duplicate waiting on another instance sees
+// the change at its next poll (the middleware's wait_poll, 250 ms by default:
+// on average half of it, plus a claim).
+//
+// # Limits
+//
+// DynamoDB items stop at 400 KB. An encoded response (status, headers, body,
+// trailers) up to Options.InlineLimit (4 KiB by default, at most 300 KiB) is
+// kept in the record item; a larger one is split over chunk items of
+// ChunkSize (396 KiB). Responses up to Options.MaxResponse (16 MiB by default,
+// above the core's 10 MiB max_stored_body; at most 256 MiB) replay
+// byte-identical. Above it Complete answers cache.ErrFull, and the middleware
+// stores its not-replayable marker instead: retries get 409, never a second
+// execution. Keys are at most MaxKey (1024) bytes of UTF-8.
+//
+// # Capacity
+//
+// DynamoDB charges a write 1 unit per KB (rounded up) of the larger of the item
+// before and after it, a failed conditional write too (it reports no figure
+// for one: Options.Capacity receives it estimated by that rule), and a
+// strongly consistent read 1 unit per 4 KB. With small responses: a first
+// execution costs 2 write units, a replay, a 409 and a 422 one each (the
+// failed claim: a record item is a few hundred bytes plus its encoded response);
+// Release, Extend 1. A chunked response costs its size in write units once
+// (about 1 per KB), and a quarter of that in read units per replay. Keeping
+// the record item small (InlineLimit) keeps every failed claim at one unit.
+package dynamostore
