@@ -129,6 +129,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if h.cfg.keySource.kind == "header" {
 		t.key = key // echoed on the answers the core writes
 	}
+	if h.refuseUpgrade(w, r, t) { // upgrade.go
+		return nil
+	}
 	if !h.cfg.bodyFirst {
 		var ok bool
 		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {

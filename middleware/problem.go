@@ -21,6 +21,7 @@ const (
 	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
 	ProblemOutcomeUnknown   = ProblemTypeBase + "outcome-unknown"
 	ProblemInvalidSignature = ProblemTypeBase + "invalid-signature"
+	ProblemUpgradeRefused   = ProblemTypeBase + "upgrade-refused"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -49,6 +50,7 @@ var problemTitles = map[string]string{
 	ProblemNotReplayable:    "Original response cannot be replayed",
 	ProblemStoreUnavailable: "Idempotency store unavailable",
 	ProblemInvalidSignature: "Webhook signature not verified",
+	ProblemUpgradeRefused:   "Protocol upgrade refused on a request with an idempotency key",
 }
 
 func newProblem(typ string, status int, detail string) Problem {

@@ -1,0 +1,78 @@
+package proxy_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
+)
+
+// rawExchange sends one request, written out byte for byte, on a new connection
+// and returns the answer's status, headers and whatever body follows (for a 101,
+// the bytes of the switched connection until it closes).
+func rawExchange(t *testing.T, addr, request string) (int, http.Header, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// A keyed POST that asks to switch protocols is refused before anything is
+// claimed or forwarded: an upstream that acted and answered 101 would leave no
+// answer to store, and every retry would run again. An Upgrade header alone, or a
+// Connection header naming upgrade alone, is enough.
+func TestE2EUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewRawUpstream(t, "upgrade")
+	p := start(t, "--upstream", "http://"+up.Addr())
+	for _, c := range []struct{ name, headers string }{
+		{"upgrade and connection", "Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n"},
+		{"upgrade alone", "Upgrade: h2c\r\n"},
+		{"connection alone", "Connection: upgrade\r\n"},
+	} {
+		req := "POST /charges HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: up-" + strings.ReplaceAll(c.name, " ", "-") +
+			"\r\n" + c.headers + "Content-Length: 1\r\n\r\nx"
+		before := up.Count.Load()
+		var got []string
+		for range 2 { // the request and its retry, once the first has settled
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				status, hdr, _ := rawExchange(t, p.addr, req)
+				if status == 409 && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond) // the first still holds its switched connection
+					continue
+				}
+				got = append(got, fmt.Sprint(status, " ", hdr.Get("Idempotency-Problem")))
+				break
+			}
+		}
+		want := "400 urn:idemproxy:problem:upgrade-refused"
+		if n := up.Count.Load() - before; n != 0 || got[0] != want || got[1] != want {
+			t.Fatalf("%s: answered %q, the upstream executed it %d times; want %q twice and no execution", c.name, got, n, want)
+		}
+	}
+	// Without a key nothing is promised: the upgrade passes through as before.
+	status, _, _ := rawExchange(t, p.addr, "POST /ws HTTP/1.1\r\nHost: api.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 1\r\n\r\nx")
+	if status != 101 || up.Count.Load() != 1 {
+		t.Fatalf("an upgrade without a key: %d (upstream %d), want the upstream's 101", status, up.Count.Load())
+	}
+}
