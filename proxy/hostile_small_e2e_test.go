@@ -76,3 +76,36 @@ func TestE2EUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
 		t.Fatalf("an upgrade without a key: %d (upstream %d), want the upstream's 101", status, up.Count.Load())
 	}
 }
+
+// With scope_headers Cookie:session, two clients whose session cookies differ
+// only in bytes Go's cookie parser drops (an escaped quoted value, a non-ASCII
+// value, a session after 3000 other cookies) are in different scopes: the second
+// client's request under the same key runs and is not answered the first's
+// response.
+func TestE2ECookieScopeUsesTheRawValue(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--scope-headers", "Cookie:session")
+	var many strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&many, "c%d=%d; ", i, i)
+	}
+	for _, c := range []struct{ name, a, b string }{
+		{"escaped quoted value", `session="a\054b"`, `session="a\054c"`},
+		{"non-ASCII value", "session=caf\u00e9-1", "session=caf\u00e9-2"},
+		{"after 3000 cookies", many.String() + "session=alice", many.String() + "session=mallory"},
+		{"plain values", "theme=dark; session=s1", "theme=dark; session=s2"},
+	} {
+		key := "ck-" + strings.ReplaceAll(c.name, " ", "-")
+		first := send(t, p.addr, "/pay", key, "same body", "Cookie", c.a)
+		second := send(t, p.addr, "/pay", key, "same body", "Cookie", c.b)
+		if first.status != 201 || second.status != 201 || second.replayed || up.count(key) != 2 {
+			t.Errorf("%s: the second session got %d replayed=%v %q (upstream ran %d); want its own execution, not the first session's answer",
+				c.name, second.status, second.replayed, second.body, up.count(key))
+		}
+		// Each session's own retry is still replayed.
+		if again := send(t, p.addr, "/pay", key, "same body", "Cookie", c.a); !again.replayed || again.body != first.body {
+			t.Errorf("%s: the first session's retry: replayed=%v %q, want its own answer %q", c.name, again.replayed, again.body, first.body)
+		}
+	}
+}
