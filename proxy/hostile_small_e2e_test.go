@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -107,5 +108,24 @@ func TestE2ECookieScopeUsesTheRawValue(t *testing.T) {
 		if again := send(t, p.addr, "/pay", key, "same body", "Cookie", c.a); !again.replayed || again.body != first.body {
 			t.Errorf("%s: the first session's retry: replayed=%v %q, want its own answer %q", c.name, again.replayed, again.body, first.body)
 		}
+	}
+}
+
+// The template error format fills each placeholder of the template once: text
+// that came from a value is never rescanned, so a detail naming "{code}" (here
+// the JSON pointer of the key source, which the missing-key detail quotes)
+// comes back verbatim.
+func TestE2ETemplateFormatDoesNotRefillValues(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--require-key", "--key-source", "json:/{code}",
+		"--error-format", `{"error":{"code":"{code}","message":"{detail}"}}`)
+	r := send(t, p.addr, "/pay", "", `{"other":1}`, "Content-Type", "application/json")
+	var got struct {
+		Error struct{ Code, Message string }
+	}
+	_ = json.Unmarshal([]byte(r.body), &got)
+	if r.status != 400 || got.Error.Code != "missing_key" || !strings.Contains(got.Error.Message, "/{code}") {
+		t.Fatalf("missing key in the template format: %d %s; want the detail naming /{code} verbatim", r.status, r.body)
 	}
 }
