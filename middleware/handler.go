@@ -247,7 +247,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	default:
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
 		t.emit()
-		replay(w, rec.Response)
+		h.replayEchoing(w, rec.Response, t.key) // keyecho.go
 	}
 }
 

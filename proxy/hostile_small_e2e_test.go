@@ -2,15 +2,18 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -127,5 +130,87 @@ func TestE2ETemplateFormatDoesNotRefillValues(t *testing.T) {
 	_ = json.Unmarshal([]byte(r.body), &got)
 	if r.status != 400 || got.Error.Code != "missing_key" || !strings.Contains(got.Error.Message, "/{code}") {
 		t.Fatalf("missing key in the template format: %d %s; want the detail naming /{code} verbatim", r.status, r.body)
+	}
+}
+
+// redisHolding returns where, in every key and value of the Redis at rs, the
+// bytes of s occur ("" when nowhere).
+func redisHolding(t *testing.T, rs *redistest.Server, s string) string {
+	t.Helper()
+	ctx := context.Background()
+	c := rs.Client()
+	var found []string
+	iter := c.Scan(ctx, 0, "*", 100).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		var vals []string
+		switch typ := c.Type(ctx, k).Val(); typ {
+		case "string":
+			vals = []string{c.Get(ctx, k).Val()}
+		case "hash":
+			for f, v := range c.HGetAll(ctx, k).Val() {
+				vals = append(vals, f, v)
+			}
+		case "list":
+			vals = c.LRange(ctx, k, 0, -1).Val()
+		case "set":
+			vals = c.SMembers(ctx, k).Val()
+		case "zset":
+			vals = c.ZRange(ctx, k, 0, -1).Val()
+		case "none": // expired meanwhile
+		default:
+			t.Fatalf("redis key %q of type %s: not inspected", k, typ)
+		}
+		for _, v := range append(vals, k) {
+			if strings.Contains(v, s) {
+				found = append(found, fmt.Sprintf("%s: %.80q", k, v))
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("scanning redis: %v", err)
+	}
+	return strings.Join(found, "; ")
+}
+
+// A client's key never reaches the store verbatim: not in a held unknown
+// outcome (the core's own answer, which echoes the key), nor in an upstream's
+// answer that echoes the key header (as Stripe's API does). Every retry still
+// carries its own key back.
+func TestE2ENoRawKeyInTheStore(t *testing.T) {
+	skipShort(t)
+	rs := redistest.Start(t)
+
+	reset := testutil.NewRawUpstream(t, "reset")
+	p := start(t, "--upstream", "http://"+reset.Addr(), "--store", rs.URL())
+	const held = "RAWKEY-held-7c41e"
+	for i := range 2 {
+		r := send(t, p.addr, "/charges", held, "x")
+		if r.status != 502 || !strings.Contains(r.body, "outcome-unknown") || r.replayed != (i > 0) || r.header.Get("Idempotency-Key") != held {
+			t.Fatalf("held unknown outcome, answer %d: %d replayed=%v key %q %s", i, r.status, r.replayed, r.header.Get("Idempotency-Key"), r.body)
+		}
+		if where := redisHolding(t, rs, held); where != "" {
+			t.Fatalf("the raw key of a held unknown outcome is in the store: %s", where)
+		}
+	}
+
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Idempotency-Key", r.Header.Get("Idempotency-Key"))
+		w.Header().Set("X-Other", "kept")
+		w.WriteHeader(201)
+		fmt.Fprint(w, `{"id":"ch_1"}`)
+	}))
+	defer echo.Close()
+	q := start(t, "--upstream", echo.URL, "--store", rs.URL())
+	const echoed = "RAWKEY-echoed-93b0d"
+	for i := range 2 {
+		r := send(t, q.addr, "/charges", echoed, "x")
+		if r.status != 201 || r.replayed != (i > 0) || r.header.Get("Idempotency-Key") != echoed || r.header.Get("X-Other") != "kept" {
+			t.Fatalf("echoing upstream, answer %d: %d replayed=%v %v", i, r.status, r.replayed, r.header)
+		}
+		if where := redisHolding(t, rs, echoed); where != "" {
+			t.Fatalf("the raw key an upstream echoed is in the store: %s", where)
+		}
 	}
 }
