@@ -76,7 +76,7 @@ func (h *Handler) echoKey(r *http.Request) string {
 	if h.cfg.keySource.kind != "header" {
 		return ""
 	}
-	key, err := ParseKey(r.Header.Values(h.cfg.keySource.name))
+	key, err := ParseKey(r.Header.Values(h.cfg.keySource.headerName(r.Header)))
 	if err != nil {
 		return ""
 	}
