@@ -214,3 +214,113 @@ func TestE2ENoRawKeyInTheStore(t *testing.T) {
 		}
 	}
 }
+
+// adminCall makes one request to an admin or metrics listener with the Host,
+// extra headers and body given, and returns the status and body.
+func adminCall(t *testing.T, method, addr, path, host, body string, hdr ...string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+addr+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Without a token, the admin and metrics listeners still refuse what a browser
+// can send: a request with an Origin (a page's fetch or form), a Host that is
+// not an IP literal or localhost (DNS rebinding: a page served from a name that
+// now resolves to 127.0.0.1), and a POST that is not application/json (a form,
+// or a text/plain "simple request"). A held key survives all of them; the
+// IP-literal and localhost Hosts and `idemproxy keys` still work.
+func TestE2EAdminRefusesBrowsers(t *testing.T) {
+	skipShort(t)
+	reset := testutil.NewRawUpstream(t, "reset")
+	metricsAddr := testutil.FreeAddr(t)
+	p := start(t, "--upstream", "http://"+reset.Addr(), "--metrics", metricsAddr)
+	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 502 {
+		t.Fatalf("holding a key: %d %s", r.status, r.body)
+	}
+	_, port, _ := net.SplitHostPort(p.admin)
+	_, mport, _ := net.SplitHostPort(metricsAddr)
+	const keys = "/keys/adm1?host=api.example"
+	const html = `{"status":200,"headers":{"Content-Type":["text/html"]},"body":"<script>steal()</script>"}`
+	for _, c := range []struct {
+		name, method, addr, path, host, body string
+		hdr                                  []string
+		want                                 int
+	}{
+		{"Origin on GET /keys", "GET", p.admin, keys, "", "", []string{"Origin", "http://evil.example"}, 403},
+		{"Origin on a JSON release", "POST", p.admin, "/release/adm1?host=api.example", "", "", []string{"Origin", "http://evil.example", "Content-Type", "application/json"}, 403},
+		{"null Origin on /healthz", "GET", p.admin, "/healthz", "", "", []string{"Origin", "null"}, 403},
+		{"foreign Host on GET /keys", "GET", p.admin, keys, "evil.example:" + port, "", nil, 403},
+		{"rebinding Host on GET /keys", "GET", p.admin, keys, "rebind.attacker.example", "", nil, 403},
+		{"rebinding Host on pprof", "GET", p.admin, "/debug/pprof/", "rebind.attacker.example:" + port, "", nil, 403},
+		{"rebinding Host on /metrics", "GET", p.admin, "/metrics", "a.b.example", "", nil, 403},
+		{"text/plain resolve", "POST", p.admin, "/resolve/adm1?host=api.example", "", html, []string{"Content-Type", "text/plain"}, 415},
+		{"form resolve", "POST", p.admin, "/resolve/adm1?host=api.example", "", "status=200", []string{"Content-Type", "application/x-www-form-urlencoded"}, 415},
+		{"release without Content-Type", "POST", p.admin, "/release/adm1?host=api.example", "", "", nil, 415},
+		{"metrics listener: Origin", "GET", metricsAddr, "/metrics", "", "", []string{"Origin", "http://evil.example"}, 403},
+		{"metrics listener: rebinding Host", "GET", metricsAddr, "/metrics", "rebind.attacker.example:" + mport, "", nil, 403},
+		{"IP-literal Host", "GET", p.admin, keys, "", "", nil, 200},
+		{"another IP-literal Host", "GET", p.admin, keys, "10.1.2.3", "", nil, 200},
+		{"IPv6-literal Host", "GET", p.admin, keys, "[::1]:" + port, "", nil, 200},
+		{"localhost Host", "GET", p.admin, keys, "LocalHost:" + port, "", nil, 200},
+		{"metrics listener: localhost", "GET", metricsAddr, "/metrics", "localhost", "", nil, 200},
+	} {
+		status, body := adminCall(t, c.method, c.addr, c.path, c.host, c.body, c.hdr...)
+		if status != c.want || (c.want >= 400 && !strings.Contains(body, `"error"`)) {
+			t.Errorf("%s: %d %.120s; want %d", c.name, status, body, c.want)
+		}
+	}
+	// Nothing a browser sent settled the key.
+	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 502 || !r.replayed || !strings.Contains(r.body, "outcome-unknown") {
+		t.Errorf("the held key after the refused calls: %d replayed=%v %.100s; want it still held", r.status, r.replayed, r.body)
+	}
+	reset.Act.Store("ok")
+	if code, out := runBin(t, "keys", "release", "adm1", "--admin", p.admin, "--host", "api.example"); code != 0 || !strings.Contains(out, `"released": true`) {
+		t.Fatalf("idemproxy keys release: exit %d %s", code, out)
+	}
+	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 201 || r.replayed {
+		t.Fatalf("after keys release: %d %s", r.status, r.body)
+	}
+}
+
+// admin_hosts admits the host names an operator reaches the admin port by
+// (the check is on the name, any case, with or without port); other names are
+// still refused. idemproxy keys sends its --admin host as the Host.
+func TestE2EAdminHosts(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--admin-hosts", "admin.internal,Ops.Example")
+	_, port, _ := net.SplitHostPort(p.admin)
+	for host, want := range map[string]int{
+		"admin.internal:" + port: 200,
+		"ADMIN.internal":         200,
+		"ops.example:" + port:    200,
+		"evil.example:" + port:   403,
+		"internal:" + port:       403,
+	} {
+		if status, body := adminCall(t, "GET", p.admin, "/readyz", host, ""); status != want {
+			t.Errorf("Host %s: %d %.100s; want %d", host, status, body, want)
+		}
+	}
+	if code, out := runBin(t, "keys", "get", "nothing", "--admin", p.admin); code != 1 || !strings.Contains(out, "not found") {
+		t.Errorf("idemproxy keys get: exit %d %s; want 1, not found", code, out)
+	}
+}
