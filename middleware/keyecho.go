@@ -13,7 +13,8 @@ import (
 // answer holds the key header with one empty value instead of the key, and the
 // replay fills in the key of the request it answers. That is the same key: the
 // store key is a digest of the scope and the key, so only a request with this
-// key reaches this record.
+// key reaches this record. (An upstream that itself sent the key header empty
+// would have it replayed as the key: no API is known to.)
 
 // markKeyEcho makes the key header of a stored answer's header the echo marker.
 func (h *Handler) markKeyEcho(hdr http.Header) {
