@@ -156,13 +156,13 @@ func (d *digest) header(hdr http.Header, name string) {
 	}
 }
 
-// cookie adds the values of every cookie named name (in the order sent).
+// cookie adds the raw values of every cookie named name (in the order sent; see
+// eachCookie in cookie.go).
 func (d *digest) cookie(r *http.Request, name string) {
-	cs := r.CookiesNamed(name)
-	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(cs)))
-	for _, c := range cs {
-		d.field(c.Value)
-	}
+	lines, n := r.Header["Cookie"], 0
+	eachCookie(lines, name, func(string) { n++ })
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(n))
+	eachCookie(lines, name, d.field)
 }
 
 func (d *digest) flush() {

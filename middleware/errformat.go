@@ -119,10 +119,15 @@ func (f *errorFormat) render(p Problem, retryAfter time.Duration) (string, http.
 			case "{retry_after}":
 				return secs
 			}
-			for _, name := range templateFields {
-				str = strings.ReplaceAll(str, "{"+name+"}", vals[name])
-			}
-			return str
+			// One pass over the template's own text: each placeholder is
+			// replaced once, and a value (a detail quoting a path with
+			// "{code}" in it) is never scanned for placeholders again.
+			return placeholder.ReplaceAllStringFunc(str, func(m string) string {
+				if v, ok := vals[m[1:len(m)-1]]; ok {
+					return v
+				}
+				return m // parseErrorFormat admits known names only
+			})
 		})
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)

@@ -37,9 +37,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		if p != nil {
 			ev.Err = fmt.Errorf("handler panicked: %v", p)
 		}
-		if p != nil && rw.status != 0 && !rw.hijacked {
+		if rw.switched() || p != nil && rw.status != 0 {
 			// It panicked after it started answering (a reverse proxy aborting a
-			// response cut mid-stream): the upstream may have acted.
+			// response cut mid-stream), or after it switched protocols: the
+			// upstream may have acted.
 			h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, trace, started, ev, false)
 		} else {
 			h.release(ctx, key, token, ev.KeyHash)
@@ -67,7 +68,16 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		}
 		return err
 	}
-	if err != nil || rw.hijacked || h.cfg.inFlightOnly || !h.cfg.storeStatuses.Has(ev.Status) {
+	if rw.switched() {
+		// It answered 101 or took the connection over (a request that asked to
+		// upgrade is refused before it gets here, so this is the handler's own
+		// doing): no answer can be stored, and it may have acted. Held, never
+		// released, so its retries do not run it again.
+		ev.Err = errors.Join(errSwitched, err)
+		h.settleUnknown(ctx, rw, h.echoKey(r), key, token, fp, trace, started, ev, false)
+		return err
+	}
+	if err != nil || h.cfg.inFlightOnly || !h.cfg.storeStatuses.Has(ev.Status) {
 		ev.Outcome, ev.Err = OutcomeNotStored, err
 		h.release(ctx, key, token, ev.KeyHash)
 		return err
@@ -77,6 +87,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, next Next, key
 		resp.Oversize = true
 	} else {
 		resp.Header, resp.Body, resp.Trailer = rw.header, rw.body, rw.trailers()
+		h.unechoKey(resp.Header, r) // keyecho.go: an echoed key is not stored
 	}
 	// The fingerprint and start go with the record: should the lease have lapsed
 	// (a store outage), Complete recreates the record on the free key.
@@ -149,9 +160,9 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, to
 	hdr.Set("Content-Type", ct)
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set(ProblemHeader, p.Type)
-	if echo != "" {
-		hdr.Set(h.cfg.keySource.name, echo) // every retry carries this same key
-	}
+	// Every retry carries its own key back (the same key), filled in at replay:
+	// the key itself is never stored.
+	h.markKeyEcho(hdr)
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: &cache.Response{
 		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace,
 	}}

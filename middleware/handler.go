@@ -148,6 +148,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if h.cfg.keySource.kind == "header" {
 		t.key = key // echoed on the answers the core writes
 	}
+	if h.refuseUpgrade(w, r, t) { // upgrade.go
+		return nil
+	}
 	if !h.cfg.bodyFirst {
 		var ok bool
 		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
@@ -268,7 +271,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	default:
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
 		t.emit()
-		replay(w, rec.Response)
+		h.replayEchoing(w, rec.Response, t.key) // keyecho.go
 	}
 }
 

@@ -39,6 +39,9 @@ type keySource struct {
 	kind string   // "header", "json", "form" or "body"
 	name string   // the header (canonical), the pointer as written, or the form field
 	ptr  []string // json: the pointer's reference tokens, unescaped
+	// standardID: the standard preset's signed id, Webhook-Id or Svix-Id as
+	// the verifier chose (headerName, webhook.go).
+	standardID bool
 }
 
 var (
@@ -58,7 +61,7 @@ func resolveKeySource(spec, keyHeader string, wh *Webhook) (keySource, error) {
 		case "":
 			return keySource{kind: "header", name: keyHeader}, nil
 		case WebhookStandard:
-			return keySource{kind: "header", name: "Webhook-Id"}, nil
+			return keySource{kind: "header", name: "Webhook-Id", standardID: true}, nil
 		case WebhookStripe:
 			return keySource{kind: "json", name: "/id", ptr: []string{"id"}}, nil
 		default: // github, hmac: the only part of a delivery they sign is its body
@@ -135,7 +138,7 @@ func (ks *keySource) describe() string {
 func (ks *keySource) key(r *http.Request, body []byte) (string, error) {
 	switch ks.kind {
 	case "header":
-		values := r.Header.Values(ks.name)
+		values := r.Header.Values(ks.headerName(r.Header))
 		if len(values) == 0 {
 			return "", errNoKey
 		}

@@ -95,6 +95,9 @@ func (h *Handler) Resolve(ctx context.Context, storeKey string, res *Resolution)
 		}
 		hdr = storableHeader(hdr, h.cfg.ignoredCanon)
 		delete(hdr, "Content-Length") // the replay writes the body's own
+		if _, ok := hdr[h.cfg.keySource.name]; ok {
+			h.markKeyEcho(hdr) // the retry's own key, never the key itself in the store
+		}
 		resp = &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}
 	}
 	return h.store.Resolve(ctx, storeKey, resp, h.cfg.ttl)

@@ -24,6 +24,7 @@ const (
 	ProblemInvalidSignature = ProblemTypeBase + "invalid-signature"
 	ProblemNonCanonicalPath = ProblemTypeBase + "non-canonical-path"
 	ProblemInvalidHost      = ProblemTypeBase + "invalid-host"
+	ProblemUpgradeRefused   = ProblemTypeBase + "upgrade-refused"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -54,6 +55,7 @@ var problemTitles = map[string]string{
 	ProblemInvalidSignature: "Webhook signature not verified",
 	ProblemNonCanonicalPath: "Path not in canonical form",
 	ProblemInvalidHost:      "Invalid Host",
+	ProblemUpgradeRefused:   "Protocol upgrade refused on a request with an idempotency key",
 }
 
 // NonCanonicalPathProblem is the 400 answer to a request whose escaped path
@@ -122,7 +124,7 @@ func (h *Handler) echoKey(r *http.Request) string {
 	if h.cfg.keySource.kind != "header" {
 		return ""
 	}
-	key, err := ParseKey(r.Header.Values(h.cfg.keySource.name))
+	key, err := ParseKey(r.Header.Values(h.cfg.keySource.headerName(r.Header)))
 	if err != nil {
 		return ""
 	}

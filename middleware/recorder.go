@@ -91,13 +91,20 @@ func (rw *recorder) FlushError() error {
 
 func (rw *recorder) Flush() { _ = rw.FlushError() }
 
-// Hijack hands the connection over; a hijacked response is never stored.
+// Hijack hands the connection over. A hijacked first execution leaves no answer
+// to store and may have acted: its key is held as an unknown outcome.
 func (rw *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(rw.w).Hijack()
 	if err == nil {
 		rw.hijacked = true
 	}
 	return conn, brw, err
+}
+
+// switched reports whether the handler switched protocols (101) or took the
+// connection over: the exchange left HTTP, and no answer can be stored.
+func (rw *recorder) switched() bool {
+	return rw.hijacked || rw.status == http.StatusSwitchingProtocols
 }
 
 // Unwrap lets http.ResponseController reach the client's writer for deadlines and

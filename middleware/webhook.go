@@ -20,7 +20,9 @@ const (
 	// WebhookStandard is Standard Webhooks (Svix and others): webhook-id,
 	// webhook-timestamp and webhook-signature ("v1,<base64>", space-separated),
 	// HMAC-SHA256 over "id.timestamp.body" with the base64 secret after "whsec_".
-	// The key is the signed webhook-id.
+	// A delivery with none of the webhook-* headers is read under Svix's own
+	// names, svix-id, svix-timestamp and svix-signature, as Svix's libraries
+	// do; the two sets are never mixed. The key is the signed id.
 	WebhookStandard = "standard"
 	// WebhookStripe is Stripe: Stripe-Signature "t=…,v1=<hex>,…", HMAC-SHA256 over
 	// "t.body" with the endpoint secret as it is. The key is the body's /id.
@@ -137,13 +139,14 @@ func (w *Webhook) compile() (*verifier, error) {
 
 // verify checks the request's signature over body.
 func (v *verifier) verify(h http.Header, body []byte) error {
+	if v.Preset == WebhookStandard {
+		return v.verifyStandard(h, body)
+	}
 	sig := h.Values(v.header)
 	if len(sig) == 0 || sig[0] == "" {
 		return fmt.Errorf("%w: no %s header", errSigMissing, v.header)
 	}
 	switch v.Preset {
-	case WebhookStandard:
-		return v.verifyStandard(h, strings.Join(sig, " "), body)
 	case WebhookStripe:
 		return v.verifyStripe(strings.Join(sig, ","), body)
 	case WebhookGitHub:
@@ -157,16 +160,58 @@ func (v *verifier) verify(h http.Header, body []byte) error {
 	}
 }
 
-func (v *verifier) verifyStandard(h http.Header, sig string, body []byte) error {
-	id, ts := h.Get("Webhook-Id"), h.Get("Webhook-Timestamp")
+// standardNames are the headers a Standard Webhooks delivery is signed under.
+type standardNames struct{ id, timestamp, signature string }
+
+var (
+	webhookNames = standardNames{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"}
+	svixNames    = standardNames{"Svix-Id", "Svix-Timestamp", "Svix-Signature"}
+)
+
+// standardNamesOf picks the set a delivery uses: webhook-* when any of them is
+// present, else svix-* when any of those is (Svix sends these on plans without
+// the webhook-* names). Never a mix: a webhook-id beside a svix-signature is a
+// webhook-* delivery without its signature. The verifier and the key read the
+// same set.
+func standardNamesOf(h http.Header) standardNames {
+	for _, n := range [...]string{webhookNames.id, webhookNames.timestamp, webhookNames.signature} {
+		if len(h[n]) > 0 {
+			return webhookNames
+		}
+	}
+	for _, n := range [...]string{svixNames.id, svixNames.timestamp, svixNames.signature} {
+		if len(h[n]) > 0 {
+			return svixNames
+		}
+	}
+	return webhookNames
+}
+
+// headerName is the header the key is read from in h: the key source's, or,
+// for the standard preset's signed id, the id of the set the signature was
+// checked under.
+func (ks *keySource) headerName(h http.Header) string {
+	if ks.standardID {
+		return standardNamesOf(h).id
+	}
+	return ks.name
+}
+
+func (v *verifier) verifyStandard(h http.Header, body []byte) error {
+	names := standardNamesOf(h)
+	sig := h.Values(names.signature)
+	if len(sig) == 0 || sig[0] == "" {
+		return fmt.Errorf("%w: no %s header", errSigMissing, names.signature)
+	}
+	id, ts := h.Get(names.id), h.Get(names.timestamp)
 	if id == "" || ts == "" {
-		return fmt.Errorf("%w: webhook-id and webhook-timestamp are both required", errSigMissing)
+		return fmt.Errorf("%w: %s and %s are both required", errSigMissing, strings.ToLower(names.id), strings.ToLower(names.timestamp))
 	}
 	if err := v.fresh(ts); err != nil {
 		return err
 	}
 	var candidates []string
-	for _, s := range strings.Fields(sig) {
+	for _, s := range strings.Fields(strings.Join(sig, " ")) {
 		if b64, ok := strings.CutPrefix(s, "v1,"); ok { // other versions (v1a: asymmetric) are not ours
 			candidates = append(candidates, b64)
 		}

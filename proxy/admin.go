@@ -8,8 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strings"
@@ -33,6 +36,8 @@ import (
 //	                       409 if the record is not an unknown outcome)
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
 //
+// Every POST is Content-Type: application/json (415 otherwise).
+//
 // For /keys, the scope is given as the client gave it: ?host=… (default: the
 // --listen address, which is what clients calling it by that address send), and
 // each scope header either as the same header on the admin request or as a query
@@ -42,7 +47,14 @@ import (
 // With admin_token set, every endpoint but /healthz requires
 // "Authorization: Bearer <token>" (401 otherwise), and the Authorization header of
 // an admin request is that token, never a scope header.
+//
+// With or without a token, what a web page can make a browser send is refused
+// (see refuseBrowsers).
 func (p *Proxy) AdminHandler() http.Handler {
+	return p.refuseBrowsers(p.adminHandler())
+}
+
+func (p *Proxy) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -82,8 +94,21 @@ func (p *Proxy) AdminHandler() http.Handler {
 }
 
 // MetricsHandler serves /metrics and /healthz alone, without a token: for
-// Prometheus on a listener of its own.
+// Prometheus on a listener of its own. A request with an Origin header (a web
+// page) is refused; any Host is served, since Prometheus often scrapes by a
+// DNS name and these read-only counts are no secret a rebound page could use.
 func (p *Proxy) MetricsHandler() http.Handler {
+	next := p.metricsHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.Header["Origin"]) > 0 {
+			writeJSON(w, http.StatusForbidden, adminError{Error: "a request with an Origin header is refused: the metrics listener does not serve browsers"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (p *Proxy) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -93,6 +118,68 @@ func (p *Proxy) MetricsHandler() http.Handler {
 		p.metrics.write(w)
 	})
 	return mux
+}
+
+// refuseBrowsers keeps web pages out of the admin listener, token
+// or not. A page can make a browser send requests to a loopback port: a form
+// POST or a text/plain fetch (no preflight) could release a held key or resolve
+// it to HTML every retry then replays, and a page whose name it rebinds to
+// 127.0.0.1 (DNS rebinding) could read /keys and pprof as same-origin. So:
+//
+//   - a request with an Origin header is refused (403): browsers send it on
+//     cross-origin requests and on every POST; the admin tools never do;
+//   - so is a Host that is not an IP address or localhost, or a name listed in
+//     admin_hosts (403): DNS rebinding needs a name the attacker controls;
+//   - a POST must be Content-Type: application/json (415): a browser sends
+//     that cross-origin only after a CORS preflight, which is never granted.
+//
+// The token, when set, authenticates on top of this against whoever can reach
+// the port; these rules stop browsers only.
+func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
+	names := map[string]bool{}
+	for _, h := range p.cfg.AdminHosts {
+		names[normalHost(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case len(r.Header["Origin"]) > 0:
+			writeJSON(w, http.StatusForbidden, adminError{Error: "a request with an Origin header is refused: the admin API does not serve browsers"})
+		case !adminHostAllowed(r.Host, names):
+			writeJSON(w, http.StatusForbidden, adminError{Error: "the Host is refused: call the admin API by IP address or localhost, or list its host name in admin_hosts"})
+		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
+			writeJSON(w, http.StatusUnsupportedMediaType, adminError{Error: "a POST to the admin API must be Content-Type: application/json"})
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// adminHostAllowed reports whether a request's Host (with or without port) is
+// an IP literal, localhost, or one of names (admin_hosts; any case, a trailing
+// dot ignored).
+func adminHostAllowed(hostport string, names map[string]bool) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	host = normalHost(host)
+	return host == "localhost" || names[host]
+}
+
+// normalHost is a host name as admin_hosts compares it: lower case, without a
+// trailing dot.
+func normalHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+
+// isJSON reports whether a Content-Type is application/json (parameters such
+// as charset allowed).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // KeyRecord is the JSON shape of GET /keys/{key}. Field order is stable.

@@ -29,6 +29,7 @@ type Config struct {
 	Store                 string              `json:"store" yaml:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, or a postgres:// (postgresql://) URL"`
 	Admin                 string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
 	AdminToken            string              `json:"admin_token" yaml:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
+	AdminHosts            []string            `json:"admin_hosts" yaml:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
 	Metrics               string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	RedisPrefix           string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
 	RedisAllowEviction    bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
@@ -137,6 +138,10 @@ func (c *Config) source(field string) string {
 	return field
 }
 
+// hostName is a DNS name as admin_hosts takes it: labels of letters, digits,
+// hyphens and underscores, an optional trailing dot.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+
 var fieldNotFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // yamlMessage makes a YAML decoding error one line.
@@ -163,6 +168,11 @@ func (c *Config) Validate() error {
 	if c.Admin != "" {
 		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
 			return fmt.Errorf("%s %q: want host:port", c.source("admin"), c.Admin)
+		}
+	}
+	for _, h := range c.AdminHosts {
+		if !hostName.MatchString(h) {
+			return fmt.Errorf("%s: %q: want a host name without port or scheme (e.g. admin.internal)", c.source("admin_hosts"), h)
 		}
 	}
 	if c.Metrics != "" {

@@ -32,7 +32,7 @@ func TestDashboardAndRulesMatchTheMetrics(t *testing.T) {
 	}
 	defer p.Close()
 	w := httptest.NewRecorder()
-	p.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	p.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
 	exported := w.Body.String()
 
 	var dash struct {

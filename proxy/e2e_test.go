@@ -184,6 +184,7 @@ func start(t *testing.T, args ...string) *proc {
 		}
 		select {
 		case err := <-p.done:
+			p.done <- err // for the cleanup, which waits for it
 			t.Fatalf("idemproxy exited at start: %v\n%s", err, p.stderr)
 		default:
 		}

@@ -127,7 +127,9 @@ resolve only:
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
 		return 2
 	}
-	if payload != nil {
+	if method == http.MethodPost {
+		// The admin API takes POSTs as JSON only (a browser cannot send that
+		// cross-origin without a preflight), release with its empty body too.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token := getenv(EnvName("admin-token")); token != "" {

@@ -15,7 +15,8 @@ import (
 // it and does what Act says: "reset" closes with RST (no answer), "cut" sends the
 // headers and 10 of 100 declared body bytes then closes, "reset-reused" resets
 // the second request on a keep-alive connection (after reading it) and answers
-// the others, anything else answers 201.
+// the others, "upgrade" answers 101 Switching Protocols to the protocol the
+// request named in Upgrade and closes, anything else answers 201.
 type RawUpstream struct {
 	ln    net.Listener
 	Act   atomic.Value // string
@@ -76,6 +77,9 @@ func (u *RawUpstream) serve(c net.Conn) {
 			return
 		case "cut":
 			fmt.Fprint(c, "HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\n0123456789")
+			return
+		case "upgrade": // it acted, then switched: the rest is not HTTP
+			fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\nswitched #%d", req.Header.Get("Upgrade"), n)
 			return
 		default:
 			body := fmt.Sprintf("charged #%d", n)

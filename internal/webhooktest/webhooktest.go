@@ -52,6 +52,23 @@ func Standard(secret, id string, at time.Time, body string) map[string]string {
 	}
 }
 
+// Svix returns the headers of a delivery as Svix sends it to endpoints on plans
+// without the webhook-* names: svix-id, svix-timestamp and svix-signature,
+// signed as Standard Webhooks sign (the same secret, the content
+// id.timestamp.body).
+func Svix(secret, id string, at time.Time, body string) map[string]string {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		panic("webhooktest: not a Svix secret")
+	}
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return map[string]string{
+		"svix-id":        id,
+		"svix-timestamp": ts,
+		"svix-signature": "v1," + base64.StdEncoding.EncodeToString(mac(key, id, ".", ts, ".", body)),
+	}
+}
+
 // Stripe returns the Stripe-Signature header of a delivery: t=timestamp, v1 = hex
 // HMAC-SHA256 of "timestamp.body" keyed with the endpoint secret as it is.
 func Stripe(secret string, at time.Time, body string) map[string]string {
