@@ -152,23 +152,18 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, to
 	}
 	status := unknownStatus(ev.Err)
 	p := unknownProblem(status, true)
-	// Stored as the answer every retry gets, in the route's error format.
-	ct, hdr, body := h.cfg.errorFormat.render(p, 0)
-	if hdr == nil {
-		hdr = http.Header{}
-	}
-	hdr.Set("Content-Type", ct)
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set(ProblemHeader, p.Type)
-	// Every retry carries its own key back (the same key), filled in at replay:
-	// the key itself is never stored.
-	h.markKeyEcho(hdr)
-	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: &cache.Response{
-		Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace,
-	}}
+	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: fp, CreatedAt: started, Response: h.unknownAnswer(status, trace)}
 	h.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", ev.KeyHash), slog.Duration("unknown_hold", h.cfg.unknownHold), slog.Any("error", ev.Err))
-	if err := h.storeRecord(ctx, key, token, rec, h.cfg.unknownHold, ev.KeyHash); errors.Is(err, cache.ErrLockLost) {
+	err := h.storeRecord(ctx, key, token, rec, h.cfg.unknownHold, ev.KeyHash)
+	if errors.Is(err, cache.ErrFull) {
+		// A full store (a bounded memory store whose room belongs to other
+		// clients) keeps a record no larger than the lock it replaces: the
+		// held outcome without its rendered answer, which a replay renders.
+		rec.Response = &cache.Response{Status: status, Unknown: true, Trace: trace}
+		err = h.storeRecord(ctx, key, token, rec, h.cfg.unknownHold, ev.KeyHash)
+	}
+	if errors.Is(err, cache.ErrLockLost) || errors.Is(err, cache.ErrFull) {
 		ev.Err = err
 	}
 	if answer && rw.status == 0 {
@@ -177,6 +172,21 @@ func (h *Handler) settleUnknown(ctx context.Context, rw *recorder, echo, key, to
 		return true
 	}
 	return false
+}
+
+// unknownAnswer is the stored answer of a held unknown outcome, in the route's
+// error format: every retry gets these bytes. Every retry carries its own key
+// back (the same key), filled in at replay: the key itself is never stored.
+func (h *Handler) unknownAnswer(status int, trace []byte) *cache.Response {
+	ct, hdr, body := h.cfg.errorFormat.render(unknownProblem(status, true), 0)
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	hdr.Set("Content-Type", ct)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set(ProblemHeader, ProblemOutcomeUnknown)
+	h.markKeyEcho(hdr)
+	return &cache.Response{Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace}
 }
 
 // completeLater retries Complete until it succeeds, another request's answer

@@ -271,7 +271,11 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	default:
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
 		t.emit()
-		h.replayEchoing(w, rec.Response, t.key) // keyecho.go
+		resp := rec.Response
+		if resp.Unknown && resp.Header == nil && len(resp.Body) == 0 {
+			resp = h.unknownAnswer(resp.Status, resp.Trace) // stored bare in a full store
+		}
+		h.replayEchoing(w, resp, t.key) // keyecho.go
 	}
 }
 

@@ -3,12 +3,15 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -109,5 +112,41 @@ func TestPanicAfterWritingIsUnknown(t *testing.T) {
 	ok := &nextFunc{fn: func(w http.ResponseWriter, _ *http.Request) error { w.WriteHeader(201); return nil }}
 	if w, _ := handle(t, h, ok, "early"); w.Code != 201 {
 		t.Fatalf("a panic before writing must release: %d", w.Code)
+	}
+}
+
+// fullForAnswers is a store at its bound: a completed record larger than a
+// bare one (no header, no body) does not fit, as in a memory store whose room
+// belongs to other clients.
+type fullForAnswers struct{ cache.Store }
+
+func (s fullForAnswers) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
+	if rec.Response != nil && (len(rec.Response.Body) > 0 || len(rec.Response.Header) > 0) {
+		return fmt.Errorf("test store: %w", cache.ErrFull)
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A held unknown outcome in a full store is still held: the bare record fits
+// where its rendered answer does not, and retries get that answer, rendered at
+// replay, never a second run (before, the record was not stored, and once the
+// lease lapsed a retry ran again).
+func TestUnknownOutcomeHeldInAFullStore(t *testing.T) {
+	h := newHandler(t, fullForAnswers{newMem(t)}, middleware.WithLockTTL(30*time.Millisecond),
+		middleware.WithErrorFormat(middleware.ErrorFormatStripe))
+	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
+		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
+	}}
+	first, _ := handle(t, h, reset, "full-1")
+	time.Sleep(60 * time.Millisecond) // past the lease
+	for range 2 {
+		w, err := handle(t, h, reset, "full-1")
+		if err != nil || w.Code != 502 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() ||
+			w.Header().Get("Idempotency-Key") != "full-1" || w.Header().Get("Stripe-Should-Retry") != "false" {
+			t.Fatalf("retry: %d %s %v err=%v; want the held answer %s", w.Code, w.Body, w.Header(), err, first.Body)
+		}
+	}
+	if n := reset.runs.Load(); n != 1 {
+		t.Fatalf("ran %d times, want once", n)
 	}
 }
