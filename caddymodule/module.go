@@ -179,10 +179,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return h.core.Handle(w, r, classified{next: next, guard: tracked})
 }
 
-// classified tells the core how a failed reverse_proxy call ended: a DialError
-// never reached the upstream (the key is released and Caddy's error handling
-// answers); any other 502/504 from it came after the request was sent, so the
-// outcome is unknown (held by default, answered by the core).
+// classified tells the core how a failed reverse_proxy call ended, as the proxy
+// does (forward.Attempt): an upstream error (reverse_proxy's DialError, or its
+// 502/504) before the request's headers were written upstream never reached it
+// (the key is released and Caddy's error handling answers); after, the outcome
+// is unknown (held by default, answered by the core). Any other error is
+// returned unchanged: the key is released.
 //
 // It also stops Go's transport from sending the request twice (seen: a reset on
 // a reused connection after the upstream read the request was re-sent, and ran
@@ -193,23 +195,21 @@ type classified struct {
 }
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
-	// reverse_proxy copies the request it sends upstream from r, context and
-	// GetBody included: the guard keeps Go's transport from re-sending it once
-	// the upstream read it.
-	if c.guard {
-		r = forward.GuardResend(r, r.GetBody)
+	if !c.guard {
+		return c.next.ServeHTTP(w, r)
 	}
-	err := c.next.ServeHTTP(w, r)
+	// reverse_proxy copies the request it sends upstream from r, context and
+	// GetBody included: the attempt sees its writes and keeps Go's transport
+	// from re-sending it once the upstream read it.
+	var a forward.Attempt
+	err := c.next.ServeHTTP(w, a.Guard(r, r.GetBody))
 	if err == nil {
 		return nil
 	}
 	var dial reverseproxy.DialError
-	if errors.As(err, &dial) {
-		return middleware.MarkNotSent(err)
-	}
 	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
-		return middleware.MarkOutcomeUnknown(err)
+	if errors.As(err, &dial) || errors.As(err, &he) && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusGatewayTimeout) {
+		return a.Classify(err)
 	}
 	return err
 }

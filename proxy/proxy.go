@@ -5,17 +5,14 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -87,8 +84,8 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 					pr.Out.Body = b
 				}
 			}
-			if pr.In.Context().Value(upstreamFailureKey{}) != nil { // a first execution under the core
-				guardResend(pr)
+			if a, ok := pr.In.Context().Value(attemptKey{}).(*attempt); ok { // a first execution under the core
+				pr.Out = a.Guard(pr.Out, pr.In.GetBody)
 			}
 		},
 		Transport:    upstreamTransport(cfg),
@@ -98,16 +95,16 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	}
 	p.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
 		// A failed upstream call is classified for the core rather than answered
-		// here: upstreamError leaves it in the slot.
-		var slot upstreamFailure
+		// here: upstreamError leaves it in the attempt.
+		var a attempt
 		p.metrics.upstreamInFlight.Add(1)
 		start := time.Now()
 		defer func() {
 			p.metrics.upstream.observe(time.Since(start))
 			p.metrics.upstreamInFlight.Add(-1)
 		}()
-		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamFailureKey{}, &slot)))
-		return classify(slot.err)
+		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
+		return a.Classify(a.err)
 	})
 	if p.def, err = p.buildRoute("", true, cfg.Config); err != nil {
 		p.Close()
@@ -264,17 +261,15 @@ func upstreamTransport(cfg *Config) http.RoundTripper {
 	return otelhttp.NewTransport(t)
 }
 
-// errResendRefused: the transport wanted to send a request again after its
-// headers had reached the upstream.
-// guardResend stops Go's transport from sending a tracked request twice (see
-// forward.GuardResend).
-func guardResend(pr *httputil.ProxyRequest) { pr.Out = forward.GuardResend(pr.Out, pr.In.GetBody) }
+// attempt is a first execution's upstream call (forward.Attempt: it sees whether
+// the request was written, and guards it against a re-send), with the error
+// ReverseProxy's error handler left for the core's classification.
+type attempt struct {
+	forward.Attempt
+	err error
+}
 
-// upstreamFailure carries a failed upstream call from ReverseProxy's error
-// handler to the core's next, for a request the core tracks.
-type upstreamFailure struct{ err error }
-
-type upstreamFailureKey struct{}
+type attemptKey struct{}
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	level := slog.LevelWarn
@@ -282,8 +277,8 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		level = slog.LevelDebug // the client went away
 	}
 	p.log.LogAttrs(r.Context(), level, "upstream error", slog.String("path", r.URL.Path), slog.Any("error", err))
-	if slot, ok := r.Context().Value(upstreamFailureKey{}).(*upstreamFailure); ok {
-		slot.err = err // the core answers
+	if a, ok := r.Context().Value(attemptKey{}).(*attempt); ok {
+		a.err = err // the core answers
 		return
 	}
 	p.upstreamProblem(w, r, p.routeOf(r).h, err)
@@ -303,23 +298,4 @@ func (p *Proxy) upstreamProblem(w http.ResponseWriter, r *http.Request, h *middl
 		Detail:    "the upstream could not be reached or did not answer; the request may be retried with the same key",
 		Retryable: true, // it never left, or its key was released
 	}, 0)
-}
-
-// classify tells the core how a failed upstream call ended: never sent (a dial
-// error, a refused connection, a failed TLS handshake: no byte of the request
-// reached the upstream), or sent with an unknown outcome (anything after the
-// connection was made: a reset or EOF before or during the response, a timeout).
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var op *net.OpError
-	var header tls.RecordHeaderError
-	var cert *tls.CertificateVerificationError
-	var alert tls.AlertError
-	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.As(err, &header) || errors.As(err, &cert) || errors.As(err, &alert) {
-		return middleware.MarkNotSent(err)
-	}
-	return middleware.MarkOutcomeUnknown(err)
 }

@@ -3,7 +3,9 @@ package proxy_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +189,27 @@ func metricsOf(t *testing.T, admin string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// An upstream whose TLS handshake fails never received the request: the key is
+// released, and so it is under Caddy (TestCaddyTLSHandshakeFailureReleases),
+// both through forward.Attempt.
+func TestE2ETLSHandshakeFailureReleases(t *testing.T) {
+	skipShort(t)
+	var got atomic.Int64
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.WriteHeader(201)
+	}))
+	defer up.Close()
+	p := start(t, "--upstream", up.URL) // its certificate is not trusted
+	for i := range 2 {
+		r := send(t, p.addr, "/pay", "tls-1", "x")
+		if r.status != 502 || r.replayed || !strings.Contains(r.body, "upstream-unavailable") {
+			t.Fatalf("answer %d: %+v; want 502 upstream-unavailable, the key released", i, r)
+		}
+	}
+	if n := got.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
+	}
 }
