@@ -188,7 +188,7 @@ func TestValidate(t *testing.T) {
 		"zero lock":        {Handler{Config: middleware.Config{LockTTL: d(0)}}, "lock_ttl: must be at least 3ms"},
 		"zero ttl":         {Handler{Config: middleware.Config{TTL: d(0)}}, "ttl: must be positive"},
 		"bad statuses":     {Handler{Config: middleware.Config{StoreStatuses: []string{"7xx"}}}, "store_statuses"},
-		"lower-case":       {Handler{Config: middleware.Config{Methods: []string{"post"}}}, "did you mean POST?"},
+		"lower-case":       {Handler{Config: middleware.Config{Methods: []string{"post"}}}, "write methods in upper case, POST"},
 		"no methods":       {Handler{Config: middleware.Config{Methods: []string{}}}, "methods: no tracked methods"},
 		"wait + in-flight": {Handler{Config: middleware.Config{Wait: d(time.Second), InFlightOnly: &yes}}, "in_flight_only"},
 		"webhook secret unset": {Handler{Config: middleware.Config{Webhook: new("stripe"), WebhookSecrets: []string{"env:IDEMPROXY_TEST_UNSET"}}},

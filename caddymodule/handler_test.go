@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,8 +139,11 @@ func TestHandlerProtocol(t *testing.T) {
 			t.Fatalf("error from next: %+v", c)
 		}
 	}
-	// Any other 502 from reverse_proxy came after the request was sent: held.
+	// A 502 from reverse_proxy after the request's headers were written
+	// upstream (the transport reports the write through the request's client
+	// trace) came after the request was sent: held.
 	reset := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		httptrace.ContextClientTrace(r.Context()).WroteHeaders()
 		return caddyhttp.Error(http.StatusBadGateway, errors.New("read: connection reset by peer"))
 	}}
 	for i := 0; i < 2; i++ {
