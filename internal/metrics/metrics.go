@@ -57,6 +57,7 @@ var (
 // Untracked, declared at zero) and times the store's claim call. It is a
 // prometheus.Collector.
 type Requests struct {
+	group
 	total     *prometheus.CounterVec
 	byOutcome map[middleware.Outcome]prometheus.Counter
 	untracked prometheus.Counter
@@ -71,16 +72,13 @@ func NewRequests() *Requests {
 			Help: "Requests by outcome; untracked ones (a method not tracked, a disabled route) went on untouched.",
 		}, []string{"outcome"}),
 		byOutcome: make(map[middleware.Outcome]prometheus.Counter, len(middleware.Outcomes)),
-		claim: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    StoreDuration,
-			Help:    "Latency of the store's claim-or-get call.",
-			Buckets: StoreBuckets,
-		}),
+		claim:     histogram(StoreDuration, "Latency of the store's claim-or-get call.", StoreBuckets),
 	}
 	for _, o := range middleware.Outcomes {
 		r.byOutcome[o] = r.total.WithLabelValues(string(o))
 	}
 	r.untracked = r.total.WithLabelValues(Untracked)
+	r.group = group{r.total, r.claim}
 	return r
 }
 
@@ -100,38 +98,22 @@ func (r *Requests) Observe(ev middleware.Event) {
 // Untracked counts a request idemproxy let through without tracking it.
 func (r *Requests) Untracked() { r.untracked.Inc() }
 
-// Describe implements prometheus.Collector.
-func (r *Requests) Describe(ch chan<- *prometheus.Desc) {
-	r.total.Describe(ch)
-	r.claim.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (r *Requests) Collect(ch chan<- prometheus.Metric) {
-	r.total.Collect(ch)
-	r.claim.Collect(ch)
-}
-
 // Upstream times the proxy's first executions forwarded upstream and counts
 // those running. It is a prometheus.Collector.
 type Upstream struct {
+	group
 	duration prometheus.Histogram
 	inFlight prometheus.Gauge
 }
 
 // NewUpstream returns the histogram and gauge at zero.
 func NewUpstream() *Upstream {
-	return &Upstream{
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    UpstreamDuration,
-			Help:    "Latency of first executions forwarded upstream.",
-			Buckets: UpstreamBuckets,
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: UpstreamInFlight,
-			Help: "First executions currently running upstream.",
-		}),
+	u := &Upstream{
+		duration: histogram(UpstreamDuration, "Latency of first executions forwarded upstream.", UpstreamBuckets),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: UpstreamInFlight, Help: "First executions currently running upstream."}),
 	}
+	u.group = group{u.duration, u.inFlight}
+	return u
 }
 
 // Start marks a first execution sent upstream; pass what it returns to Done
@@ -147,27 +129,16 @@ func (u *Upstream) Done(start time.Time) {
 	u.inFlight.Dec()
 }
 
-// Describe implements prometheus.Collector.
-func (u *Upstream) Describe(ch chan<- *prometheus.Desc) {
-	u.duration.Describe(ch)
-	u.inFlight.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (u *Upstream) Collect(ch chan<- prometheus.Metric) {
-	u.duration.Collect(ch)
-	u.inFlight.Collect(ch)
-}
-
 // Settled counts held unknown outcomes an operator settled through the proxy's
 // admin API (or idemproxy keys). It is a prometheus.Collector.
 type Settled struct {
+	group
 	released, resolved prometheus.Counter
 }
 
 // NewSettled returns the counters at zero.
 func NewSettled() *Settled {
-	return &Settled{
+	s := &Settled{
 		released: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: UnknownReleased,
 			Help: "Unknown outcomes released by an operator (admin API or idemproxy keys release).",
@@ -177,6 +148,8 @@ func NewSettled() *Settled {
 			Help: "Unknown outcomes resolved by an operator with a response to replay (admin API or idemproxy keys resolve).",
 		}),
 	}
+	s.group = group{s.released, s.resolved}
+	return s
 }
 
 // Released counts a held unknown outcome released: its next retry runs.
@@ -185,16 +158,25 @@ func (s *Settled) Released() { s.released.Inc() }
 // Resolved counts a held unknown outcome resolved with a response to replay.
 func (s *Settled) Resolved() { s.resolved.Inc() }
 
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+// group is a prometheus.Collector of the collectors in it.
+type group []prometheus.Collector
+
 // Describe implements prometheus.Collector.
-func (s *Settled) Describe(ch chan<- *prometheus.Desc) {
-	s.released.Describe(ch)
-	s.resolved.Describe(ch)
+func (g group) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range g {
+		c.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
-func (s *Settled) Collect(ch chan<- prometheus.Metric) {
-	s.released.Collect(ch)
-	s.resolved.Collect(ch)
+func (g group) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range g {
+		c.Collect(ch)
+	}
 }
 
 // MemoryStats is what the memory store's gauges read; *memstore.Store has it.
