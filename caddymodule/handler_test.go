@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,8 +17,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/idemproxy/idemproxy/internal/metrics"
+	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -220,8 +224,17 @@ func TestReloadKeepsStore(t *testing.T) {
 }
 
 func TestMetricsCounter(t *testing.T) {
-	stored := func() float64 { return testutil.ToFloat64(outcomes.WithLabelValues("stored")) }
-	replayed := func() float64 { return testutil.ToFloat64(outcomes.WithLabelValues("replayed")) }
+	count := func(outcome string) float64 {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(requests)
+		v, err := strconv.ParseFloat(metricstest.Scrape(t, "Caddy", reg).Value(metrics.RequestsTotal, "outcome", outcome), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	stored := func() float64 { return count("stored") }
+	replayed := func() float64 { return count("replayed") }
 	s0, r0 := stored(), replayed()
 	h, ctx, _ := provision(t, `{}`)
 	h2 := new(Handler) // a second handler in the same config shares the counter
@@ -238,7 +251,7 @@ func TestMetricsCounter(t *testing.T) {
 	// no reset at every config change.
 	h3, ctx3, _ := provision(t, `{}`)
 	serve(h3, call{key: "metrics-1"}, next)
-	got, err := testutil.GatherAndCount(ctx3.GetMetricsRegistry(), "caddy_http_idempotency_requests_total")
+	got, err := testutil.GatherAndCount(ctx3.GetMetricsRegistry(), metrics.RequestsTotal)
 	if err != nil || got < 2 || replayed()-r0 != 2 {
 		t.Fatalf("after a reload: %d series (%v), replayed +%v; want the counts kept", got, err, replayed()-r0)
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/forward"
+	"github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/tracing"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func init() {
@@ -59,7 +59,8 @@ type Handler struct {
 	// whose fields are this handler's JSON fields and Caddyfile subdirectives.
 	middleware.Config
 
-	core *middleware.Handler
+	core     *middleware.Handler
+	requests *metrics.Requests // nil when the config has no metrics registry
 }
 
 // StoreModule is implemented by the store guest modules.
@@ -93,7 +94,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
 	store := mod.(StoreModule).IdempotencyStore()
-	counter := outcomeCounter(ctx)
+	h.requests = registerMetrics(ctx, store)
+	counts := h.requests
 	opts = append(opts,
 		middleware.WithLogger(ctx.Slogger()),
 		// With Caddy's tracing directive on, its span is in the request's
@@ -105,8 +107,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 				repl.Set(ResultPlaceholder, string(ev.Outcome))
 			}
-			if counter != nil {
-				counter.WithLabelValues(string(ev.Outcome)).Inc()
+			if counts != nil {
+				counts.Observe(ev)
 			}
 			tracing.Observe(ev)
 		}))
@@ -175,6 +177,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set(ResultPlaceholder, "executing")
 		}
+	} else if h.requests != nil {
+		h.requests.Untracked()
 	}
 	return h.core.Handle(w, r, classified{next: next, guard: tracked})
 }
@@ -214,30 +218,34 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// outcomes is caddy_http_idempotency_requests_total. It lives as long as the
-// process, so its counts survive config reloads: each config registers this same
-// collector in its metrics registry (a new collector per config restarted the
-// counts from zero at every reload).
-var outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "caddy", Subsystem: "http", Name: "idempotency_requests_total",
-	Help: "Requests handled by the idempotency handler, by outcome.",
-}, []string{"outcome"})
+// requests is idemproxy_requests_total{outcome} and the claim latency
+// idemproxy_store_duration_seconds: the proxy's metrics (package metrics), so one
+// dashboard and one alert file serve both. It lives as long as the process, so
+// its counts survive config reloads: each config registers this same collector
+// in its metrics registry (a new collector per config restarted the counts from
+// zero at every reload).
+var requests = metrics.NewRequests()
 
-// outcomeCounter registers outcomes in the config's metrics registry (once per
-// registry: other handlers of the same config find it registered).
-func outcomeCounter(ctx caddy.Context) *prometheus.CounterVec {
+// registerMetrics registers requests in the config's metrics registry, with the
+// memory store's gauges (idemproxy_memory_*) when store is the memory store: once
+// per registry, the config's other handlers find them registered. It returns
+// requests, or nil when the config has no registry or it refused them (logged).
+func registerMetrics(ctx caddy.Context, store cache.Store) *metrics.Requests {
 	reg := ctx.GetMetricsRegistry()
 	if reg == nil {
 		return nil
 	}
-	if err := reg.Register(outcomes); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
-			return nil
+	if err := metrics.Register(reg, requests); err != nil {
+		ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
+		return nil
+	}
+	if mem, ok := store.(metrics.MemoryStats); ok {
+		// Read at each scrape: there is one memory store per process.
+		if err := metrics.Register(reg, metrics.NewMemory(mem)); err != nil {
+			ctx.Slogger().Warn("idempotency: memory store metrics not registered", "error", err)
 		}
 	}
-	return outcomes
+	return requests
 }
 
 // Interface guards.

@@ -26,7 +26,7 @@ import (
 //
 //	GET    /healthz        the process is up
 //	GET    /readyz         the store answers
-//	GET    /metrics        Prometheus text format
+//	GET    /metrics        Prometheus metrics (internal/metrics)
 //	GET    /keys/{key}     the record for key, as JSON
 //	DELETE /keys/{key}     purge it (an in-flight key may then run again)
 //	POST   /release/{key}  release a key held with an unknown outcome: the next
@@ -68,10 +68,7 @@ func (p *Proxy) adminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		p.metrics.write(w)
-	})
+	mux.Handle("GET /metrics", p.metrics.handler)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -113,10 +110,7 @@ func (p *Proxy) metricsHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		p.metrics.write(w)
-	})
+	mux.Handle("GET /metrics", p.metrics.handler)
 	return mux
 }
 
@@ -369,7 +363,7 @@ func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
 	case resolving:
 		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
-		p.metrics.resolved.Add(1)
+		p.metrics.settled.Resolved()
 		out := map[string]any{"resolved": true, "key_hash": l.keyHash}
 		if rec, err := p.store.Get(ctx, l.storeKey); err == nil {
 			out["record"] = keyRecord(l.keyHash, rec)
@@ -377,7 +371,7 @@ func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 	default:
 		p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
-		p.metrics.released.Add(1)
+		p.metrics.settled.Released()
 		writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": l.keyHash})
 	}
 }

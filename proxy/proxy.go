@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/forward"
@@ -68,7 +67,8 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.source("store"), err)
 	}
-	p.opened, p.store, p.metrics.mem = opened, opened.Store, opened.Memory
+	p.opened, p.store = opened, opened.Store
+	p.metrics.memory(opened.Memory)
 	target, _ := url.Parse(cfg.Upstream) // checked by Validate
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -97,12 +97,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		// A failed upstream call is classified for the core rather than answered
 		// here: upstreamError leaves it in the attempt.
 		var a attempt
-		p.metrics.upstreamInFlight.Add(1)
-		start := time.Now()
-		defer func() {
-			p.metrics.upstream.observe(time.Since(start))
-			p.metrics.upstreamInFlight.Add(-1)
-		}()
+		defer p.metrics.upstream.Done(p.metrics.upstream.Start())
 		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
 		return a.Classify(a.err)
 	})
@@ -194,8 +189,7 @@ func (p *Proxy) routeOf(r *http.Request) *route {
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.guarded[strings.ToUpper(r.Method)] { // "post" is POST
-
-		p.metrics.untracked.Add(1)
+		p.metrics.requests.Untracked()
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -205,13 +199,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// reach another upstream (/internal/..;/charges): it is refused.
 	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		p.metrics.untracked.Add(1)
+		p.metrics.requests.Untracked()
 		p.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
 		return
 	}
 	rt := p.match(route)
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
-		p.metrics.untracked.Add(1)
+		p.metrics.requests.Untracked()
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -223,7 +217,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) observe(ev middleware.Event) {
-	p.metrics.record(ev)
+	p.metrics.requests.Observe(ev)
 	if p.cfg.tracing {
 		tracing.Observe(ev)
 	}

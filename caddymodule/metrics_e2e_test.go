@@ -1,0 +1,102 @@
+package caddymodule
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/idemproxy/idemproxy/internal/metrics"
+	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+)
+
+// Caddy's /metrics (its admin endpoint) inside real Caddy exports the proxy's
+// metric names: the Grafana dashboard and the alert rules in examples/ query only
+// metrics it exports (but the proxy's own: upstream timing, operator
+// settlements), every idemproxy metric it exports is on them, each with the type,
+// help, outcomes and buckets of package metrics, and promtool accepts the text.
+// The counts follow the requests, and survive a config reload.
+func TestCaddyMetricsFitTheDashboard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	caddyfile := func(extra string) string {
+		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\t%s\n\trespond /healthz 200\n\trespond /charges* `{\"id\":1}` 201\n}\n",
+			admin, site, extra)
+	}
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile("")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCaddy(t, bin, dir, path)
+	base := "http://127.0.0.1:" + site
+	waitHTTP(t, base+"/healthz")
+
+	scrape := func() *metricstest.Surface {
+		t.Helper()
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics on Caddy's admin endpoint: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", resp.StatusCode, b)
+		}
+		return metricstest.Read(t, "Caddy", string(b))
+	}
+	s := scrape()
+	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)
+	metricstest.Same(t, s, metricstest.Reference(t))
+	metricstest.Lint(t, s)
+
+	postKey(t, base+"/charges", "m1", "x")
+	postKey(t, base+"/charges", "m1", "x")
+	postKey(t, base+"/charges", "m1", "other")
+	if resp, err := http.Get(base + "/charges"); err == nil {
+		resp.Body.Close()
+	}
+	want := func(s *metricstest.Surface, when string) {
+		t.Helper()
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   string
+		}{
+			{metrics.RequestsTotal, []string{"outcome", "stored"}, "1"},
+			{metrics.RequestsTotal, []string{"outcome", "replayed"}, "1"},
+			{metrics.RequestsTotal, []string{"outcome", "mismatch"}, "1"},
+			{metrics.RequestsTotal, []string{"outcome", "conflict"}, "0"},
+			{metrics.StoreDuration + "_count", nil, "3"},
+			{metrics.MemoryRecords, nil, "1"},
+		} {
+			if got := s.Value(c.name, c.labels...); got != c.want {
+				t.Errorf("%s: %s%v = %q, want %q\n%s", when, c.name, c.labels, got, c.want, s.Text)
+			}
+		}
+		if got := s.Value(metrics.RequestsTotal, "outcome", metrics.Untracked); got == "0" || got == "" {
+			t.Errorf("%s: GETs through the handler counted as untracked: %q", when, got)
+		}
+	}
+	want(scrape(), "after the requests")
+
+	// A reload: a new config with a new metrics registry, which the admin
+	// endpoint now serves. The counts are the process's, not the config's.
+	if err := os.WriteFile(path, []byte(caddyfile("header X-Reloaded yes")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := caddyShort(bin, "reload", "--config", path, "--adapter", "caddyfile", "--address", admin); err != nil {
+		t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+	if resp, err := http.Get(base + "/healthz"); err != nil || resp.Header.Get("X-Reloaded") != "yes" {
+		t.Fatalf("the reload did not take effect: %v", err)
+	}
+	s = scrape()
+	want(s, "after a reload")
+	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)
+}
