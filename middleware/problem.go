@@ -21,6 +21,7 @@ const (
 	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"
 	ProblemOutcomeUnknown   = ProblemTypeBase + "outcome-unknown"
 	ProblemInvalidSignature = ProblemTypeBase + "invalid-signature"
+	ProblemOverloaded       = ProblemTypeBase + "overloaded"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -49,11 +50,12 @@ var problemTitles = map[string]string{
 	ProblemNotReplayable:    "Original response cannot be replayed",
 	ProblemStoreUnavailable: "Idempotency store unavailable",
 	ProblemInvalidSignature: "Webhook signature not verified",
+	ProblemOverloaded:       "Request body budget exhausted",
 }
 
 func newProblem(typ string, status int, detail string) Problem {
 	return Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail,
-		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable}
+		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable || typ == ProblemOverloaded}
 }
 
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
