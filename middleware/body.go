@@ -12,13 +12,6 @@ import (
 
 var errBodyTooLarge = errors.New("request body too large")
 
-// exactBodyAlloc is the largest declared body allocated at once; larger ones
-// grow as their bytes arrive (never past the declared length).
-const exactBodyAlloc = 64 << 10
-
-// minBodyAlloc is the first buffer of a body of unknown length.
-const minBodyAlloc = 512
-
 // readBody reads the whole body (bounded by max_request_body and by the body
 // budget, whose reservations go to hold) and puts an identical one back.
 //
@@ -66,10 +59,23 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, hold *bodyHol
 	return body, nil
 }
 
+// bodyChunk is the largest piece a body is read in. A declared body up to this
+// size is allocated at once.
+const bodyChunk = 64 << 10
+
+// firstChunk is the first piece of a body of unknown length; the pieces double
+// from it up to bodyChunk.
+const firstChunk = 512
+
 // readAll reads a body of declared length (-1: unknown) of at most limit bytes.
 // A declared length is reserved in hold before a byte is read; an unknown one
-// as its buffer grows. It returns errBodyTooLarge above limit and errOverloaded
-// when a reservation does not fit.
+// piece by piece, each before it is allocated. Either way memory is allocated as
+// the bytes arrive, in pieces, never more than one piece ahead of them: a client
+// that declares 10 MiB and stalls holds what it sent, and a body that stalls
+// halfway leaves no garbage behind (a buffer that doubled as it grew would
+// leave about its own size). A body of more than one piece is joined once
+// complete. It returns errBodyTooLarge above limit and errOverloaded when a
+// reservation does not fit.
 func readAll(src io.Reader, declared, limit int64, hold *bodyHold) ([]byte, error) {
 	if declared > limit {
 		return nil, errBodyTooLarge
@@ -78,65 +84,67 @@ func readAll(src io.Reader, declared, limit int64, hold *bodyHold) ([]byte, erro
 		if !hold.grow(declared) {
 			return nil, errOverloaded
 		}
-		// net/http stops the body at its declared length.
-		buf := make([]byte, 0, min(declared, exactBodyAlloc))
-		for int64(len(buf)) < declared {
-			if len(buf) == cap(buf) {
-				buf = grown(buf, min(2*int64(cap(buf)), declared))
-			}
-			n, err := src.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if err == io.EOF && int64(len(buf)) < declared {
-				err = io.ErrUnexpectedEOF
-			}
-			if err != nil && int64(len(buf)) < declared {
+		if declared <= bodyChunk {
+			// net/http stops the body at its declared length.
+			buf := make([]byte, declared)
+			if _, err := io.ReadFull(src, buf); err != nil {
 				return nil, fmt.Errorf("reading request body: %w", err)
 			}
+			return buf, nil
 		}
-		return buf, nil
 	}
-	// Unknown length: the buffer grows (doubling) as bytes arrive, each step
-	// reserved before it is allocated, never past limit; one more byte past it
-	// tells a body of exactly limit bytes from a larger one.
-	first := min(minBodyAlloc, limit)
-	if !hold.grow(first) {
-		return nil, errOverloaded
-	}
-	buf := make([]byte, 0, first)
+	var pieces [][]byte
+	var total int64
+	size := int64(firstChunk)
 	for {
-		if len(buf) == cap(buf) {
-			if int64(len(buf)) == limit {
+		if declared >= 0 {
+			size = min(bodyChunk, declared-total)
+			if size == 0 {
+				break
+			}
+		} else {
+			if total == limit {
+				// One more byte tells a body of exactly limit bytes from a
+				// larger one.
 				var probe [1]byte
-				n, err := io.ReadFull(src, probe[:])
-				switch {
-				case n > 0:
+				if n, err := io.ReadFull(src, probe[:]); n > 0 {
 					return nil, errBodyTooLarge
-				case err == io.EOF:
-					return buf, nil
-				default:
+				} else if err != io.EOF {
 					return nil, fmt.Errorf("reading request body: %w", err)
 				}
+				break
 			}
-			next := min(2*int64(cap(buf)), limit)
-			if !hold.grow(next - int64(cap(buf))) {
+			size = min(size, limit-total)
+			if !hold.grow(size) {
 				return nil, errOverloaded
 			}
-			buf = grown(buf, next)
 		}
-		n, err := src.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		switch {
-		case err == io.EOF:
-			return buf, nil
-		case err != nil:
+		piece := make([]byte, size)
+		n, err := io.ReadFull(src, piece)
+		total += int64(n)
+		if n > 0 {
+			pieces = append(pieces, piece[:n])
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			if declared >= 0 {
+				return nil, fmt.Errorf("reading request body: %w", io.ErrUnexpectedEOF)
+			}
+			break // the end of a body of unknown length
+		}
+		if err != nil {
 			return nil, fmt.Errorf("reading request body: %w", err)
 		}
+		size = min(2*size, bodyChunk)
 	}
-}
-
-// grown returns buf's bytes in a buffer of capacity c.
-func grown(buf []byte, c int64) []byte {
-	nb := make([]byte, len(buf), c)
-	copy(nb, buf)
-	return nb
+	switch len(pieces) {
+	case 0:
+		return []byte{}, nil
+	case 1:
+		return pieces[0], nil
+	}
+	body := make([]byte, 0, total)
+	for _, p := range pieces {
+		body = append(body, p...)
+	}
+	return body, nil
 }

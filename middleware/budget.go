@@ -2,8 +2,10 @@ package middleware
 
 import (
 	"errors"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultBodyBudget is the default bound on the request-body bytes that keyed
@@ -20,6 +22,11 @@ const DefaultBodyBudget = 256 << 20 // 256 MiB
 // not fit is answered 503 overloaded with Retry-After, nothing claimed or
 // forwarded. n must be at least max_request_body, so that one request of the
 // largest size fits when it is alone. Default DefaultBodyBudget.
+//
+// An idle Go process keeps the memory a burst freed. So when the bodies held
+// fall back to none after a quarter of the budget or more was in use, the core
+// returns the freed memory to the operating system (debug.FreeOSMemory, a
+// second later and at most once a minute).
 func WithBodyBudget(n int64) Option { return func(c *config) { c.bodyBudget = n } }
 
 // errOverloaded: the body does not fit in the body budget.
@@ -30,7 +37,20 @@ var errOverloaded = errors.New("the request bodies held in memory reached body_b
 type budget struct {
 	size int64
 	used atomic.Int64
+	peak atomic.Int64 // the most held since memory was last returned
+
+	mu       sync.Mutex
+	returned time.Time // when memory was last returned
+	pending  bool      // a return is scheduled
+	free     func()    // returns freed memory to the operating system
 }
+
+// Returning memory: how long after the bodies held fell to none, and how often
+// at most.
+const (
+	returnDelay = time.Second
+	returnEvery = time.Minute
+)
 
 var budgets = struct {
 	mu   sync.Mutex
@@ -45,7 +65,7 @@ func sharedBudget(size int64) *budget {
 	defer budgets.mu.Unlock()
 	b := budgets.pool[size]
 	if b == nil {
-		b = &budget{size: size}
+		b = &budget{size: size, free: debug.FreeOSMemory}
 		budgets.pool[size] = b
 	}
 	return b
@@ -60,16 +80,40 @@ func (b *budget) take(n int64) bool {
 			return false
 		}
 		if b.used.CompareAndSwap(used, used+n) {
+			for peak := b.peak.Load(); used+n > peak && !b.peak.CompareAndSwap(peak, used+n); peak = b.peak.Load() {
+			}
 			return true
 		}
 	}
 }
 
-// give returns n reserved bytes.
-func (b *budget) give(n int64) { b.used.Add(-n) }
+// give returns n reserved bytes. When nothing is held any more after a large
+// peak, the freed memory goes back to the operating system.
+func (b *budget) give(n int64) {
+	if b.used.Add(-n) == 0 && b.peak.Load() >= b.size/4 {
+		b.scheduleReturn()
+	}
+}
 
-// Used returns the bytes reserved now, for tests.
-func (b *budget) inUse() int64 { return b.used.Load() }
+// scheduleReturn returns memory returnDelay from now, or returnEvery after the
+// last return if that is later; one return is scheduled at a time.
+func (b *budget) scheduleReturn() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending {
+		return
+	}
+	b.pending = true
+	delay := max(returnDelay, time.Until(b.returned.Add(returnEvery)))
+	time.AfterFunc(delay, func() {
+		b.mu.Lock()
+		b.pending = false
+		b.returned = time.Now()
+		b.peak.Store(b.used.Load())
+		b.mu.Unlock()
+		b.free()
+	})
+}
 
 // bodyHold is what one request reserved; it is returned when Handle returns.
 type bodyHold struct {

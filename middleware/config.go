@@ -66,7 +66,8 @@ type Config struct {
 	// value (the proxy's routes; a Caddy config and the one that replaces it on
 	// a reload). A declared Content-Length is reserved before the body is read,
 	// an unknown length as it arrives; past the budget a request gets 503
-	// overloaded with Retry-After, nothing claimed or forwarded. At least
+	// overloaded with Retry-After, nothing claimed or forwarded. After a burst
+	// the freed memory is returned to the operating system. At least
 	// max_request_body. Default: 256MiB.
 	BodyBudget *Size `json:"body_budget,omitempty" yaml:"body_budget,omitempty" help:"request-body bytes tracked requests may hold in memory at once, shared process-wide (503 overloaded past it); at least max_request_body"`
 
