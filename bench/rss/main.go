@@ -120,7 +120,10 @@ func run(bin, scenario string, conns int, size, rate int64, hold, after time.Dur
 		for m := time.Minute; m < after; m += time.Minute {
 			marks = append(marks, m)
 		}
-		for _, at := range append(marks, after) {
+		if marks[len(marks)-1] != after {
+			marks = append(marks, after)
+		}
+		for _, at := range marks {
 			if at > after {
 				continue
 			}
