@@ -221,3 +221,25 @@ func TestBodyBudgetConfig(t *testing.T) {
 }
 
 func sizeOf(n int64) *middleware.Size { s := middleware.Size(n); return &s }
+
+// The overloaded answer is retryable in every error format: Stripe's SDKs are
+// told to retry it, and it carries Retry-After.
+func TestOverloadedInStripeFormat(t *testing.T) {
+	const budget = 3<<20 + 1 // its own pool
+	h := newHandler(t, newMem(t), middleware.WithBodyBudget(budget), middleware.WithMaxRequestBody(budget),
+		middleware.WithErrorFormat(middleware.ErrorFormatStripe)).Wrap(&counter{})
+	stall := newStallingBody("")
+	held := httptest.NewRequest("POST", "/charge", nil)
+	held.Body, held.ContentLength = stall, budget
+	held.Header.Set("Idempotency-Key", "holder")
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(httptest.NewRecorder(), held); close(done) }()
+	<-stall.reading
+	w := serve(h, req{key: "k", body: "x"})
+	close(stall.release)
+	<-done
+	if w.Code != 503 || w.Header().Get("Stripe-Should-Retry") != "true" || w.Header().Get("Retry-After") != "1" ||
+		w.Header().Get("Idempotency-Key") != "k" || !strings.Contains(w.Body.String(), `"code":"overloaded"`) {
+		t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
