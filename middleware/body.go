@@ -67,6 +67,22 @@ const bodyChunk = 64 << 10
 // from it up to bodyChunk.
 const firstChunk = 512
 
+// bodyLeftUnread prepares an answer written before r's body was read (body is
+// nil then): net/http reads what is left of a body after the handler returns,
+// to reuse the connection, and for an HTTP/1 answer it does so before sending
+// it. So the connection closes after the answer (Connection: close: the answer
+// goes out at once), and that read ends at body_read_timeout. HTTP/2 ends the
+// stream instead.
+func (h *Handler) bodyLeftUnread(w http.ResponseWriter, r *http.Request, body []byte) {
+	if body != nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ProtoMajor != 1 {
+		return
+	}
+	if h.cfg.bodyTimeout > 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.bodyTimeout))
+	}
+	w.Header().Set("Connection", "close")
+}
+
 // readAll reads a body of declared length (-1: unknown) of at most limit bytes.
 // A declared length is reserved in hold before a byte is read; an unknown one
 // piece by piece, each before it is allocated. Either way memory is allocated as

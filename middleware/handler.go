@@ -117,6 +117,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	switch {
 	case errors.Is(err, errNoKey):
 		if h.cfg.requireKey {
+			h.bodyLeftUnread(w, r, body)
 			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
 				"this request requires "+h.cfg.keySource.describe()), 0)
 			return nil
@@ -124,6 +125,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		ev.Outcome = OutcomeBypass
 		return h.passThrough(w, r, next, ev)
 	case err != nil:
+		h.bodyLeftUnread(w, r, body)
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return nil
 	}
