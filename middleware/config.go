@@ -69,9 +69,20 @@ type Config struct {
 	StoreStatuses []string `json:"store_statuses,omitzero" yaml:"store_statuses,omitempty" help:"statuses stored for replay: codes, ranges (200-299), classes (2xx), !exclusions"`
 
 	// BodyReadTimeout bounds the time a client has to send the body of a keyed
-	// request, which the core buffers to fingerprint it; a slower client gets 400
-	// and holds no buffer longer. 0 means no bound. Default: 1m.
+	// request, which the core buffers to fingerprint it; a slower client gets 400,
+	// its connection is closed (HTTP/2: its stream ends), and it holds no buffer
+	// longer. 0 means no bound. Default: 1m.
 	BodyReadTimeout *Duration `json:"body_read_timeout,omitempty" yaml:"body_read_timeout,omitempty" help:"time a client has to send the body of a keyed request (buffered to fingerprint it); 0 = no bound"`
+
+	// BodyBudget bounds the request-body bytes that tracked requests hold in
+	// memory at once, shared by every handler of the process with the same
+	// value (the proxy's routes; a Caddy config and the one that replaces it on
+	// a reload). A declared Content-Length is reserved before the body is read,
+	// an unknown length as it arrives; past the budget a request gets 503
+	// overloaded with Retry-After, nothing claimed or forwarded. After a burst
+	// the freed memory is returned to the operating system. At least
+	// max_request_body. Default: 256MiB.
+	BodyBudget *Size `json:"body_budget,omitempty" yaml:"body_budget,omitempty" help:"request-body bytes tracked requests may hold in memory at once, shared process-wide (503 overloaded past it); at least max_request_body"`
 
 	// IgnoreHeaders are response headers never stored nor replayed. Default: none.
 	IgnoreHeaders []string `json:"ignore_headers,omitzero" yaml:"ignore_headers,omitempty" help:"response headers never stored nor replayed"`
@@ -114,8 +125,8 @@ type Config struct {
 	UnknownHold *Duration `json:"unknown_hold,omitempty" yaml:"unknown_hold,omitempty" help:"how long an unknown outcome holds its key"`
 
 	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
-	// unavailable). Default: 1s.
-	RetryAfter *Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
+	// unavailable, overloaded). Default: 1s.
+	RetryAfter *Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable, overloaded)"`
 
 	// Wait lets a duplicate that arrives while the first request runs wait up to
 	// this long for its result, then replay it, instead of an immediate 409
@@ -193,6 +204,7 @@ func DefaultConfig() Config {
 		MaxBody:            ptr(Size(DefaultMaxStoredBody)),
 		StoreStatuses:      DefaultStoreStatusSpec(),
 		BodyReadTimeout:    ptr(Duration(DefaultBodyReadTimeout)),
+		BodyBudget:         ptr(Size(DefaultBodyBudget)),
 		IgnoreHeaders:      []string{},
 		FailOpen:           ptr(false),
 		TTL:                ptr(Duration(DefaultTTL)),
@@ -285,6 +297,9 @@ func (c Config) Options() ([]Option, error) {
 	}
 	if c.BodyReadTimeout != nil {
 		opts = append(opts, WithBodyReadTimeout(c.BodyReadTimeout.Std()))
+	}
+	if c.BodyBudget != nil {
+		opts = append(opts, WithBodyBudget(int64(*c.BodyBudget)))
 	}
 	if c.IgnoreHeaders != nil {
 		opts = append(opts, WithIgnoredHeaders(c.IgnoreHeaders...))

@@ -22,13 +22,15 @@ const (
 	OutcomeUnknown       Outcome = "unknown"        // first execution sent, no complete answer: key held (or released by policy)
 	// 401: the webhook signature did not verify; nothing claimed or forwarded
 	OutcomeInvalidSignature Outcome = "invalid_signature"
+	// 503: the request's body did not fit in body_budget; nothing claimed or forwarded
+	OutcomeOverloaded Outcome = "overloaded"
 )
 
 // Outcomes lists every outcome, for metrics that pre-declare their labels.
 var Outcomes = []Outcome{
 	OutcomeStored, OutcomeNotStored, OutcomeReplayed, OutcomeConflict, OutcomeMismatch,
 	OutcomeNotReplayable, OutcomeInvalid, OutcomeBypass, OutcomeStoreError, OutcomeUnknown,
-	OutcomeInvalidSignature,
+	OutcomeInvalidSignature, OutcomeOverloaded,
 }
 
 // Event describes one tracked request once its outcome is known.

@@ -35,6 +35,7 @@ type Handler struct {
 	cfg       config
 	inProcess bool           // the store never blocks: no per-call timeouts
 	holder    cache.Holder   // the store must be held while used; nil for most
+	budget    *budget        // body_budget: shared by every Handler of its size
 	pending   sync.WaitGroup // responses whose storing is being retried
 }
 
@@ -64,7 +65,7 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	}
 	_, inProcess := store.(cache.InProcess)
 	holder, _ := store.(cache.Holder)
-	return &Handler{store: store, cfg: cfg, inProcess: inProcess, holder: holder}, nil
+	return &Handler{store: store, cfg: cfg, inProcess: inProcess, holder: holder, budget: sharedBudget(cfg.bodyBudget)}, nil
 }
 
 // Wrap returns next protected by h.
@@ -100,8 +101,8 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if h.holder != nil {
 		defer h.holder.Hold()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}}
-	defer t.emit()
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}}
+	defer t.finish()
 	ev := &t.ev
 
 	path, _, err := CanonicalPath(r.URL.EscapedPath())
@@ -135,6 +136,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	switch {
 	case errors.Is(err, errNoKey):
 		if h.cfg.requireKey {
+			h.bodyLeftUnread(w, r, body)
 			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
 				"this request requires "+h.cfg.keySource.describe()), 0)
 			return nil
@@ -142,6 +144,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		ev.Outcome = OutcomeBypass
 		return h.passThrough(w, r, next, ev)
 	case err != nil:
+		h.bodyLeftUnread(w, r, body)
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return nil
 	}
@@ -209,17 +212,27 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
 // signature), or answers the problem and reports false.
 func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker) ([]byte, bool) {
-	body, err := h.readBody(w, r)
+	body, err := h.readBody(w, r, &t.hold)
+	if err == nil {
+		return body, true
+	}
+	if r.ProtoMajor == 1 {
+		// The body was not read to its end: the connection closes after the
+		// answer (by body_read_timeout at the latest, see readBody) rather than
+		// wait for the rest of it. HTTP/2 ends the stream instead.
+		w.Header().Set("Connection", "close")
+	}
 	switch {
+	case errors.Is(err, errOverloaded):
+		t.problem(w, OutcomeOverloaded, err, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
+			"the request bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.cfg.retryAfter)
 	case errors.Is(err, errBodyTooLarge):
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.cfg.maxRequestBody)), 0)
-		return nil, false
-	case err != nil:
+	default:
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
-		return nil, false
 	}
-	return body, true
+	return nil, false
 }
 
 // tracker carries one request's event and emits it exactly once.
@@ -228,7 +241,15 @@ type tracker struct {
 	start   time.Time
 	ev      Event
 	emitted bool
-	key     string // the request's key, when it came in a header
+	key     string   // the request's key, when it came in a header
+	hold    bodyHold // the body budget this request reserved
+}
+
+// finish returns the request's body budget and emits its event, when Handle
+// returns.
+func (t *tracker) finish() {
+	t.hold.release()
+	t.emit()
 }
 
 func (t *tracker) emit() {

@@ -1,15 +1,10 @@
 package middleware
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"mime"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -30,8 +25,12 @@ const (
 // KeySourceHeader, KeySourceBody, "json:<pointer>" (an RFC 6901 JSON pointer
 // into the body, e.g. "json:/data/idempotency_key", whose value must be a
 // string) or "form:<field>" (a field of an application/x-www-form-urlencoded
-// body). A body key is read before anything is claimed; a missing or non-string
-// field is a missing key.
+// body, whatever the request's Content-Type). A body key is read before
+// anything is claimed; a missing or non-string field, or a body that is not
+// valid JSON (or has an invalid percent escape), is a missing key. An ambiguous
+// key is an invalid key (400): a JSON member on the pointer's path that appears
+// twice in its object (compared exactly or case-insensitively, as Go decodes
+// into structs), a form field that appears twice, or a form body with a ";".
 func WithKeySource(src string) Option { return func(c *config) { c.keySourceSpec = src } }
 
 // keySource is a parsed key_source.
@@ -45,9 +44,8 @@ type keySource struct {
 }
 
 var (
-	errNoKey       = errors.New("no key")
-	errKeyFieldTwo = errors.New("the key field appears more than once")
-	errKeyControl  = errors.New("the idempotency key must not contain control characters")
+	errNoKey      = errors.New("no key")
+	errKeyControl = errors.New("the idempotency key must not contain control characters")
 )
 
 // resolveKeySource parses spec, resolving auto for the webhook preset.
@@ -135,6 +133,9 @@ func (ks *keySource) describe() string {
 
 // key extracts the key of r, whose body (when needsBody) is body. errNoKey means
 // the request carries none; other errors are the invalid-key problem's detail.
+// Memory is bounded by the key, not the body: json: and form: scan the body in
+// place (jsonKey, formKey). A form body is parsed whatever its Content-Type,
+// which a webhook signature does not cover.
 func (ks *keySource) key(r *http.Request, body []byte) (string, error) {
 	switch ks.kind {
 	case "header":
@@ -150,27 +151,9 @@ func (ks *keySource) key(r *http.Request, body []byte) (string, error) {
 		sum := sha256.Sum256(body)
 		return "sha256:" + hex.EncodeToString(sum[:]), nil
 	case "json":
-		s, ok := jsonString(body, ks.ptr)
-		if !ok {
-			return "", errNoKey
-		}
-		return s, checkBodyKey(s)
+		return jsonKey(body, ks.ptr, ks.name)
 	default: // form
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
-			return "", errNoKey
-		}
-		q, err := url.ParseQuery(string(body))
-		if err != nil {
-			return "", errNoKey
-		}
-		switch vals := q[ks.name]; len(vals) {
-		case 0:
-			return "", errNoKey
-		case 1:
-			return vals[0], checkBodyKey(vals[0])
-		default:
-			return "", errKeyFieldTwo
-		}
+		return formKey(body, ks.name)
 	}
 }
 
@@ -189,45 +172,4 @@ func checkBodyKey(s string) error {
 		}
 	}
 	return nil
-}
-
-// jsonString returns the string at ptr in the JSON document body; false when the
-// body is not JSON, the pointer leads nowhere, or the value is not a string.
-func jsonString(body []byte, ptr []string) (string, bool) {
-	raw := json.RawMessage(body)
-	for _, tok := range ptr {
-		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 {
-			return "", false
-		}
-		switch raw[0] {
-		case '{':
-			var obj map[string]json.RawMessage
-			if json.Unmarshal(raw, &obj) != nil {
-				return "", false
-			}
-			v, ok := obj[tok]
-			if !ok {
-				return "", false
-			}
-			raw = v
-		case '[':
-			var arr []json.RawMessage
-			if json.Unmarshal(raw, &arr) != nil {
-				return "", false
-			}
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(arr) || tok != strconv.Itoa(i) {
-				return "", false
-			}
-			raw = arr[i]
-		default:
-			return "", false
-		}
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
 }

@@ -45,6 +45,7 @@ type config struct {
 	fpFunc          func(r *http.Request, body []byte) string
 	maxRequestBody  int64
 	bodyTimeout     time.Duration
+	bodyBudget      int64
 	completeRetry   time.Duration
 	unknownPolicy   string
 	unknownHold     time.Duration
@@ -136,9 +137,11 @@ func WithFingerprintFunc(fn func(r *http.Request, body []byte) string) Option {
 func WithMaxRequestBody(n int64) Option { return func(c *config) { c.maxRequestBody = n } }
 
 // WithBodyReadTimeout bounds the time a client has to send the body of a keyed
-// request, which the core buffers; a slower one gets 400. It sets a read deadline
-// on the connection (http.ResponseController) while the body is read. 0 means no
-// bound. Default DefaultBodyReadTimeout.
+// request, which the core buffers; a slower one gets 400 and its connection is
+// closed (HTTP/1; on HTTP/2 its stream ends). It sets a read deadline on the
+// connection (http.ResponseController) while the body is read; when the body
+// was not read in full the deadline stays, so net/http's read of the rest after
+// the answer ends there too. 0 means no bound. Default DefaultBodyReadTimeout.
 func WithBodyReadTimeout(d time.Duration) Option { return func(c *config) { c.bodyTimeout = d } }
 
 // WithCompleteRetry sets how long a finished response whose storing fails (the
@@ -193,7 +196,7 @@ func WithHandlerTimeout(d time.Duration) Option { return func(c *config) { c.han
 func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
 
 // WithRetryAfter sets the Retry-After sent with 409 (in flight) and 503 (store
-// unavailable). Default DefaultRetryAfter.
+// unavailable, overloaded). Default DefaultRetryAfter.
 func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.retryAfter = d } }
 
 // WithWait makes a duplicate that arrives while the first request is in flight wait
@@ -241,6 +244,7 @@ func defaultConfig() config {
 		scopeHost:      true,
 		maxRequestBody: DefaultMaxRequestBody,
 		bodyTimeout:    DefaultBodyReadTimeout,
+		bodyBudget:     DefaultBodyBudget,
 		completeRetry:  DefaultCompleteRetry,
 		unknownPolicy:  UnknownHold,
 		unknownHold:    DefaultUnknownHold,
@@ -326,6 +330,10 @@ func (c *config) finish() error {
 		return fieldErr("max_request_body", "must not be negative, got %d", c.maxRequestBody)
 	case c.bodyTimeout < 0:
 		return fieldErr("body_read_timeout", "must not be negative, got %v", c.bodyTimeout)
+	case c.bodyBudget <= 0:
+		return fieldErr("body_budget", "must be positive (there is no unbounded setting), got %d", c.bodyBudget)
+	case c.bodyBudget < c.maxRequestBody:
+		return fieldErr("body_budget", "must be at least max_request_body (%d bytes), so that one request of that size fits; got %d", c.maxRequestBody, c.bodyBudget)
 	case c.maxStoredBody < 0:
 		return fieldErr("max_body", "must not be negative, got %d", c.maxStoredBody)
 	case c.handlerTimeout < 0:

@@ -25,6 +25,7 @@ const (
 	ProblemNonCanonicalPath = ProblemTypeBase + "non-canonical-path"
 	ProblemInvalidHost      = ProblemTypeBase + "invalid-host"
 	ProblemUpgradeRefused   = ProblemTypeBase + "upgrade-refused"
+	ProblemOverloaded       = ProblemTypeBase + "overloaded"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -56,6 +57,7 @@ var problemTitles = map[string]string{
 	ProblemNonCanonicalPath: "Path not in canonical form",
 	ProblemInvalidHost:      "Invalid Host",
 	ProblemUpgradeRefused:   "Protocol upgrade refused on a request with an idempotency key",
+	ProblemOverloaded:       "Request body budget exhausted",
 }
 
 // NonCanonicalPathProblem is the 400 answer to a request whose escaped path
@@ -103,7 +105,7 @@ func suggestPath(p string) string {
 
 func newProblem(typ string, status int, detail string) Problem {
 	return Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail,
-		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable}
+		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable || typ == ProblemOverloaded}
 }
 
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a

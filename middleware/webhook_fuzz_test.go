@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -41,57 +40,4 @@ func FuzzWebhookVerify(f *testing.F) {
 			}
 		}
 	})
-}
-
-// A key at a JSON pointer is what a full decode finds there, and no body panics.
-func FuzzJSONPointerKey(f *testing.F) {
-	f.Add([]byte(`{"id":"evt_1"}`), "/id")
-	f.Add([]byte(`{"a":{"b":["x","y"]}}`), "/a/b/1")
-	f.Add([]byte(`{"a/b":{"~":"k"}}`), "/a~1b/~0")
-	f.Add([]byte(`[1,{"id":2}]`), "/1/id")
-	f.Add([]byte(`{"id":"a","id":"b"}`), "/id")
-	f.Fuzz(func(t *testing.T, body []byte, pointer string) {
-		ptr, err := parsePointer(pointer)
-		if err != nil {
-			return
-		}
-		got, ok := jsonString(body, ptr)
-		var doc any
-		if json.Unmarshal(body, &doc) != nil {
-			if ok {
-				t.Fatalf("a key %q from a body that is not JSON: %q", got, body)
-			}
-			return
-		}
-		cur := doc
-		for _, tok := range ptr {
-			switch c := cur.(type) {
-			case map[string]any:
-				cur = c[tok]
-			case []any:
-				i := -1
-				for j := range c {
-					if tok == itoa(j) {
-						i = j
-					}
-				}
-				if i < 0 {
-					cur = nil
-				} else {
-					cur = c[i]
-				}
-			default:
-				cur = nil
-			}
-		}
-		want, isString := cur.(string)
-		if ok != isString || ok && got != want {
-			t.Fatalf("%q at %s: got %q (%v), a full decode finds %#v", body, pointer, got, ok, cur)
-		}
-	})
-}
-
-func itoa(i int) string {
-	b, _ := json.Marshal(i)
-	return string(b)
 }

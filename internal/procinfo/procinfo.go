@@ -24,7 +24,14 @@ func FreeAddr() string {
 
 // RSSKiB returns the resident set size of process pid (0: this process) in KiB, or 0
 // when it cannot be read (not Linux, or the process is gone).
-func RSSKiB(pid int) int64 {
+func RSSKiB(pid int) int64 { return statusKiB(pid, "VmRSS:") }
+
+// PeakRSSKiB returns the largest resident set size process pid (0: this process)
+// has had (its high-water mark, VmHWM) in KiB, or 0 when it cannot be read.
+func PeakRSSKiB(pid int) int64 { return statusKiB(pid, "VmHWM:") }
+
+// statusKiB reads one kB field of /proc/<pid>/status.
+func statusKiB(pid int, field string) int64 {
 	path := "/proc/self/status"
 	if pid != 0 {
 		path = fmt.Sprintf("/proc/%d/status", pid)
@@ -34,7 +41,7 @@ func RSSKiB(pid int) int64 {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return n
 		}

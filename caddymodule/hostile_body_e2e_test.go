@@ -1,0 +1,92 @@
+package caddymodule
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// caddyIdempotencySite runs Caddy with one plain-HTTP site whose idempotency
+// directive has the block given (Caddyfile lines), a reverse_proxy to upstream,
+// and /healthz; it returns the site's host:port once it answers.
+func caddyIdempotencySite(t *testing.T, block, upstream string) string {
+	t.Helper()
+	bin := caddyBinary(t)
+	dir := t.TempDir()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\trespond /healthz 200\n\tidempotency {\n%s\t}\n\treverse_proxy %s\n}\n",
+		admin, site, block, upstream)
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCaddy(t, bin, dir, path)
+	waitHTTP(t, "http://127.0.0.1:"+site+"/healthz")
+	return "127.0.0.1:" + site
+}
+
+// A client that declares a body and stalls, inside real Caddy: answered at
+// body_read_timeout, and its connection closed then. The standalone proxy did
+// not (net/http drained the rest of a body below 256 KiB with no deadline before
+// it sent the answer); Caddy 2.11 did, its read_idle_timeout machinery keeping
+// the expired deadline for that drain, and must go on doing so with the core's
+// own Connection: close.
+func TestCaddyStalledBodyAnsweredAndClosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	up, calls := countingUpstream(t)
+	const timeout = time.Second
+	addr := caddyIdempotencySite(t, "\t\tbody_read_timeout 1s\n", up.URL)
+	for _, tc := range []struct{ name, head, first string }{
+		{"content-length", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: s1\r\nContent-Length: 100000", "0123456789"},
+		{"chunked", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: s2\r\nTransfer-Encoding: chunked", "a\r\n0123456789\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			began := time.Now()
+			if _, err := io.WriteString(conn, tc.head+"\r\n\r\n"+tc.first); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(began.Add(timeout + 4*time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer by the deadline: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || !strings.Contains(string(body), "body-unreadable") {
+				t.Fatalf("stalled body: %d %q, want 400 body-unreadable", resp.StatusCode, body)
+			}
+			if !resp.Close {
+				t.Errorf("the answer does not say Connection: close")
+			}
+			rest, err := io.ReadAll(br)
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				t.Fatalf("answered, but the connection was still open at the deadline (%d more bytes)", len(rest))
+			case err != nil && !strings.Contains(err.Error(), "connection reset"):
+				t.Fatalf("after the answer: %v", err)
+			}
+			if took := time.Since(began); took < timeout-100*time.Millisecond {
+				t.Fatalf("answered and closed after %v, before body_read_timeout", took)
+			}
+		})
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests, want none", n)
+	}
+}

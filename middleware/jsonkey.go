@@ -1,0 +1,479 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxJSONDepth is encoding/json's nesting limit: a deeper document is not JSON
+// to a Go upstream, so it carries no key here either.
+const maxJSONDepth = 10000
+
+// errKeyAmbiguous: a member name on the key's pointer appears more than once in
+// its object.
+var errKeyAmbiguous = errors.New("the key is ambiguous")
+
+// pathLevel is the scanner's state for one token of the pointer: the container
+// the token selects from, once it is reached.
+type pathLevel struct {
+	matches int  // objects: members whose name folds to the token (Go's struct match)
+	found   bool // the member named exactly the token, or the element at index, was seen
+	index   int  // arrays: the token as an index, -1 when it is not one
+	next    int  // arrays: the index of the next element
+}
+
+// jsonKey returns the key at the pointer ptr (its tokens, unescaped; spelled
+// name) in the JSON document body, in one pass over it that allocates nothing
+// but the key: other values are skipped, only the key and the member names
+// compared with the pointer's tokens are decoded.
+//
+// A document that is not JSON to encoding/json (including one nested deeper
+// than its 10000 levels) anywhere, even after the key, has no key (errNoKey),
+// as has one where the pointer leads nowhere or to something other than a
+// string. A member name on the pointer's path that appears more than once in its
+// object, compared exactly or as Go compares a JSON name with a struct field's
+// (bytes.EqualFold: case-insensitively, the Kelvin sign a k), is
+// errKeyAmbiguous: a Go upstream decoding into a struct takes the last such
+// member, other parsers the first. Otherwise the key is what json.Unmarshal
+// decodes there, checked by checkBodyKey.
+func jsonKey(body []byte, ptr []string, name string) (string, error) {
+	var kinds [maxJSONDepth/64 + 1]uint64 // bit set: the container at that depth is an object
+	var levelsArr [8]pathLevel
+	levels := levelsArr[:0]
+	if len(ptr) > len(levelsArr) {
+		levels = make([]pathLevel, 0, len(ptr))
+	}
+	levels = levels[:len(ptr)]
+	depth := 0     // containers open
+	path := 0      // the first path containers open are on the pointer's path
+	reached := 0   // path containers entered, ever
+	onPath := true // the next value is the one the pointer selects at its level (the root is)
+	target := 0    // 0: not seen, 1: a string (key, keyErr), 2: something else
+	var key string
+	var keyErr error
+
+	n := len(body)
+	i := skipSpace(body, 0)
+	for {
+		// A value starts at i.
+		if i >= n {
+			return "", errNoKey
+		}
+		isTarget := onPath && depth == len(ptr)
+		enters := onPath && depth < len(ptr)
+		onPath = false
+		c := body[i]
+		switch c {
+		case '{', '[':
+			if isTarget {
+				target = 2
+			}
+			if depth == maxJSONDepth {
+				return "", errNoKey
+			}
+			if c == '{' {
+				kinds[depth/64] |= 1 << (depth % 64)
+			} else {
+				kinds[depth/64] &^= 1 << (depth % 64)
+			}
+			depth++
+			if enters {
+				path, reached = depth, depth
+				levels[depth-1] = pathLevel{index: -1}
+				if c == '[' {
+					levels[depth-1].index = arrayIndex(ptr[depth-1])
+				}
+			}
+			i = skipSpace(body, i+1)
+			if i >= n {
+				return "", errNoKey
+			}
+			if c == '{' {
+				if body[i] == '}' {
+					i++
+					depth, path = pop(depth, path)
+					break
+				}
+				var ok bool
+				if i, onPath, ok = member(body, i, depth, path, ptr, levels); !ok {
+					return "", errNoKey
+				}
+				continue
+			}
+			if body[i] == ']' {
+				i++
+				depth, path = pop(depth, path)
+				break
+			}
+			onPath = element(depth, path, levels)
+			continue
+		case '"':
+			end, ok := scanString(body, i)
+			if !ok {
+				return "", errNoKey
+			}
+			if isTarget {
+				target = 1
+				key, keyErr = decodeKey(body[i+1 : end-1])
+			}
+			i = end
+		case 't', 'f', 'n':
+			lit := "null"
+			if c == 't' {
+				lit = "true"
+			} else if c == 'f' {
+				lit = "false"
+			}
+			if n-i < len(lit) || string(body[i:i+len(lit)]) != lit {
+				return "", errNoKey
+			}
+			if isTarget {
+				target = 2
+			}
+			i += len(lit)
+		default:
+			end, ok := scanNumber(body, i)
+			if !ok {
+				return "", errNoKey
+			}
+			if isTarget {
+				target = 2
+			}
+			i = end
+		}
+		// After a value: close containers, or move to the next member or element.
+		for {
+			i = skipSpace(body, i)
+			if depth == 0 {
+				if i != n {
+					return "", errNoKey // text after the document
+				}
+				return jsonResult(ptr, name, levels, reached, target, key, keyErr)
+			}
+			if i >= n {
+				return "", errNoKey
+			}
+			object := kinds[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			switch {
+			case body[i] == ',' && object:
+				var ok bool
+				if i, onPath, ok = member(body, skipSpace(body, i+1), depth, path, ptr, levels); !ok {
+					return "", errNoKey
+				}
+			case body[i] == ',':
+				i++
+				onPath = element(depth, path, levels)
+			case body[i] == '}' && object, body[i] == ']' && !object:
+				i++
+				depth, path = pop(depth, path)
+				continue
+			default:
+				return "", errNoKey
+			}
+			break
+		}
+	}
+}
+
+// jsonResult decides, once the whole document was found valid, what the
+// pointer leads to: level by level, a container reached, one member (or
+// element) for the token, and at the end a string.
+func jsonResult(ptr []string, name string, levels []pathLevel, reached, target int, key string, keyErr error) (string, error) {
+	for l := range ptr {
+		if l >= reached {
+			return "", errNoKey
+		}
+		if levels[l].matches > 1 {
+			at := "the document"
+			if l > 0 {
+				at = pointerPrefix(name, l)
+			}
+			return "", fmt.Errorf("%w: the member %q of %s appears more than once (names compared as Go decodes into structs, case-insensitively)",
+				errKeyAmbiguous, ptr[l], at)
+		}
+		if !levels[l].found {
+			return "", errNoKey
+		}
+	}
+	if target != 1 {
+		return "", errNoKey
+	}
+	return key, keyErr
+}
+
+// pointerPrefix is the pointer spelled name cut to its first l tokens.
+func pointerPrefix(name string, l int) string {
+	end := 0
+	for range l {
+		j := strings.IndexByte(name[end+1:], '/')
+		if j < 0 {
+			return name
+		}
+		end += 1 + j
+	}
+	return name[:end]
+}
+
+// pop closes the innermost container.
+func pop(depth, path int) (int, int) {
+	depth--
+	return depth, min(path, depth)
+}
+
+// member reads an object member's name at i (its value follows) and reports
+// whether its value is the one the pointer selects. A name is decoded only in a
+// container on the pointer's path, to compare it with the token.
+func member(body []byte, i, depth, path int, ptr []string, levels []pathLevel) (int, bool, bool) {
+	if i >= len(body) || body[i] != '"' {
+		return i, false, false
+	}
+	end, ok := scanString(body, i)
+	if !ok {
+		return i, false, false
+	}
+	selected := false
+	if path == depth {
+		lv := &levels[depth-1]
+		exact, folded := compareName(body[i+1:end-1], ptr[depth-1])
+		if folded {
+			lv.matches++
+		}
+		if exact && !lv.found {
+			lv.found, selected = true, true
+		}
+	}
+	i = skipSpace(body, end)
+	if i >= len(body) || body[i] != ':' {
+		return i, false, false
+	}
+	return skipSpace(body, i+1), selected, true
+}
+
+// element counts an array element that starts now and reports whether it is
+// the one the pointer selects.
+func element(depth, path int, levels []pathLevel) bool {
+	if path != depth {
+		return false
+	}
+	lv := &levels[depth-1]
+	selected := lv.next == lv.index
+	if selected {
+		lv.found = true
+	}
+	lv.next++
+	return selected
+}
+
+// arrayIndex is tok as an RFC 6901 array index (0, or digits without a leading
+// zero), or -1.
+func arrayIndex(tok string) int {
+	if tok == "" || len(tok) > 18 || len(tok) > 1 && tok[0] == '0' {
+		return -1
+	}
+	i := 0
+	for j := 0; j < len(tok); j++ {
+		if tok[j] < '0' || tok[j] > '9' {
+			return -1
+		}
+		i = i*10 + int(tok[j]-'0')
+	}
+	return i
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the index after the JSON string that starts at b[i] (a
+// quote), and whether it is one: no control characters, valid escapes. Bytes
+// that are not UTF-8 are allowed, as encoding/json allows them.
+func scanString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return i, false
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return i, false
+				}
+				i += 6
+			default:
+				return i, false
+			}
+		default:
+			i++
+		}
+	}
+	return i, false
+}
+
+// scanNumber returns the index after the JSON number at b[i], and whether it is
+// one: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func scanNumber(b []byte, i int) (int, bool) {
+	digits := func(i int) (int, bool) {
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i, i > start
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i, _ = digits(i)
+	default:
+		return i, false
+	}
+	var ok bool
+	if i < len(b) && b[i] == '.' {
+		if i, ok = digits(i + 1); !ok {
+			return i, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i, ok = digits(i); !ok {
+			return i, false
+		}
+	}
+	return i, true
+}
+
+func hexVal(c byte) rune {
+	switch {
+	case c >= 'a':
+		return rune(c-'a') + 10
+	case c >= 'A':
+		return rune(c-'A') + 10
+	}
+	return rune(c - '0')
+}
+
+// nextRune decodes the rune at s[i] of a JSON string's content (between its
+// quotes, already scanned) as encoding/json decodes it, and returns the index
+// after it: a lone or mismatched surrogate escape and every byte that is not
+// UTF-8 become U+FFFD.
+func nextRune(s []byte, i int) (rune, int) {
+	c := s[i]
+	if c == '\\' {
+		switch e := s[i+1]; e {
+		case 'u':
+			r := hexVal(s[i+2])<<12 | hexVal(s[i+3])<<8 | hexVal(s[i+4])<<4 | hexVal(s[i+5])
+			i += 6
+			if !utf16.IsSurrogate(r) {
+				return r, i
+			}
+			if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				r2 := hexVal(s[i+2])<<12 | hexVal(s[i+3])<<8 | hexVal(s[i+4])<<4 | hexVal(s[i+5])
+				if d := utf16.DecodeRune(r, r2); d != unicode.ReplacementChar {
+					return d, i + 6
+				}
+			}
+			return unicode.ReplacementChar, i
+		case 'b':
+			return '\b', i + 2
+		case 'f':
+			return '\f', i + 2
+		case 'n':
+			return '\n', i + 2
+		case 'r':
+			return '\r', i + 2
+		case 't':
+			return '\t', i + 2
+		default: // " \ /
+			return rune(e), i + 2
+		}
+	}
+	if c < utf8.RuneSelf {
+		return rune(c), i + 1
+	}
+	r, size := utf8.DecodeRune(s[i:])
+	return r, i + size
+}
+
+// decodeKey decodes a JSON string's content as the key: at most MaxKeyLength
+// bytes are decoded, a longer string is errKeyLong whatever follows.
+func decodeKey(s []byte) (string, error) {
+	var buf [MaxKeyLength + utf8.UTFMax]byte
+	w := 0
+	for i := 0; i < len(s); {
+		var r rune
+		r, i = nextRune(s, i)
+		w += utf8.EncodeRune(buf[w:], r)
+		if w > MaxKeyLength {
+			return "", errKeyLong
+		}
+	}
+	key := string(buf[:w])
+	return key, checkBodyKey(key)
+}
+
+// compareName compares a JSON member name's content (between its quotes) with
+// tok: exactly, as a Go map decode does, and as a Go struct decode matches a
+// field's name (bytes.EqualFold: each rune by its simple case folding).
+func compareName(s []byte, tok string) (exact, folded bool) {
+	exact = true
+	j := 0
+	for i := 0; i < len(s); {
+		if j >= len(tok) {
+			return false, false
+		}
+		var r rune
+		r, i = nextRune(s, i)
+		var enc [utf8.UTFMax]byte
+		m := utf8.EncodeRune(enc[:], r)
+		if exact && (j+m > len(tok) || string(enc[:m]) != tok[j:j+m]) {
+			exact = false
+		}
+		tr, size := utf8.DecodeRuneInString(tok[j:])
+		if r != tr && foldRune(r) != foldRune(tr) {
+			return false, false
+		}
+		j += size
+	}
+	if j != len(tok) {
+		return false, false
+	}
+	return exact, true
+}
+
+// foldRune is the smallest rune of r's simple case-folding orbit: two runes
+// fold alike exactly when bytes.EqualFold takes them as equal.
+func foldRune(r rune) rune {
+	if r < utf8.RuneSelf { // an ASCII letter's orbit starts at its capital
+		if 'a' <= r && r <= 'z' {
+			r -= 'a' - 'A'
+		}
+		return r
+	}
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}

@@ -1,0 +1,187 @@
+package proxy_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
+)
+
+// rawRequest opens a connection to addr and writes head (a request line and
+// headers, without the blank line) and then first, the start of the body.
+func rawRequest(t *testing.T, addr, head, first string) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, head+"\r\n\r\n"+first); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// answerThenEOF reads one response from conn and then expects the server to close
+// the connection, all before deadline. It returns the response (body read) and
+// when the close was seen.
+func answerThenEOF(t *testing.T, conn net.Conn, deadline time.Time) (*http.Response, string, time.Time) {
+	t.Helper()
+	_ = conn.SetReadDeadline(deadline)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer by the deadline: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the answer's body: %v", err)
+	}
+	rest, err := io.ReadAll(br) // until the server closes
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		t.Fatalf("answered %d, but the connection was still open at the deadline (%d more bytes)", resp.StatusCode, len(rest))
+	case err != nil && !strings.Contains(err.Error(), "connection reset"):
+		t.Fatalf("after the answer: %v", err)
+	}
+	return resp, string(body), time.Now()
+}
+
+// A client that declares a body and stalls is answered at body_read_timeout and
+// its connection is closed then, whatever the framing. Before, the 400 was
+// written and net/http then drained the rest of a body below 256 KiB with no
+// deadline: the connection and its goroutine stayed until the client sent it.
+func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	const timeout = time.Second
+	p := start(t, "--upstream", up.URL, "--body-read-timeout", timeout.String())
+	for _, tc := range []struct{ name, head, first string }{
+		{"content-length", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: s1\r\nContent-Length: 100000", "0123456789"},
+		{"chunked", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: s2\r\nTransfer-Encoding: chunked", "a\r\n0123456789\r\n"},
+		// Answered before the body is read (a bad key): the rest is not waited
+		// for past body_read_timeout either.
+		{"bad key", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: a,b\r\nContent-Length: 100000", "0123456789"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			began := time.Now()
+			conn := rawRequest(t, p.addr, tc.head, tc.first)
+			resp, body, closed := answerThenEOF(t, conn, began.Add(timeout+4*time.Second))
+			want := "body-unreadable"
+			if tc.name == "bad key" {
+				want = "invalid-key"
+			}
+			if resp.StatusCode != 400 || !strings.Contains(body, want) {
+				t.Fatalf("stalled body: %d %q, want 400 %s", resp.StatusCode, body, want)
+			}
+			if !resp.Close {
+				t.Errorf("the answer does not say Connection: close")
+			}
+			if took := closed.Sub(began); took < timeout-100*time.Millisecond && tc.name != "bad key" {
+				t.Fatalf("answered and closed after %v, before body_read_timeout (%v)", took, timeout)
+			}
+		})
+	}
+	if n := up.total.Load(); n != 0 {
+		t.Fatalf("the upstream got %d requests, want none", n)
+	}
+	// The proxy serves on: a key that was never claimed runs at once.
+	if r := send(t, p.addr, "/pay", "s1", "x"); r.status != 201 {
+		t.Fatalf("after the cut-off bodies: %+v", r)
+	}
+}
+
+// The bodies held in memory by keyed requests share one budget across the
+// proxy's routes. Past it a request is answered 503 overloaded with Retry-After,
+// nothing claimed or forwarded: at once when its declared length does not fit, or
+// when a chunked body outgrows it mid-read (then Connection: close). When the
+// holders are gone, the budget is back.
+func TestE2EBodyBudget(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
+max_request_body: 1MiB
+body_budget: 1536KiB
+retry_after: 3s
+routes:
+  - path: /hold
+    body_read_timeout: 1m
+  - path: /cut
+    body_read_timeout: 2s
+`, up.URL)), 0o600)
+	p := start(t, "--config", cfg)
+
+	// A holds 1 MiB of the budget: it declared it, sent 10 bytes and stalls.
+	holder := rawRequest(t, p.addr, "POST /hold HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: hold\r\nContent-Length: 1048576", "0123456789")
+
+	// 600 KiB declared does not fit beside it: 503 before a byte is read (the
+	// first tries may come before A's handler reserved its share).
+	big := strings.Repeat("b", 600<<10)
+	var over result
+	var fitted []string
+	testutil.Eventually(t, 10*time.Second, "a 503 beside the holder", func() bool {
+		key := fmt.Sprint("c-", len(fitted))
+		over = send(t, p.addr, "/pay", key, big)
+		if over.status != 503 {
+			if over.status != 201 {
+				t.Fatalf("600 KiB beside the holder: %d %s", over.status, over.body)
+			}
+			fitted = append(fitted, key)
+			return false
+		}
+		if up.count(key) != 0 {
+			t.Fatalf("the refused request %s reached the upstream", key)
+		}
+		return true
+	})
+	if over.header.Get("Retry-After") != "3" || over.header.Get("Idempotency-Problem") != "urn:idemproxy:problem:overloaded" ||
+		!strings.HasPrefix(over.header.Get("Content-Type"), "application/problem+json") || !strings.Contains(over.body, `"status":503`) {
+		t.Fatalf("overloaded answer: %+v", over)
+	}
+	// A small body still fits.
+	if r := send(t, p.addr, "/pay", "small", "tiny"); r.status != 201 {
+		t.Fatalf("a small body beside the holder: %+v", r)
+	}
+
+	// D, chunked on another route, outgrows the rest mid-read: 503, and its
+	// connection is closed (by its route's body_read_timeout at the latest).
+	began := time.Now()
+	d := rawRequest(t, p.addr, "POST /cut HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: chunked\r\nTransfer-Encoding: chunked", "")
+	go func() {
+		chunk := fmt.Sprintf("%x\r\n%s\r\n", 60<<10, strings.Repeat("d", 60<<10))
+		for range 10 {
+			if _, err := io.WriteString(d, chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, body, _ := answerThenEOF(t, d, began.Add(2*time.Second+4*time.Second))
+	if resp.StatusCode != 503 || resp.Header.Get("Idempotency-Problem") != "urn:idemproxy:problem:overloaded" || !resp.Close {
+		t.Fatalf("chunked body past the budget: %d close=%v %s %s", resp.StatusCode, resp.Close, resp.Header, body)
+	}
+	if up.count("chunked") != 0 {
+		t.Fatal("the chunked request past the budget reached the upstream")
+	}
+
+	// A hangs up: its share comes back, and the 600 KiB body fits.
+	holder.Close()
+	testutil.Eventually(t, 10*time.Second, "the budget back after the holder left", func() bool {
+		r := send(t, p.addr, "/pay", "after", big)
+		return r.status == 201
+	})
+	if m := metricsOf(t, p.admin); !regexp.MustCompile(`idemproxy_requests_total\{outcome="overloaded"\} [2-9]`).MatchString(m) {
+		t.Fatalf("metrics do not count the overloaded answers:\n%s", m)
+	}
+}
