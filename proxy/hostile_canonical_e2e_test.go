@@ -250,3 +250,36 @@ func TestHostilePreClaimAcrossRoutes(t *testing.T) {
 		t.Fatalf("the delivery ran %d times, want 1", n)
 	}
 }
+
+// Finding 5: a signed key is missing only if the signed body lacks it. A form
+// key on a webhook route is read from the body whatever its (unsigned)
+// Content-Type: the same signed delivery sent as text/plain is the same
+// delivery, not a keyless request forwarded again.
+func TestHostileUnsignedContentType(t *testing.T) {
+	skipShort(t)
+	up := newHits(t)
+	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
+	os.WriteFile(cfg, []byte(`upstream: `+up.URL+`
+routes:
+  - path: /webhooks/acme
+    webhook: hmac
+    webhook_header: X-Signature
+    webhook_secrets: [env:HOSTILE_ACME_SECRET]
+    key_source: form:event_id
+    scope_headers: []
+`), 0o600)
+	t.Setenv("HOSTILE_ACME_SECRET", "acme-secret")
+	p := start(t, "--config", cfg)
+	body := "event_id=ev_5&amount=100"
+	sig := webhooktest.HMAC("acme-secret", "X-Signature", "", false, body)
+	for i, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "", "application/json", "application/x-www-form-urlencoded; charset=utf-8"} {
+		h := map[string]string{"X-Signature": sig["X-Signature"], "Content-Type": ct}
+		r := do(t, p.addr, "POST", "/webhooks/acme", "api.example", body, h)
+		if r.status != 201 || r.replayed != (i > 0) {
+			t.Errorf("the signed delivery as %q: %d %q replayed=%v; want 201, replayed after the first", ct, r.status, r.body, r.replayed)
+		}
+	}
+	if n := up.get("POST /webhooks/acme"); n != 1 {
+		t.Fatalf("the delivery ran %d times, want 1", n)
+	}
+}
