@@ -1,20 +1,18 @@
 package caddymodule
 
 import (
-	"fmt"
-	"strconv"
+	"reflect"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/idemproxy/idemproxy/cache/pgstore"
+
+	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 func init() {
@@ -67,7 +65,7 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		default:
-			f, ok := conf.Lookup(middleware.ConfigFields(), name)
+			f, ok := conf.Lookup(coreFields, name)
 			if !ok {
 				return d.Errf("unknown subdirective %q", name)
 			}
@@ -116,21 +114,77 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// storeOptions reads a store's block of `<option> [<value>]` lines, handing each
-// to set ("" when the option has no value).
-func storeOptions(d *caddyfile.Dispenser, set func(opt, v string) error) error {
+// coreFields are the core's settings: the handler's subdirectives.
+var coreFields = conf.Fields(reflect.TypeFor[config.Config]())
+
+// storeNames are the stores' names in messages.
+var storeNames = map[string]string{"memory": "memory", "redis": "Redis", "postgres": "PostgreSQL"}
+
+// unmarshalStore reads a store's Caddyfile tokens: `<kind> [<url>] [{ … }]`, or
+// `<url> [{ … }]` (when url is not nil), with a block of `<setting> [<value>…]`
+// lines named as the store's settings (internal/stores).
+func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, url *string) error {
+	d.Next() // the kind, or the URL itself
+	if url != nil {
+		*url = d.Val()
+		if *url == kind {
+			if !d.NextArg() {
+				return d.Errf("store %s: missing the %s URL", kind, storeNames[kind])
+			}
+			*url = d.Val()
+		}
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
 	for d.NextBlock(0) {
-		opt := d.Val()
-		var v string
-		if d.NextArg() {
-			v = d.Val()
+		name := d.Val()
+		f, ok := conf.Lookup(storeFields[kind], name)
+		if !ok {
+			return d.Errf("unknown %s store option %q", kind, name)
 		}
-		if d.NextArg() {
-			return d.Errf("%s: takes one value", opt)
+		args := d.RemainingArgs()
+		if !f.List() && (len(args) > 1 || len(args) == 0 && !f.Bool()) {
+			return d.Errf("%s: takes one value", name)
 		}
-		if err := set(opt, v); err != nil {
-			return err
+		if err := f.Set(settings, args...); err != nil {
+			return d.Errf("%s: %v", name, err)
 		}
+	}
+	return nil
+}
+
+// UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
+func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := unmarshalStore(d, "memory", &ms.Memory, nil); err != nil {
+		return err
+	}
+	if err := ms.Memory.Validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction;
+// wait_replicas <n>; wait_timeout <duration> }]`, or `<url> [{ … }]`.
+func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := unmarshalStore(d, "redis", &rs.Redis, &rs.URL); err != nil {
+		return err
+	}
+	if err := rs.Redis.Check(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// UnmarshalCaddyfile reads `postgres <url> [{ table <name>; create_schema
+// [true|false]; sweep_interval <duration> }]`, or `<url> [{ … }]`.
+func (ps *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := unmarshalStore(d, "postgres", &ps.Postgres, &ps.URL); err != nil {
+		return err
+	}
+	if err := ps.Postgres.Check(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
@@ -142,117 +196,3 @@ var (
 	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
 	_ caddyfile.Unmarshaler = (*PostgresStore)(nil)
 )
-
-// UnmarshalCaddyfile reads `postgres <url> [{ table <name>; create_schema
-// [true|false]; sweep_interval <duration> }]`, or `<url> [{ … }]`.
-func (ps *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // "postgres", or the URL itself
-	ps.URL = d.Val()
-	if ps.URL == "postgres" {
-		if !d.NextArg() {
-			return d.Errf("store postgres: missing the PostgreSQL URL")
-		}
-		ps.URL = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return storeOptions(d, func(opt, v string) error {
-		switch opt {
-		case "table":
-			if err := pgstore.CheckTable(v); err != nil {
-				return d.Errf("table: %v", err)
-			}
-			ps.Table = v
-		case "create_schema":
-			on := v == "" || v == "true"
-			if !on && v != "false" {
-				return d.Errf("create_schema: want true or false; got %q", v)
-			}
-			ps.CreateSchema = &on
-		case "sweep_interval":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur < 0 {
-				return d.Errf("sweep_interval: want a duration, 0 to turn the sweeper off; got %q", v)
-			}
-			cd := caddy.Duration(dur)
-			ps.SweepInterval = &cd
-		default:
-			return d.Errf("unknown postgres store option %q", opt)
-		}
-		return nil
-	})
-}
-
-// UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
-func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // "memory"
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return storeOptions(d, func(opt, v string) error {
-		switch opt {
-		case "max_records":
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || fmt.Sprint(n) != v {
-				return d.Errf("max_records: want a whole number of records, at least 1; got %q", v)
-			}
-			ms.MaxRecords = n
-		case "max_bytes":
-			if err := ms.MaxBytes.Set(v); err != nil {
-				return d.Errf("max_bytes: %v", err)
-			}
-			if ms.MaxBytes < 1 {
-				return d.Errf("max_bytes: must be at least 1B")
-			}
-		default:
-			return d.Errf("unknown memory store option %q", opt)
-		}
-		return nil
-	})
-}
-
-// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction;
-// wait_replicas <n>; wait_timeout <duration> }]`, or `<url> [{ … }]`.
-func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // "redis", or the URL itself
-	rs.URL = d.Val()
-	if rs.URL == "redis" {
-		if !d.NextArg() {
-			return d.Errf("store redis: missing the Redis URL")
-		}
-		rs.URL = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return storeOptions(d, func(opt, v string) error {
-		switch opt {
-		case "prefix":
-			if v == "" {
-				return d.Errf("prefix: takes one value")
-			}
-			rs.Prefix = v
-		case "allow_eviction":
-			if v != "" {
-				return d.Errf("allow_eviction: takes no value")
-			}
-			rs.AllowEviction = true
-		case "wait_replicas":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return d.Errf("wait_replicas: want a whole number of replicas, 0 or more; got %q", v)
-			}
-			rs.WaitReplicas = n
-		case "wait_timeout":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur < time.Millisecond {
-				return d.Errf("wait_timeout: want a duration of at least 1ms; got %q", v)
-			}
-			rs.WaitTimeout = caddy.Duration(dur)
-		default:
-			return d.Errf("unknown redis store option %q", opt)
-		}
-		return nil
-	})
-}

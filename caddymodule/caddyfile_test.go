@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -109,8 +107,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "ttl with two values", input: "idempotency {\nttl 1h 2h\n}", wantErr: "wrong argument count"},
 		{name: "bad duration", input: "idempotency {\nlock_ttl soon\n}", wantErr: `lock_ttl: "soon" is not a duration`},
 		{name: "negative duration", input: "idempotency {\nttl -1h\n}", wantErr: "must not be negative"},
-		{name: "zero max_records", input: "idempotency {\nstore memory {\nmax_records 0\n}\n}", wantErr: "max_records: want a whole number of records, at least 1"},
-		{name: "max_records with a unit", input: "idempotency {\nstore memory {\nmax_records 1MiB\n}\n}", wantErr: `got "1MiB"`},
+		{name: "zero max_records", input: "idempotency {\nstore memory {\nmax_records 0\n}\n}", wantErr: "max_records: must be at least 1"},
+		{name: "max_records with a unit", input: "idempotency {\nstore memory {\nmax_records 1MiB\n}\n}", wantErr: `max_records: "1MiB" is not a whole number`},
 		{name: "zero max_bytes", input: "idempotency {\nstore memory {\nmax_bytes 0B\n}\n}", wantErr: "max_bytes: must be at least 1B"},
 		{name: "unknown memory option", input: "idempotency {\nstore memory {\nmax_keys 5\n}\n}", wantErr: `unknown memory store option "max_keys"`},
 		{name: "bad size", input: "idempotency {\nmax_body lots\n}", wantErr: `max_body: "lots" is not a size`},
@@ -126,19 +124,19 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "unknown store", input: "idempotency {\nstore mysql\n}", wantErr: `unknown store "mysql"`},
 		{name: "redis without URL", input: "idempotency {\nstore redis\n}", wantErr: "missing the Redis URL"},
 		{name: "redis allow_eviction", input: "idempotency {\nstore redis redis://h:1 {\nallow_eviction\n}\n}", want: `{"store":{"type":"redis","url":"redis://h:1","allow_eviction":true}}`},
-		{name: "redis wait_replicas", input: "idempotency {\nstore redis redis://h:1 {\nwait_replicas 1\nwait_timeout 100ms\n}\n}", want: `{"store":{"type":"redis","url":"redis://h:1","wait_replicas":1,"wait_timeout":100000000}}`},
-		{name: "wait_replicas negative", input: "idempotency {\nstore redis redis://h:1 {\nwait_replicas -1\n}\n}", wantErr: "wait_replicas: want a whole number"},
-		{name: "wait_timeout zero", input: "idempotency {\nstore redis redis://h:1 {\nwait_timeout 0s\n}\n}", wantErr: "wait_timeout: want a duration of at least 1ms"},
-		{name: "allow_eviction with a value", input: "idempotency {\nstore redis redis://h:1 {\nallow_eviction yes\n}\n}", wantErr: "allow_eviction: takes no value"},
+		{name: "redis wait_replicas", input: "idempotency {\nstore redis redis://h:1 {\nwait_replicas 1\nwait_timeout 100ms\n}\n}", want: `{"store":{"type":"redis","url":"redis://h:1","wait_replicas":1,"wait_timeout":"100ms"}}`},
+		{name: "wait_replicas negative", input: "idempotency {\nstore redis redis://h:1 {\nwait_replicas -1\n}\n}", wantErr: "wait_replicas: must not be negative"},
+		{name: "wait_timeout zero", input: "idempotency {\nstore redis redis://h:1 {\nwait_timeout 0s\n}\n}", wantErr: "wait_timeout: must be at least 1ms"},
+		{name: "allow_eviction with a value", input: "idempotency {\nstore redis redis://h:1 {\nallow_eviction yes\n}\n}", wantErr: `allow_eviction: "yes" is not a boolean`},
 		{name: "prefix without a value", input: "idempotency {\nstore redis redis://h:1 {\nprefix\n}\n}", wantErr: "prefix: takes one value"},
 		{name: "postgres", input: "idempotency {\nstore postgres postgres://u:pw@db/app {\ntable idem.records\ncreate_schema false\nsweep_interval 30s\n}\n}",
-			want: `{"store":{"type":"postgres","url":"postgres://u:pw@db/app","table":"idem.records","create_schema":false,"sweep_interval":30000000000}}`},
+			want: `{"store":{"type":"postgres","url":"postgres://u:pw@db/app","table":"idem.records","create_schema":false,"sweep_interval":"30s"}}`},
 		{name: "postgres URL alone", input: "idempotency {\nstore postgresql://db/app\n}", want: `{"store":{"type":"postgres","url":"postgresql://db/app"}}`},
-		{name: "postgres sweep off", input: "idempotency {\nstore postgres postgres://db/app {\nsweep_interval 0\ncreate_schema\n}\n}", want: `{"store":{"type":"postgres","url":"postgres://db/app","create_schema":true,"sweep_interval":0}}`},
+		{name: "postgres sweep off", input: "idempotency {\nstore postgres postgres://db/app {\nsweep_interval 0\ncreate_schema\n}\n}", want: `{"store":{"type":"postgres","url":"postgres://db/app","sweep_interval":"0s"}}`},
 		{name: "postgres without URL", input: "idempotency {\nstore postgres\n}", wantErr: "missing the PostgreSQL URL"},
 		{name: "postgres bad table", input: "idempotency {\nstore postgres postgres://db/app {\ntable a;b\n}\n}", wantErr: "table: postgres table"},
-		{name: "postgres bad create_schema", input: "idempotency {\nstore postgres postgres://db/app {\ncreate_schema maybe\n}\n}", wantErr: "create_schema: want true or false"},
-		{name: "postgres bad sweep", input: "idempotency {\nstore postgres postgres://db/app {\nsweep_interval -1s\n}\n}", wantErr: "sweep_interval: want a duration"},
+		{name: "postgres bad create_schema", input: "idempotency {\nstore postgres postgres://db/app {\ncreate_schema maybe\n}\n}", wantErr: `create_schema: "maybe" is not a boolean`},
+		{name: "postgres bad sweep", input: "idempotency {\nstore postgres postgres://db/app {\nsweep_interval -1s\n}\n}", wantErr: "sweep_interval: \"-1s\": must not be negative"},
 		{name: "unknown postgres option", input: "idempotency {\nstore postgres postgres://db/app {\nprefix x\n}\n}", wantErr: `unknown postgres store option "prefix"`},
 		{name: "unknown redis option", input: "idempotency {\nstore redis redis://h:1 {\n db 2\n}\n}", wantErr: `unknown redis store option "db"`},
 		{name: "unknown memory option", input: "idempotency {\nstore memory {\n size 2\n}\n}", wantErr: `unknown memory store option "size"`},
@@ -179,23 +177,37 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 }
 
 func TestValidate(t *testing.T) {
-	d := func(v time.Duration) *middleware.Duration { x := middleware.Duration(v); return &x }
-	yes := true
+	// with is a handler whose Config sets each setting from its text, as the
+	// Caddyfile does; a setting's values follow its name, until the next "=".
+	with := func(kv ...string) Handler {
+		var h Handler
+		for len(kv) > 0 {
+			name, args := kv[0], kv[1:]
+			n := 0
+			for n < len(args) && args[n] != "=" {
+				n++
+			}
+			if err := h.Config.Set(name, args[:n]...); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			kv = args[min(n+1, len(args)):]
+		}
+		return h
+	}
 	for name, tc := range map[string]struct {
 		h    Handler
 		want string
 	}{
-		"zero lock":        {Handler{Config: middleware.Config{LockTTL: d(0)}}, "lock_ttl: must be at least 3ms"},
-		"zero ttl":         {Handler{Config: middleware.Config{TTL: d(0)}}, "ttl: must be positive"},
-		"bad statuses":     {Handler{Config: middleware.Config{StoreStatuses: []string{"7xx"}}}, "store_statuses"},
-		"lower-case":       {Handler{Config: middleware.Config{Methods: []string{"post"}}}, "write methods in upper case, POST"},
-		"no methods":       {Handler{Config: middleware.Config{Methods: []string{}}}, "methods: no tracked methods"},
-		"wait + in-flight": {Handler{Config: middleware.Config{Wait: d(time.Second), InFlightOnly: &yes}}, "in_flight_only"},
-		"webhook secret unset": {Handler{Config: middleware.Config{Webhook: new("stripe"), WebhookSecrets: []string{"env:IDEMPROXY_TEST_UNSET"}}},
-			"webhook_secrets: env:IDEMPROXY_TEST_UNSET: the variable is not set or empty"},
-		"unknown preset":       {Handler{Config: middleware.Config{Webhook: new("svix"), WebhookSecrets: []string{"env:HOME"}}}, "webhook: \"svix\": want standard, stripe, github or hmac"},
-		"bad error format":     {Handler{Config: middleware.Config{ErrorFormat: new("xml")}}, "error_format: \"xml\""},
-		"header with a preset": {Handler{Config: middleware.Config{Webhook: new("github"), WebhookSecrets: []string{"env:HOME"}, KeySource: new("header")}}, "key_source: header"},
+		"zero lock":            {with("lock_ttl", "0s"), "lock_ttl: must be at least 3ms"},
+		"zero ttl":             {with("ttl", "0s"), "ttl: must be positive"},
+		"lower-case":           {with("methods", "post"), "write methods in upper case, POST"},
+		"no methods":           {with("methods"), "methods: no tracked methods"},
+		"wait + in-flight":     {with("wait", "1s", "=", "in_flight_only"), "in_flight_only"},
+		"webhook secret unset": {with("webhook", "stripe", "=", "webhook_secrets", "env:IDEMPROXY_TEST_UNSET"), "webhook_secrets: env:IDEMPROXY_TEST_UNSET: the variable is not set or empty"},
+		"unknown preset":       {with("webhook", "svix", "=", "webhook_secrets", "env:HOME"), "webhook: \"svix\": want standard, stripe, github or hmac"},
+		"bad error format":     {with("error_format", "xml"), "error_format: \"xml\""},
+		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
+		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies to a webhook route"},
 	} {
 		err := tc.h.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -18,7 +18,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -44,8 +46,8 @@ const ResultPlaceholder = "http.idempotency.result"
 // 409; a key reused for a different request gets 422.
 type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
-	// same one: "memory" (the default, this process only) or "redis" (shared by
-	// every Caddy instance pointing at the same Redis).
+	// same one: "memory" (the default, this process only), "redis" or
+	// "postgres" (shared by every Caddy instance pointing at the same one).
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
 	// What a key belongs to, as placeholders, e.g.
@@ -55,12 +57,44 @@ type Handler struct {
 	// Host and scope_headers).
 	Scope []string `json:"scope,omitempty"`
 
-	// The core's settings (methods, ttl, lock_ttl, …): see middleware.Config,
-	// whose fields are this handler's JSON fields and Caddyfile subdirectives.
-	middleware.Config
+	// The core's settings (methods, ttl, lock_ttl, …): package config's
+	// Config, whose settings are this handler's JSON members and Caddyfile
+	// subdirectives. The ones not set take their defaults.
+	config.Config
 
 	core     *middleware.Handler
 	requests *metrics.Requests // nil when the config has no metrics registry
+}
+
+// UnmarshalJSON reads the handler's JSON: store, scope, and the core's settings
+// by name.
+func (h *Handler) UnmarshalJSON(b []byte) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	if raw, ok := obj["store"]; ok {
+		h.StoreRaw = raw
+	}
+	if raw, ok := obj["scope"]; ok {
+		if err := json.Unmarshal(raw, &h.Scope); err != nil {
+			return fmt.Errorf("scope: %w", err)
+		}
+	}
+	return h.Config.SetJSON(obj, func(name string) bool { return name == "store" || name == "scope" || name == "handler" })
+}
+
+// MarshalJSON writes the handler's JSON: store, scope, and the core's settings
+// that were set.
+func (h Handler) MarshalJSON() ([]byte, error) {
+	obj := h.Config.JSONObject()
+	if h.StoreRaw != nil {
+		obj["store"] = h.StoreRaw
+	}
+	if len(h.Scope) > 0 {
+		obj["scope"] = h.Scope
+	}
+	return json.Marshal(obj)
 }
 
 // StoreModule is implemented by the store guest modules.
@@ -79,10 +113,7 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 // Provision checks the settings, loads the store and builds the core. Pure checks
 // come first, so a bad setting fails before any store is opened.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	if err := h.Validate(); err != nil {
-		return err
-	}
-	opts, err := h.options()
+	s, err := h.settings()
 	if err != nil {
 		return err
 	}
@@ -96,37 +127,37 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	store := mod.(StoreModule).IdempotencyStore()
 	h.requests = registerMetrics(ctx, store)
 	counts := h.requests
-	opts = append(opts,
-		middleware.WithLogger(ctx.Slogger()),
-		// With Caddy's tracing directive on, its span is in the request's
-		// context: the first execution's span context is kept with the claim,
-		// and the outcome and the link to it go on that span. Off, both find
-		// no span and do nothing.
-		middleware.WithTraceContext(tracing.TraceContext),
-		middleware.WithObserver(func(ev middleware.Event) {
-			if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-				repl.Set(ResultPlaceholder, string(ev.Outcome))
-			}
-			if counts != nil {
-				counts.Observe(ev)
-			}
-			tracing.Observe(ev)
-		}))
-	if h.core, err = middleware.New(store, opts...); err != nil {
+	s.Logger = ctx.Slogger()
+	// With Caddy's tracing directive on, its span is in the request's
+	// context: the first execution's span context is kept with the claim,
+	// and the outcome and the link to it go on that span. Off, both find
+	// no span and do nothing.
+	s.TraceContext = tracing.TraceContext
+	s.Observer = func(ev middleware.Event) {
+		if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			repl.Set(ResultPlaceholder, string(ev.Outcome))
+		}
+		if counts != nil {
+			counts.Observe(ev)
+		}
+		tracing.Observe(ev)
+	}
+	if h.core, err = middleware.New(store, middleware.From(s)); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	return nil
 }
 
-// options are the core's options for this handler: its Config, and the scope.
-func (h *Handler) options() ([]middleware.Option, error) {
-	opts, err := h.Config.Options()
+// settings are the core's settings for this handler: the defaults with its
+// Config's set settings, compiled, and the scope.
+func (h *Handler) settings() (middleware.Settings, error) {
+	s, err := config.Default().Merged(h.Config).Compile()
 	if err != nil {
-		return nil, fmt.Errorf("idempotency: %w", err)
+		return s, fmt.Errorf("idempotency: %w", err)
 	}
 	if len(h.Scope) > 0 {
 		scope := append([]string(nil), h.Scope...)
-		opts = append(opts, middleware.WithScopeFunc(func(r *http.Request) string {
+		s.ScopeFunc = func(r *http.Request) string {
 			repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 			if repl == nil {
 				repl = caddyhttp.NewTestReplacer(r)
@@ -137,17 +168,15 @@ func (h *Handler) options() ([]middleware.Option, error) {
 				fmt.Fprintf(&b, "%d:%s;", len(v), v) // length-prefixed: no ambiguity between parts
 			}
 			return b.String()
-		}))
+		}
 	}
-	return opts, nil
+	return s, nil
 }
 
 // Validate checks the configuration; it changes nothing.
 func (h *Handler) Validate() error {
-	if err := h.Config.Validate(); err != nil {
-		return fmt.Errorf("idempotency: %w", err)
-	}
-	return nil
+	_, err := h.settings()
+	return err
 }
 
 // Cleanup waits, up to CleanupTimeout, for responses of this config whose storing

@@ -1,17 +1,19 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"sync"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // pool keeps stores alive across config reloads. Caddy provisions the new config
@@ -85,17 +87,52 @@ type pooledPostgres struct {
 	*pooled
 }
 
+// storeFields are the settings of each store module, from its description in
+// internal/stores: its JSON members and its Caddyfile block's lines.
+var storeFields = map[string][]conf.Field{
+	"memory":   conf.Fields(reflect.TypeFor[stores.Memory]()),
+	"redis":    conf.Fields(reflect.TypeFor[stores.Redis]()),
+	"postgres": conf.Fields(reflect.TypeFor[stores.Postgres]()),
+}
+
+// decodeStore reads a store module's JSON: its settings by name, and url when it
+// has one.
+func decodeStore(kind string, b []byte, settings any, url *string) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	if raw, ok := obj["url"]; ok && url != nil {
+		if err := json.Unmarshal(raw, url); err != nil {
+			return fmt.Errorf("%s store: url: %w", kind, err)
+		}
+	}
+	err := conf.DecodeJSON(storeFields[kind], settings, obj, func(name string) bool {
+		return name == "type" || name == "url" && url != nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s store: %w", kind, err)
+	}
+	return nil
+}
+
+// encodeStore writes a store module's JSON: url, and the settings that differ
+// from their defaults.
+func encodeStore(kind string, settings, defaults any, url string) ([]byte, error) {
+	obj := conf.EncodeJSON(storeFields[kind], settings, func(f conf.Field) bool { return !f.Equal(settings, defaults) })
+	if url != "" {
+		obj["url"] = url
+	}
+	return json.Marshal(obj)
+}
+
 // MemoryStore keeps records in this process: the default. There is one memory
 // store per process, shared by every site and handler and kept across reloads;
 // a reload that changes its bounds applies them to the live store, whose records
 // stay.
 type MemoryStore struct {
-	// Most records kept, shared between client scopes: a scope's completed
-	// records are evicted only for its own volume or while it holds more
-	// than its share; in-flight locks never. Default: 1000000.
-	MaxRecords int64 `json:"max_records,omitempty"`
-	// Most bytes kept (approximate). Default: 512MiB.
-	MaxBytes middleware.Size `json:"max_bytes,omitempty"`
+	// The store's settings: max_records, max_bytes (internal/stores.Memory).
+	stores.Memory
 
 	store *pooledMemory
 }
@@ -107,8 +144,17 @@ const memoryKey = "memory"
 func (*MemoryStore) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "http.handlers.idempotency.stores.memory",
-		New: func() caddy.Module { return new(MemoryStore) },
+		New: func() caddy.Module { return &MemoryStore{Memory: stores.DefaultMemory()} },
 	}
+}
+
+// UnmarshalJSON reads the module's settings over their defaults.
+func (m *MemoryStore) UnmarshalJSON(b []byte) error { return decodeStore("memory", b, &m.Memory, nil) }
+
+// MarshalJSON writes the settings that differ from their defaults.
+func (m MemoryStore) MarshalJSON() ([]byte, error) {
+	def := stores.DefaultMemory()
+	return encodeStore("memory", &m.Memory, &def, "")
 }
 
 // Provision gets the shared store, creating it on first use, and applies this
@@ -117,14 +163,8 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	if m.MaxRecords == 0 {
-		m.MaxRecords = stores.DefaultMemoryMaxRecords
-	}
-	if m.MaxBytes == 0 {
-		m.MaxBytes = stores.DefaultMemoryMaxBytes
-	}
 	v, _, err := pool.LoadOrNew(memoryKey, func() (caddy.Destructor, error) {
-		s, err := stores.OpenMemory(m.MaxRecords, int64(m.MaxBytes))
+		s, err := m.Memory.Open()
 		if err != nil {
 			return nil, err
 		}
@@ -136,10 +176,10 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 	pm := v.(pooledMemory)
 	m.store = &pm
 	mem := pm.Store
-	if recs, bytes := mem.Bounds(); recs != m.MaxRecords || bytes != int64(m.MaxBytes) {
+	if recs, bytes := mem.Bounds(); recs != m.MaxRecords || bytes != m.MaxBytes {
 		ctx.Slogger().Info("idempotency: memory store bounds changed; applied to the live store, its records kept",
-			"max_records", m.MaxRecords, "max_bytes", m.MaxBytes.String(), "was_max_records", recs, "was_max_bytes", middleware.Size(bytes).String())
-		if err := mem.SetBounds(m.MaxRecords, int64(m.MaxBytes)); err != nil {
+			"max_records", m.MaxRecords, "max_bytes", conf.FormatSize(m.MaxBytes), "was_max_records", recs, "was_max_bytes", conf.FormatSize(bytes))
+		if err := mem.SetBounds(m.MaxRecords, m.MaxBytes); err != nil {
 			_, _ = pool.Delete(memoryKey)
 			return fmt.Errorf("memory store: %w", err)
 		}
@@ -148,12 +188,7 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 }
 
 // Validate implements caddy.Validator.
-func (m *MemoryStore) Validate() error {
-	if m.MaxRecords < 0 || m.MaxBytes < 0 {
-		return fmt.Errorf("memory store: bounds must not be negative")
-	}
-	return nil
-}
+func (m *MemoryStore) Validate() error { return m.Memory.Validate() }
 
 // Cleanup releases this config's use of the store.
 func (m *MemoryStore) Cleanup() error {
@@ -172,18 +207,9 @@ type RedisStore struct {
 	// dial_timeout, read_timeout, write_timeout, pool_size, … Placeholders such
 	// as {env.REDIS_URL} are replaced. Required.
 	URL string `json:"url,omitempty"`
-	// Prefix of every key this store writes. Default: "idem:".
-	Prefix string `json:"prefix,omitempty"`
-	// Start even when Redis's maxmemory-policy may evict keys (in-flight locks
-	// included, so a duplicate could run while the first runs). Default: false,
-	// and provisioning fails on an evicting policy.
-	AllowEviction bool `json:"allow_eviction,omitempty"`
-	// Replicas that must acknowledge every write (Redis WAIT) before a request
-	// is forwarded or answered; too few within WaitTimeout is a store error
-	// (503, nothing forwarded). Default: 0, wait for none.
-	WaitReplicas int64 `json:"wait_replicas,omitempty"`
-	// How long a write waits for WaitReplicas. Default: 250ms.
-	WaitTimeout caddy.Duration `json:"wait_timeout,omitempty"`
+	// The store's settings: prefix, allow_eviction, wait_replicas,
+	// wait_timeout (internal/stores.Redis).
+	stores.Redis
 
 	key   string
 	store *pooledRedis
@@ -193,32 +219,30 @@ type RedisStore struct {
 func (*RedisStore) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "http.handlers.idempotency.stores.redis",
-		New: func() caddy.Module { return new(RedisStore) },
+		New: func() caddy.Module { return &RedisStore{Redis: stores.DefaultRedis()} },
 	}
 }
 
+// UnmarshalJSON reads the module's url and settings over their defaults.
+func (r *RedisStore) UnmarshalJSON(b []byte) error { return decodeStore("redis", b, &r.Redis, &r.URL) }
+
+// MarshalJSON writes the url and the settings that differ from their defaults.
+func (r RedisStore) MarshalJSON() ([]byte, error) {
+	def := stores.DefaultRedis()
+	return encodeStore("redis", &r.Redis, &def, r.URL)
+}
+
 // Provision connects, or reuses the store of the previous config: one store
-// (client, pipelines and pub/sub) per URL and prefix, kept across reloads.
+// (client, pipelines and pub/sub) per URL and settings, kept across reloads.
 func (r *RedisStore) Provision(ctx caddy.Context) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if r.Prefix == "" {
-		r.Prefix = stores.DefaultRedisPrefix
-	}
-	if r.WaitTimeout == 0 {
-		r.WaitTimeout = caddy.Duration(stores.DefaultRedisWaitTimeout)
-	}
 	url := caddy.NewReplacer().ReplaceAll(r.URL, "")
-	spec := stores.Spec{URL: url, RedisPrefix: r.Prefix, RedisAllowEviction: r.AllowEviction,
-		RedisWaitReplicas: r.WaitReplicas, RedisWaitTimeout: time.Duration(r.WaitTimeout), Warn: ctx.Slogger().Warn}
-	if err := stores.Check(spec); err != nil {
-		return fmt.Errorf("redis store: %w", err)
-	}
-	// One store per URL, prefix and replication wait: configs that agree share it.
-	r.key = fmt.Sprintf("redis/%s/wait=%d,%v/%s", r.Prefix, r.WaitReplicas, time.Duration(r.WaitTimeout), url)
+	// One store per URL and settings: configs that agree share it.
+	r.key = fmt.Sprintf("redis/%+v/%s", r.Redis, url)
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
-		s, closeFn, err := stores.OpenRedis(ctx, spec, true)
+		s, closeFn, err := r.Redis.Open(ctx, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: true})
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +261,7 @@ func (r *RedisStore) Validate() error {
 	if r.URL == "" {
 		return fmt.Errorf("redis store: url is required")
 	}
-	return nil
+	return r.Redis.Validate(caddy.NewReplacer().ReplaceAll(r.URL, ""))
 }
 
 // Cleanup releases this config's use of the store; it closes when no config and
@@ -258,14 +282,9 @@ type PostgresStore struct {
 	// pool_max_conns, connect_timeout, … Placeholders such as
 	// {env.DATABASE_URL} are replaced. Required.
 	URL string `json:"url,omitempty"`
-	// The table, schema.name allowed. Default: idemproxy_records.
-	Table string `json:"table,omitempty"`
-	// Create the table and its index at provisioning when missing. Default:
-	// true; false requires them to exist (idemproxy migrate prints the DDL).
-	CreateSchema *bool `json:"create_schema,omitempty"`
-	// How often expired rows are deleted, in small batches; 0 turns the
-	// sweeper off. Default: 1m.
-	SweepInterval *caddy.Duration `json:"sweep_interval,omitempty"`
+	// The store's settings: table, create_schema, sweep_interval
+	// (internal/stores.Postgres).
+	stores.Postgres
 
 	key   string
 	store *pooledPostgres
@@ -275,8 +294,19 @@ type PostgresStore struct {
 func (*PostgresStore) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "http.handlers.idempotency.stores.postgres",
-		New: func() caddy.Module { return new(PostgresStore) },
+		New: func() caddy.Module { return &PostgresStore{Postgres: stores.DefaultPostgres()} },
 	}
+}
+
+// UnmarshalJSON reads the module's url and settings over their defaults.
+func (p *PostgresStore) UnmarshalJSON(b []byte) error {
+	return decodeStore("postgres", b, &p.Postgres, &p.URL)
+}
+
+// MarshalJSON writes the url and the settings that differ from their defaults.
+func (p PostgresStore) MarshalJSON() ([]byte, error) {
+	def := stores.DefaultPostgres()
+	return encodeStore("postgres", &p.Postgres, &def, p.URL)
 }
 
 // Provision connects, or reuses the store of the previous config: one store
@@ -285,23 +315,10 @@ func (p *PostgresStore) Provision(ctx caddy.Context) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if p.Table == "" {
-		p.Table = stores.DefaultPostgresTable
-	}
-	spec := stores.Spec{URL: caddy.NewReplacer().ReplaceAll(p.URL, ""), PostgresTable: p.Table, PostgresCreateSchema: true,
-		PostgresSweepInterval: stores.DefaultPostgresSweepInterval, Warn: ctx.Slogger().Warn}
-	if p.CreateSchema != nil {
-		spec.PostgresCreateSchema = *p.CreateSchema
-	}
-	if p.SweepInterval != nil {
-		spec.PostgresSweepInterval = time.Duration(*p.SweepInterval)
-	}
-	if err := stores.Check(spec); err != nil {
-		return fmt.Errorf("postgres store: %w", err)
-	}
-	p.key = fmt.Sprintf("postgres/%s/schema=%v,sweep=%v/%s", p.Table, spec.PostgresCreateSchema, spec.PostgresSweepInterval, spec.URL)
+	url := caddy.NewReplacer().ReplaceAll(p.URL, "")
+	p.key = fmt.Sprintf("postgres/%+v/%s", p.Postgres, url)
 	v, _, err := pool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
-		s, closeFn, err := stores.OpenPostgres(ctx, spec)
+		s, closeFn, err := p.Postgres.Open(ctx, url, stores.Env{Warn: ctx.Slogger().Warn})
 		if err != nil {
 			return nil, err
 		}
@@ -320,15 +337,7 @@ func (p *PostgresStore) Validate() error {
 	if p.URL == "" {
 		return fmt.Errorf("postgres store: url is required")
 	}
-	if p.Table != "" {
-		if err := pgstore.CheckTable(p.Table); err != nil {
-			return fmt.Errorf("postgres store: %w", err)
-		}
-	}
-	if p.SweepInterval != nil && *p.SweepInterval < 0 {
-		return fmt.Errorf("postgres store: sweep_interval must not be negative")
-	}
-	return nil
+	return p.Postgres.Validate(caddy.NewReplacer().ReplaceAll(p.URL, ""))
 }
 
 // Cleanup releases this config's use of the store; it closes when no config and

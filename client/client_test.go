@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/client"
+	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -305,7 +306,11 @@ func TestEveryErrorFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			h, err := middleware.New(store, middleware.WithErrorFormat(format), middleware.WithRetryAfter(time.Second))
+			ef, err := errformat.Parse(format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := middleware.New(store, func(s *middleware.Settings) { s.ErrorFormat = ef; s.RetryAfter = time.Second })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -106,7 +106,7 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release; w.WriteHeader(200) }}
-	h := newHandler(t, store, middleware.WithLockTTL(lease)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = lease }).Wrap(c)
 	done := make(chan struct{})
 	go func() { defer close(done); serve(h, req{key: "slow"}) }()
 	<-started
@@ -150,7 +150,7 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	}
 	// The lease is long in real time (no renewal fires during the test) and
 	// lapses by moving the fake clock.
-	h := newHandler(t, store, middleware.WithLockTTL(time.Hour), middleware.WithObserver(evs.observe)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = time.Hour }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
 	done := make(chan struct{})
 	go func() { defer close(done); serve(h, req{key: "k", header: http.Header{"X-Which": {"first"}}}) }()
 	<-firstStarted
@@ -185,7 +185,7 @@ func TestClientHangUpStillStores(t *testing.T) {
 		_, _ = w.Write(bytes.Repeat([]byte("z"), 256<<10)) // more than socket buffers take
 	}}
 	var evs events
-	srv := httptest.NewServer(newHandler(t, store, middleware.WithObserver(evs.observe)).Wrap(c))
+	srv := httptest.NewServer(newHandler(t, store, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c))
 	defer srv.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -282,7 +282,7 @@ func TestStoreFailure(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	c := &counter{}
-	closed := newHandler(t, store, middleware.WithLogger(logger)).Wrap(c)
+	closed := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger }).Wrap(c)
 	w := serve(closed, req{key: "secret-key-value", header: http.Header{"Authorization": {"Bearer s3cr3t"}}})
 	if w.Code != 503 || c.calls.Load() != 0 {
 		t.Fatalf("fail closed: %d, calls %d; want 503 and no call", w.Code, c.calls.Load())
@@ -293,7 +293,7 @@ func TestStoreFailure(t *testing.T) {
 	}
 
 	var evs events
-	open := newHandler(t, store, middleware.WithFailOpen(true), middleware.WithLogger(logger), middleware.WithObserver(evs.observe)).Wrap(c)
+	open := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Logger = logger }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
 	if w := serve(open, req{key: "k"}); w.Code != 201 || c.calls.Load() != 1 {
 		t.Fatalf("fail open: %d, calls %d; want 201 and one call", w.Code, c.calls.Load())
 	}
@@ -307,7 +307,7 @@ func TestStoreFailure(t *testing.T) {
 	store.failLock.Store(false)
 	store.failComplete.Store(true)
 	calls := c.calls.Load()
-	core := newHandler(t, store, middleware.WithLogger(logger))
+	core := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger })
 	h := core.Wrap(c)
 	serve(h, req{key: "cf"})
 	if w := serve(h, req{key: "cf"}); w.Code != 409 {
@@ -332,7 +332,7 @@ func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
 	store.failComplete.Store(true)
 	c := &counter{}
-	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
 	first := serve(h, req{key: "k"})
 	time.Sleep(200 * time.Millisecond) // the outage lasts over three leases
@@ -357,7 +357,7 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	store := &flaky{Store: mem}
 	store.failComplete.Store(true)
 	c := &counter{}
-	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
 	first := serve(h, req{key: "k"})
 	key := core.StoreKey(req{key: "k"}.build(), "k")
@@ -389,7 +389,7 @@ func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
 	store.failComplete.Store(true)
 	c := &counter{}
-	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond))
+	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
 	first := serve(h, req{key: "k"})
 	time.Sleep(100 * time.Millisecond) // the lease lapses: the key reads as free
@@ -411,7 +411,7 @@ func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
 	store.failComplete.Store(true)
 	c := &counter{}
-	core := newHandler(t, store, middleware.WithLockTTL(60*time.Millisecond), middleware.WithCompleteRetry(300*time.Millisecond))
+	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond }, func(s *middleware.Settings) { s.CompleteRetry = 300 * time.Millisecond })
 	h := core.Wrap(c)
 	serve(h, req{key: "k"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -446,7 +446,7 @@ func TestReplayFidelity(t *testing.T) {
 			http.NewResponseController(w).Flush()
 		}
 	}}
-	srv := httptest.NewServer(newHandler(t, newMem(t), middleware.WithIgnoredHeaders("X-Secret-Internal")).Wrap(c))
+	srv := httptest.NewServer(newHandler(t, newMem(t), func(s *middleware.Settings) { s.IgnoreHeaders = []string{"X-Secret-Internal"} }).Wrap(c))
 	defer srv.Close()
 	do := func() (*http.Response, []byte) {
 		r, _ := http.NewRequest("POST", srv.URL, strings.NewReader("p"))
@@ -603,7 +603,7 @@ func TestRequestBodyPassedOnIntact(t *testing.T) {
 
 func TestObserverEvent(t *testing.T) {
 	var evs events
-	h := newHandler(t, newMem(t), middleware.WithObserver(evs.observe)).Wrap(&counter{})
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(&counter{})
 	serve(h, req{key: "obs"})
 	serve(h, req{key: "obs"})
 	if len(evs.all) != 2 {
@@ -649,7 +649,7 @@ func TestHandlerTimeoutBoundsExecution(t *testing.T) {
 		}
 		w.WriteHeader(504)
 	}}
-	h := newHandler(t, newMem(t), middleware.WithHandlerTimeout(30*time.Millisecond)).Wrap(c)
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.HandlerTimeout = 30 * time.Millisecond }).Wrap(c)
 	serve(h, req{key: "slow"})
 	if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("next's context ended with %v, want the handler timeout", err)
@@ -664,9 +664,11 @@ func TestHandlerTimeoutBoundsExecution(t *testing.T) {
 func TestObserverRunsBeforeTheAnswerIsWritten(t *testing.T) {
 	var w *httptest.ResponseRecorder
 	var writtenBefore []bool
-	h := newHandler(t, newMem(t), middleware.WithObserver(func(ev middleware.Event) {
-		writtenBefore = append(writtenBefore, w.Code != 200 || w.Body.Len() > 0 || len(w.Header()) > 0)
-	})).Wrap(&counter{})
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) {
+		s.Observer = func(ev middleware.Event) {
+			writtenBefore = append(writtenBefore, w.Code != 200 || w.Body.Len() > 0 || len(w.Header()) > 0)
+		}
+	}).Wrap(&counter{})
 	for _, q := range []req{{key: "o"}, {key: "o"}, {key: "o", body: "other"}, {key: "a,b"}} {
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, q.build())
@@ -793,7 +795,7 @@ func TestDeclaredLengthReservesNothing(t *testing.T) {
 // APIs: two sessions never share a key's response; other cookies do not matter.
 func TestCookieScope(t *testing.T) {
 	c := &counter{}
-	h := newHandler(t, newMem(t), middleware.WithScopeHeaders("Cookie:session")).Wrap(c)
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.ScopeHeaders = []string{"Cookie:session"} }).Wrap(c)
 	cookie := func(v string) http.Header { return http.Header{"Cookie": {v}} }
 	serve(h, req{key: "k", header: cookie("session=alice; theme=dark")})
 	if w := serve(h, req{key: "k", header: cookie("theme=light; session=alice")}); w.Header().Get("Idempotent-Replayed") != "true" {
@@ -805,7 +807,7 @@ func TestCookieScope(t *testing.T) {
 	if c.calls.Load() != 2 {
 		t.Fatalf("ran %d times, want 2 (alice, bob)", c.calls.Load())
 	}
-	if _, err := middleware.New(newMem(t), middleware.WithScopeHeaders("Cookie:")); err == nil {
+	if _, err := middleware.New(newMem(t), func(s *middleware.Settings) { s.ScopeHeaders = []string{"Cookie:"} }); err == nil {
 		t.Fatal("Cookie: without a name accepted")
 	}
 }
@@ -833,7 +835,7 @@ func TestStoreHeldWhileUsed(t *testing.T) {
 		during = store.holds.Load()
 		w.WriteHeader(201)
 	}}
-	h := newHandler(t, store, middleware.WithLockTTL(10*time.Second)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 10 * time.Second }).Wrap(c)
 	serve(h, req{key: "held"})
 	if during != 1 {
 		t.Fatalf("holds while the request ran: %d, want 1", during)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/webhook"
 )
 
 // The core's hot paths with the memory store. The Redis and PostgreSQL variants
@@ -114,15 +115,15 @@ func BenchmarkWebhook(b *testing.B) {
 		return `{"id":"` + id + `","object":"event","type":"payment_intent.succeeded","data":{"object":{"metadata":"` +
 			strings.Repeat("x", 2000) + `"}}}`
 	}
-	stripe := middleware.WithWebhook(middleware.Webhook{Preset: middleware.WebhookStripe, Secrets: []string{"whsec_bench"}})
+	stripe := webhookOpt(webhook.Webhook{Preset: webhook.Stripe, Secrets: []string{"whsec_bench"}})
 	for _, bc := range []struct {
 		name   string
 		opts   []middleware.Option
 		replay bool
 	}{
-		{"HeaderKey/Run", []middleware.Option{middleware.WithInFlightOnly(true)}, false},
+		{"HeaderKey/Run", []middleware.Option{func(s *middleware.Settings) { s.InFlightOnly = true }}, false},
 		{"HeaderKey/Replay", nil, true},
-		{"Stripe/Run", []middleware.Option{middleware.WithInFlightOnly(true), stripe}, false},
+		{"Stripe/Run", []middleware.Option{func(s *middleware.Settings) { s.InFlightOnly = true }, stripe}, false},
 		{"Stripe/Replay", []middleware.Option{stripe}, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -136,7 +137,7 @@ func BenchmarkWebhook(b *testing.B) {
 			bodies, sigs := make([]string, ids), make([]string, ids)
 			for i := range ids {
 				bodies[i] = event("evt_" + strconv.Itoa(i))
-				hd, _ := middleware.Webhook{Preset: middleware.WebhookStripe, Secrets: []string{"whsec_bench"}}.Sign("", time.Now(), []byte(bodies[i]))
+				hd, _ := webhook.Webhook{Preset: webhook.Stripe, Secrets: []string{"whsec_bench"}}.Sign("", time.Now(), []byte(bodies[i]))
 				sigs[i] = hd.Get("Stripe-Signature")
 			}
 			send := func(i int, w *discard) {

@@ -28,14 +28,14 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, hold *bodyHol
 		return nil, nil
 	}
 	var rc *http.ResponseController
-	if h.cfg.bodyTimeout > 0 {
+	if h.s.BodyReadTimeout > 0 {
 		// Writers that cannot set a deadline (httptest) are skipped.
 		rc = http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(h.cfg.bodyTimeout)) != nil {
+		if rc.SetReadDeadline(time.Now().Add(h.s.BodyReadTimeout)) != nil {
 			rc = nil
 		}
 	}
-	body, err := readAll(r.Body, r.ContentLength, h.cfg.maxRequestBody, hold)
+	body, err := readAll(r.Body, r.ContentLength, h.s.MaxRequestBody, hold)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +77,8 @@ func (h *Handler) bodyLeftUnread(w http.ResponseWriter, r *http.Request, body []
 	if body != nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ProtoMajor != 1 {
 		return
 	}
-	if h.cfg.bodyTimeout > 0 {
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.bodyTimeout))
+	if h.s.BodyReadTimeout > 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.s.BodyReadTimeout))
 	}
 	w.Header().Set("Connection", "close")
 }

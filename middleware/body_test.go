@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -22,7 +23,7 @@ import (
 // HTTP/2 server would turn it into a GOAWAY for every stream).
 func TestStalledBodyOverHTTP2EndsTheStreamOnly(t *testing.T) {
 	c := &counter{}
-	h := newHandler(t, newMem(t), middleware.WithBodyReadTimeout(500*time.Millisecond))
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.BodyReadTimeout = 500 * time.Millisecond })
 	srv := httptest.NewUnstartedServer(h.Wrap(c))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -119,9 +120,9 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 	store := newMem(t)
 	var ev events
 	c := &counter{}
-	a := newHandler(t, store, middleware.WithBodyBudget(budget), middleware.WithMaxRequestBody(2<<20), middleware.WithObserver(ev.observe)).Wrap(c)
-	b := newHandler(t, store, middleware.WithBodyBudget(budget), middleware.WithMaxRequestBody(1<<20), middleware.WithKeySource("json:/id"),
-		middleware.WithRetryAfter(2*time.Second), middleware.WithObserver(ev.observe)).Wrap(c)
+	a := newHandler(t, store, func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = 2 << 20 }, func(s *middleware.Settings) { s.Observer = ev.observe }).Wrap(c)
+	b := newHandler(t, store, func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = 1 << 20 }, keySourceOpt("json:/id"),
+		func(s *middleware.Settings) { s.RetryAfter = 2 * time.Second }, func(s *middleware.Settings) { s.Observer = ev.observe }).Wrap(c)
 
 	// A holds 2 MiB (declared) while it stalls.
 	stall := newStallingBody("{")
@@ -200,34 +201,35 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 	}
 }
 
-func TestBodyBudgetConfig(t *testing.T) {
+func TestBodyBudgetSettings(t *testing.T) {
 	for _, tc := range []struct {
-		c    middleware.Config
+		edit func(*middleware.Settings)
 		want string
 	}{
-		{middleware.Config{BodyBudget: sizeOf(0)}, "must be positive"},
-		{middleware.Config{BodyBudget: sizeOf(1 << 20)}, "at least max_request_body"},
-		{middleware.Config{BodyBudget: sizeOf(1 << 20), MaxRequestBody: sizeOf(1 << 20)}, ""},
-		{middleware.Config{}, ""},
+		{func(s *middleware.Settings) { s.BodyBudget = 0 }, "at least max_request_body"},
+		{func(s *middleware.Settings) { s.BodyBudget = 1 << 20 }, "at least max_request_body"},
+		{func(s *middleware.Settings) { s.BodyBudget, s.MaxRequestBody = 1<<20, 1<<20 }, ""},
+		{func(s *middleware.Settings) {}, ""},
 	} {
-		err := tc.c.Validate()
-		if f, _ := middleware.FieldOf(err); tc.want == "" && err != nil || tc.want != "" && (f != "body_budget" || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)
+		s := middleware.DefaultSettings()
+		tc.edit(&s)
+		err := s.Check()
+		var se *middleware.SettingsError
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.As(err, &se) || se.Field != "body_budget" || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("body_budget %d, max_request_body %d: %v, want %q", s.BodyBudget, s.MaxRequestBody, err, tc.want)
 		}
 	}
-	if d := middleware.DefaultConfig(); int64(*d.BodyBudget) != middleware.DefaultBodyBudget || middleware.DefaultBodyBudget != 256<<20 {
-		t.Fatalf("default body_budget %v", *d.BodyBudget)
+	if d := middleware.DefaultSettings(); d.BodyBudget != 256<<20 {
+		t.Fatalf("default body_budget %d", d.BodyBudget)
 	}
 }
-
-func sizeOf(n int64) *middleware.Size { s := middleware.Size(n); return &s }
 
 // The overloaded answer is retryable in every error format: Stripe's SDKs are
 // told to retry it, and it carries Retry-After.
 func TestOverloadedInStripeFormat(t *testing.T) {
 	const budget = 3<<20 + 1 // its own pool
-	h := newHandler(t, newMem(t), middleware.WithBodyBudget(budget), middleware.WithMaxRequestBody(budget),
-		middleware.WithErrorFormat(middleware.ErrorFormatStripe)).Wrap(&counter{})
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = budget },
+		errorFormatOpt(errformat.StripeSpec)).Wrap(&counter{})
 	stall := newStallingBody("")
 	held := httptest.NewRequest("POST", "/charge", nil)
 	held.Body, held.ContentLength = stall, budget

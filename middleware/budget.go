@@ -8,27 +8,6 @@ import (
 	"time"
 )
 
-// DefaultBodyBudget is the default bound on the request-body bytes that keyed
-// requests hold in memory at once, process-wide.
-const DefaultBodyBudget = 256 << 20 // 256 MiB
-
-// WithBodyBudget bounds the request-body bytes that tracked requests hold in
-// memory at once (the core buffers a body to fingerprint it), across every
-// Handler in the process built with the same n: the proxy's routes share one
-// budget, and so do a Caddy config's handlers and those of the config that
-// replaces it on a reload. A body with a declared Content-Length reserves it
-// before a byte is read; one of unknown length reserves as its buffer grows.
-// What a request reserved is returned when Handle returns. A request that does
-// not fit is answered 503 overloaded with Retry-After, nothing claimed or
-// forwarded. n must be at least max_request_body, so that one request of the
-// largest size fits when it is alone. Default DefaultBodyBudget.
-//
-// An idle Go process keeps the memory a burst freed. So when the bodies held
-// fall back to none after a quarter of the budget or more was in use, the core
-// returns the freed memory to the operating system (debug.FreeOSMemory, a
-// second later and at most once a minute).
-func WithBodyBudget(n int64) Option { return func(c *config) { c.bodyBudget = n } }
-
 // errOverloaded: the body does not fit in the body budget.
 var errOverloaded = errors.New("the request bodies held in memory reached body_budget")
 

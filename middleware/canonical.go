@@ -79,17 +79,6 @@ func CanonicalMethod(m string) string {
 	return m
 }
 
-// canonicalMethod is CanonicalMethod, also upper-casing a tracked custom method.
-func (c *config) canonicalMethod(m string) string {
-	if cm := CanonicalMethod(m); cm != m || c.trackedByMethod[m] {
-		return cm
-	}
-	if u := strings.ToUpper(m); c.trackedByMethod[u] {
-		return u
-	}
-	return m
-}
-
 // CanonicalPath reads an escaped path (URL.EscapedPath) into its fingerprint and
 // route forms; see Canonical. An empty path is "/". It fails with an error
 // wrapping ErrNonCanonicalPath for an empty, "." or ".." segment (a trailing

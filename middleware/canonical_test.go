@@ -25,7 +25,7 @@ func TestCanonicalMethod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h, err := New(store, WithMethods("POST", "PURGE"))
+	h, err := New(store, func(s *Settings) { s.Methods = []string{"POST", "PURGE"} })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestCookieScopeStoreKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h, err := New(store, WithScopeHeaders("Cookie:session"))
+	h, err := New(store, func(s *Settings) { s.ScopeHeaders = []string{"Cookie:session"} })
 	if err != nil {
 		t.Fatal(err)
 	}

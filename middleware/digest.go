@@ -51,27 +51,27 @@ const storeKeyV2 = "idemproxy/2"
 // key alone: the Host and the other headers are not signed, and a captured
 // delivery must not run again under another Host.
 func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
-	c := &h.cfg
+	s, c := &h.s, h.c
 	if !c.legacyScope {
 		d.field(storeKeyV2)
-		d.field(c.keyNamespace)
+		d.field(s.KeyNamespace)
 		d.field(c.keySourceID)
-		if c.verifier != nil {
+		if s.Verifier != nil {
 			return
 		}
-		if c.scopeFunc != nil {
+		if s.ScopeFunc != nil {
 			d.field("func")
-			d.field(c.scopeFunc(r))
+			d.field(s.ScopeFunc(r))
 			return
 		}
-		if c.scopeHost {
+		if s.ScopeHost {
 			d.field("host")
 			d.field(host)
 		} else {
 			d.field("no-host")
 		}
-	} else if c.scopeFunc != nil {
-		d.field(c.scopeFunc(r))
+	} else if s.ScopeFunc != nil {
+		d.field(s.ScopeFunc(r))
 		return
 	} else {
 		d.field(host)
@@ -88,8 +88,8 @@ func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
 // fingerprint identifies the request: method, canonical path and query, chosen
 // headers, body (but for a signed webhook).
 func (h *Handler) fingerprint(r *http.Request, path string, body []byte) string {
-	if h.cfg.fpFunc != nil {
-		return h.cfg.fpFunc(r, body)
+	if h.s.FingerprintFunc != nil {
+		return h.s.FingerprintFunc(r, body)
 	}
 	d := getDigest()
 	defer digests.Put(d)
@@ -99,11 +99,11 @@ func (h *Handler) fingerprint(r *http.Request, path string, body []byte) string 
 	} else {
 		d.field(path)
 	}
-	for _, name := range h.cfg.fpHeaders {
+	for _, name := range h.s.FingerprintHeaders {
 		d.header(r.Header, name)
 	}
 	d.flush()
-	if h.cfg.verifier == nil {
+	if h.s.Verifier == nil {
 		// A signed webhook's key is the provider's own id for the event (or a
 		// digest of the body): the body is left out, since a provider may render
 		// it anew on redelivery (Stripe's pending_webhooks), which must replay,

@@ -32,7 +32,8 @@ func (f NextFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error { retu
 // Handler is the idempotency core. It is safe for concurrent use.
 type Handler struct {
 	store     cache.Store
-	cfg       config
+	s         Settings
+	c         *compiled      // what New derived from s
 	inProcess bool           // the store never blocks: no per-call timeouts
 	holder    cache.Holder   // the store must be held while used; nil for most
 	budget    *budget        // body_budget: shared by every Handler of its size
@@ -46,27 +47,32 @@ func (h *Handler) storeCtx(parent context.Context) (context.Context, context.Can
 	if h.inProcess {
 		return parent, noCancel // nothing in the store waits on it
 	}
-	return context.WithTimeout(context.WithoutCancel(parent), h.cfg.storeTimeout)
+	return context.WithTimeout(context.WithoutCancel(parent), h.s.StoreTimeout)
 }
 
 func noCancel() {}
 
-// New returns a Handler over store.
+// New returns a Handler over store, with DefaultSettings changed by opts. A
+// setting it refuses is a *SettingsError naming it.
 func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if store == nil {
 		return nil, errors.New("idempotency: nil store")
 	}
-	cfg := defaultConfig()
+	s := DefaultSettings()
 	for _, o := range opts {
-		o(&cfg)
+		o(&s)
 	}
-	if err := cfg.finish(); err != nil {
+	c, err := compile(&s)
+	if err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
 	_, inProcess := store.(cache.InProcess)
 	holder, _ := store.(cache.Holder)
-	return &Handler{store: store, cfg: cfg, inProcess: inProcess, holder: holder, budget: sharedBudget(cfg.bodyBudget)}, nil
+	return &Handler{store: store, s: s, c: c, inProcess: inProcess, holder: holder, budget: sharedBudget(s.BodyBudget)}, nil
 }
+
+// Settings returns the settings h runs with.
+func (h *Handler) Settings() Settings { return h.s }
 
 // Wrap returns next protected by h.
 func (h *Handler) Wrap(next http.Handler) http.Handler {
@@ -82,7 +88,7 @@ func (h *Handler) Wrap(next http.Handler) http.Handler {
 // Tracked reports whether requests with this method are handled by the core. A
 // method is tracked in any case: "post" is POST.
 func (h *Handler) Tracked(method string) bool {
-	return h.cfg.trackedByMethod[h.cfg.canonicalMethod(method)]
+	return h.c.tracked[h.c.canonicalMethod(method)]
 }
 
 // Handle serves one request. Untracked methods go straight to next. It returns the
@@ -91,8 +97,8 @@ func (h *Handler) Tracked(method string) bool {
 // The observer is called once per tracked request: before the response is written
 // when the core answers itself (problems, replays), after next returns otherwise.
 func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) error {
-	method := h.cfg.canonicalMethod(r.Method)
-	if !h.cfg.trackedByMethod[method] {
+	method := h.c.canonicalMethod(r.Method)
+	if !h.c.tracked[method] {
 		return next.ServeHTTP(w, r)
 	}
 	// The request goes on as the core read it: a tracked method in another
@@ -103,7 +109,6 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}}
 	defer t.finish()
-	ev := &t.ev
 
 	path, _, err := CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
@@ -116,97 +121,108 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 			err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
 		return nil
 	}
-
-	var body []byte
-	if h.cfg.bodyFirst { // a signature to check, or a key in the body
-		var ok bool
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
-			return nil
-		}
-		if v := h.cfg.verifier; v != nil {
-			if err := v.verify(r.Header, body); err != nil {
-				w.Header().Set("WWW-Authenticate", `Webhook-Signature header="`+v.header+`"`)
-				t.problem(w, OutcomeInvalidSignature, err, newProblem(ProblemInvalidSignature, http.StatusUnauthorized,
-					"the webhook signature did not verify ("+err.Error()+"); nothing was executed"), 0)
-				return nil
-			}
-		}
-	}
-	key, err := h.cfg.keySource.key(r, body)
-	switch {
-	case errors.Is(err, errNoKey):
-		if h.cfg.requireKey {
-			h.bodyLeftUnread(w, r, body)
-			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
-				"this request requires "+h.cfg.keySource.describe()), 0)
-			return nil
-		}
-		ev.Outcome = OutcomeBypass
-		return h.passThrough(w, r, next, ev)
-	case err != nil:
-		h.bodyLeftUnread(w, r, body)
-		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
+	key, body, ok := h.keyOf(w, r, t)
+	if !ok {
 		return nil
 	}
-	if h.cfg.keySource.kind == "header" {
-		t.key = key // echoed on the answers the core writes
+	if key == "" {
+		t.ev.Outcome = OutcomeBypass
+		return h.passThrough(w, r, next, &t.ev)
 	}
-	if h.refuseUpgrade(w, r, t) { // upgrade.go
-		return nil
-	}
-	if !h.cfg.bodyFirst {
-		var ok bool
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
-			return nil
+	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: h.fingerprint(r, path, body), echo: t.key, ev: &t.ev}
+	c.keyHash = c.storeKey[:12]
+	t.ev.KeyHash = c.keyHash
+	if h.s.TraceContext != nil {
+		if c.trace = h.s.TraceContext(r.Context()); len(c.trace) > cache.MaxTrace {
+			c.trace = nil
 		}
 	}
-
-	storeKey := h.storeKey(r, host, key)
-	ev.KeyHash = storeKey[:12]
-	fp := h.fingerprint(r, path, body)
 	owner := h.owner(r, host)
-	token := newToken()
-	var trace []byte
-	if h.cfg.traceContext != nil {
-		if trace = h.cfg.traceContext(r.Context()); len(trace) > cache.MaxTrace {
-			trace = nil
-		}
-	}
-	t0 := time.Now()
-	sctx, scancel := h.storeCtx(r.Context())
-	rec, loaded, err := h.store.LockOrGet(sctx, storeKey, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Trace: trace, Owner: owner})
-	scancel()
-	ev.StoreDuration = time.Since(t0)
+	rec, loaded, err := h.claim(r, c, owner)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
 		// switch the protection off.
-		failOpen := h.cfg.failOpen && !errors.Is(err, cache.ErrFull)
-		h.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
-			slog.String("key_hash", ev.KeyHash), slog.Bool("fail_open", failOpen), slog.Any("error", err))
+		failOpen := h.s.FailOpen && !errors.Is(err, cache.ErrFull)
+		h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
+			slog.String("key_hash", c.keyHash), slog.Bool("fail_open", failOpen), slog.Any("error", err))
 		if failOpen {
-			ev.Outcome, ev.Err = OutcomeStoreError, err
-			return h.passThrough(w, r, next, ev)
+			t.ev.Outcome, t.ev.Err = OutcomeStoreError, err
+			return h.passThrough(w, r, next, &t.ev)
 		}
-		t.problem(w, OutcomeStoreError, err, newProblem(ProblemStoreUnavailable, http.StatusServiceUnavailable,
-			"the request was not executed; retry later with the same key"), h.cfg.retryAfter)
+		t.storeUnavailable(w, err)
 		return nil
 	}
-	if loaded && h.cfg.wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == fp {
-		rec, loaded, err = h.waitForFirst(r, storeKey, fp, token, owner)
-		if err != nil {
-			h.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
-				slog.String("key_hash", ev.KeyHash), slog.Any("error", err))
-			t.problem(w, OutcomeStoreError, err, newProblem(ProblemStoreUnavailable, http.StatusServiceUnavailable,
-				"the request was not executed; retry later with the same key"), h.cfg.retryAfter)
+	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
+		// Never failed open: the first request may still run.
+		if rec, loaded, err = h.waitForFirst(r, c.storeKey, c.fp, c.token, owner); err != nil {
+			h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
+				slog.String("key_hash", c.keyHash), slog.Any("error", err))
+			t.storeUnavailable(w, err)
 			return nil
 		}
 	}
 	if loaded {
-		h.answerDuplicate(w, rec, fp, t)
+		h.answerDuplicate(w, rec, c.fp, t)
 		return nil
 	}
-	return h.execute(w, r, next, storeKey, token, fp, trace, ev)
+	return c.run(w, r, next)
+}
+
+// keyOf finds r's key, reading its body (before the key when the key or a
+// signature is in it). An empty key with ok means r carries none and none is
+// required: it passes through. !ok means r was answered (a problem).
+func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key string, body []byte, ok bool) {
+	if h.c.bodyFirst { // a signature to check, or a key in the body
+		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+			return "", nil, false
+		}
+		if v := h.s.Verifier; v != nil {
+			if err := v.Verify(r, body); err != nil {
+				w.Header().Set("WWW-Authenticate", v.Challenge())
+				t.problem(w, OutcomeInvalidSignature, err, newProblem(ProblemInvalidSignature, http.StatusUnauthorized,
+					"the webhook signature did not verify ("+err.Error()+"); nothing was executed"), 0)
+				return "", nil, false
+			}
+		}
+	}
+	key, err := h.c.keySource.Key(r, body)
+	switch {
+	case errors.Is(err, ErrNoKey):
+		if h.s.RequireKey {
+			h.bodyLeftUnread(w, r, body)
+			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
+				"this request requires "+h.c.keySource.Describe()), 0)
+			return "", nil, false
+		}
+		return "", body, true
+	case err != nil:
+		h.bodyLeftUnread(w, r, body)
+		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
+		return "", nil, false
+	}
+	if h.c.keyHeader != "" {
+		t.key = key // echoed on the answers the core writes
+	}
+	if h.refuseUpgrade(w, r, t) { // upgrade.go
+		return "", nil, false
+	}
+	if !h.c.bodyFirst {
+		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+			return "", nil, false
+		}
+	}
+	return key, body, true
+}
+
+// claim claims c's store key, or returns the record that holds it.
+func (h *Handler) claim(r *http.Request, c *claim, owner string) (*cache.Record, bool, error) {
+	t0 := time.Now()
+	sctx, scancel := h.storeCtx(r.Context())
+	defer scancel()
+	rec, loaded, err := h.store.LockOrGet(sctx, c.storeKey, cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner})
+	c.ev.StoreDuration = time.Since(t0)
+	return rec, loaded, err
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
@@ -225,10 +241,10 @@ func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tr
 	switch {
 	case errors.Is(err, errOverloaded):
 		t.problem(w, OutcomeOverloaded, err, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
-			"the request bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.cfg.retryAfter)
+			"the request bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
 	case errors.Is(err, errBodyTooLarge):
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.cfg.maxRequestBody)), 0)
+			fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.s.MaxRequestBody)), 0)
 	default:
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
 	}
@@ -245,6 +261,12 @@ type tracker struct {
 	hold    bodyHold // the body budget this request reserved
 }
 
+// storeUnavailable answers 503: the store failed, nothing was executed.
+func (t *tracker) storeUnavailable(w http.ResponseWriter, err error) {
+	t.problem(w, OutcomeStoreError, err, newProblem(ProblemStoreUnavailable, http.StatusServiceUnavailable,
+		"the request was not executed; retry later with the same key"), t.h.s.RetryAfter)
+}
+
 // finish returns the request's body budget and emits its event, when Handle
 // returns.
 func (t *tracker) finish() {
@@ -258,8 +280,8 @@ func (t *tracker) emit() {
 	}
 	t.emitted = true
 	t.ev.Duration = time.Since(t.start)
-	if t.h.cfg.observer != nil {
-		t.h.cfg.observer(t.ev)
+	if t.h.s.Observer != nil {
+		t.h.s.Observer(t.ev)
 	}
 }
 
@@ -267,7 +289,7 @@ func (t *tracker) emit() {
 func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem, retryAfter time.Duration) {
 	t.ev.Outcome, t.ev.Status, t.ev.Err = o, p.Status, err
 	t.emit()
-	t.h.cfg.errorFormat.write(w, p, retryAfter, t.h.cfg.keySource.name, t.key)
+	t.h.writeProblem(w, p, retryAfter, t.key)
 }
 
 // answerDuplicate answers a request whose key already has a record.
@@ -282,7 +304,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 			"this idempotency key was already used with a different request (method, path, query or body)"), 0)
 	case rec.State != cache.StateCompleted || rec.Response == nil:
 		t.problem(w, OutcomeConflict, nil, newProblem(ProblemInFlight, http.StatusConflict,
-			"a request with this idempotency key is still being processed; retry later"), h.cfg.retryAfter)
+			"a request with this idempotency key is still being processed; retry later"), h.s.RetryAfter)
 	case rec.Response.Oversize:
 		p := newProblem(ProblemNotReplayable, http.StatusConflict, fmt.Sprintf(
 			"the request with this idempotency key completed, but its %d-byte response was too large to store; it was not executed again",
@@ -292,11 +314,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	default:
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
 		t.emit()
-		resp := rec.Response
-		if resp.Unknown && resp.Header == nil && len(resp.Body) == 0 {
-			resp = h.unknownAnswer(resp.Status, resp.Trace) // stored bare in a full store
-		}
-		h.replayEchoing(w, resp, t.key) // keyecho.go
+		h.replayEchoing(w, h.storedAnswer(rec.Response), t.key) // keyecho.go
 	}
 }
 

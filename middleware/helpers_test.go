@@ -15,8 +15,11 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/keysource"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/webhook"
 )
 
 // counter is a handler that counts its executions and answers as told.
@@ -163,4 +166,43 @@ func (f *flaky) Extend(ctx context.Context, key, tok string, lease time.Duration
 // waitFor polls cond until it holds or 5 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	testutil.Eventually(t, 5*time.Second, what, cond)
+}
+
+// errorFormatOpt, keySourceOpt and webhookOpt build what plugs into the core
+// from its configuration string, as package config does.
+func errorFormatOpt(spec string) middleware.Option {
+	f, err := errformat.Parse(spec)
+	if err != nil {
+		panic(err)
+	}
+	return func(s *middleware.Settings) { s.ErrorFormat = f }
+}
+
+func keySourceOpt(spec string) middleware.Option {
+	if spec == "" {
+		return func(*middleware.Settings) {} // the key header
+	}
+	ks, err := keysource.Parse(spec, "Idempotency-Key")
+	if err != nil {
+		panic(err)
+	}
+	return func(s *middleware.Settings) { s.KeySource = ks }
+}
+
+func webhookOpt(w webhook.Webhook) middleware.Option {
+	v, err := webhook.New(w)
+	if err != nil {
+		panic(err)
+	}
+	return func(s *middleware.Settings) { s.Verifier, s.KeySource = v, v.KeySource() }
+}
+
+type httptestResult struct {
+	status   int
+	replayed bool
+	body     string
+}
+
+func result(w *httptest.ResponseRecorder) *httptestResult {
+	return &httptestResult{w.Code, w.Header().Get("Idempotent-Replayed") == "true", w.Body.String()}
 }

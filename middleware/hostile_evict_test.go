@@ -31,7 +31,7 @@ func TestFullStoreRefusedEvenWhenFailOpen(t *testing.T) {
 	}
 	var evs events
 	c := &counter{}
-	h := newHandler(t, store, middleware.WithFailOpen(true), middleware.WithObserver(evs.observe)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
 	w := serve(h, req{key: "k1", header: http.Header{"Authorization": {"Bearer newcomer"}}})
 	if w.Code != http.StatusServiceUnavailable || c.calls.Load() != 0 {
 		t.Fatalf("a full store under fail_open: %d, %d calls upstream; want 503 and none", w.Code, c.calls.Load())
@@ -75,7 +75,7 @@ func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}}
-	h := newHandler(t, store, middleware.WithWait(5*time.Second), middleware.WithWaitPoll(5*time.Millisecond)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 5 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = 5 * time.Millisecond }).Wrap(c)
 	alice := http.Header{"Authorization": {"Bearer alice-secret"}}
 	bob := http.Header{"Authorization": {"Bearer bob-secret"}}
 

@@ -18,16 +18,16 @@ import (
 
 // markKeyEcho makes the key header of a stored answer's header the echo marker.
 func (h *Handler) markKeyEcho(hdr http.Header) {
-	if h.cfg.keySource.kind == "header" {
-		hdr[h.cfg.keySource.name] = []string{""}
+	if h.c.keyHeader != "" {
+		hdr[h.c.keyHeader] = []string{""}
 	}
 }
 
 // unechoKey replaces, in an upstream's answer about to be stored, a key header
 // that echoes the client's key (every value equal to it) with the echo marker.
 func (h *Handler) unechoKey(hdr http.Header, r *http.Request) {
-	vals, ok := hdr[h.cfg.keySource.name]
-	if !ok || h.cfg.keySource.kind != "header" {
+	vals, ok := hdr[h.c.keyHeader]
+	if !ok || h.c.keyHeader == "" {
 		return
 	}
 	key := h.echoKey(r)
@@ -43,7 +43,7 @@ func (h *Handler) unechoKey(hdr http.Header, r *http.Request) {
 // filling the echo marker in with it. A stored answer without the marker is
 // replayed as it is.
 func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key string) {
-	name := h.cfg.keySource.name
+	name := h.c.keyHeader
 	if vals := resp.Header[name]; len(vals) == 1 && vals[0] == "" {
 		c := *resp
 		c.Header = resp.Header.Clone()

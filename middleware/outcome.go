@@ -24,12 +24,6 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown: the request was sent, no complete answer came back")
 )
 
-// Unknown-outcome policies.
-const (
-	UnknownHold    = "hold"
-	UnknownRelease = "release"
-)
-
 // unknownProblem is the answer to a first execution whose outcome is unknown,
 // and to its retries while the key is held.
 func unknownProblem(status int, held bool) Problem {
@@ -93,12 +87,12 @@ func (h *Handler) Resolve(ctx context.Context, storeKey string, res *Resolution)
 		for name, vals := range res.Header {
 			hdr[http.CanonicalHeaderKey(name)] = vals
 		}
-		hdr = storableHeader(hdr, h.cfg.ignoredCanon)
+		hdr = storableHeader(hdr, h.c.ignored)
 		delete(hdr, "Content-Length") // the replay writes the body's own
-		if _, ok := hdr[h.cfg.keySource.name]; ok {
+		if _, ok := hdr[h.c.keyHeader]; ok {
 			h.markKeyEcho(hdr) // the retry's own key, never the key itself in the store
 		}
 		resp = &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}
 	}
-	return h.store.Resolve(ctx, storeKey, resp, h.cfg.ttl)
+	return h.store.Resolve(ctx, storeKey, resp, h.s.TTL)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -39,7 +40,7 @@ func handle(t *testing.T, h *middleware.Handler, next middleware.Next, key strin
 // runs again.
 func TestUnknownOutcomeHoldsTheKey(t *testing.T) {
 	var ev events
-	h := newHandler(t, newMem(t), middleware.WithObserver(ev.observe))
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = ev.observe })
 	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
 		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
 	}}
@@ -73,7 +74,7 @@ func TestNotSentAndReleasePolicyRelease(t *testing.T) {
 	}{
 		"not sent":       {middleware.MarkNotSent(errors.New("dial tcp: connection refused")), nil},
 		"unclassified":   {errors.New("boom"), nil},
-		"release policy": {middleware.MarkOutcomeUnknown(errors.New("reset")), []middleware.Option{middleware.WithUnknownOutcome(middleware.UnknownRelease)}},
+		"release policy": {middleware.MarkOutcomeUnknown(errors.New("reset")), []middleware.Option{func(s *middleware.Settings) { s.UnknownOutcome = middleware.UnknownRelease }}},
 	} {
 		h := newHandler(t, newMem(t), tc.opts...)
 		failing := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error { return tc.err }}
@@ -132,8 +133,8 @@ func (s fullForAnswers) Complete(ctx context.Context, key, token string, rec *ca
 // replay, never a second run (before, the record was not stored, and once the
 // lease lapsed a retry ran again).
 func TestUnknownOutcomeHeldInAFullStore(t *testing.T) {
-	h := newHandler(t, fullForAnswers{newMem(t)}, middleware.WithLockTTL(30*time.Millisecond),
-		middleware.WithErrorFormat(middleware.ErrorFormatStripe))
+	h := newHandler(t, fullForAnswers{newMem(t)}, func(s *middleware.Settings) { s.LockTTL = 30 * time.Millisecond },
+		errorFormatOpt(errformat.StripeSpec))
 	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
 		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
 	}}

@@ -1,7 +1,9 @@
 package middleware
 
 import (
+	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -108,25 +110,85 @@ func newProblem(typ string, status int, detail string) Problem {
 		Retryable: typ == ProblemInFlight || typ == ProblemStoreUnavailable || typ == ProblemOverloaded}
 }
 
+// ProblemJSON is RFC 9457 application/problem+json: the core's default
+// ErrorFormat.
+type ProblemJSON struct{}
+
+// Render implements ErrorFormat.
+func (ProblemJSON) Render(p Problem, _ time.Duration) (string, http.Header, []byte) {
+	b, err := json.Marshal(p)
+	if err != nil { // cannot happen: the struct holds only strings and ints
+		b = []byte(`{"type":"about:blank","status":500}`)
+	}
+	return "application/problem+json", nil, b
+}
+
+// Code is the problem type's short name with underscores: in_flight, mismatch.
+func (p Problem) Code() string {
+	return strings.ReplaceAll(strings.TrimPrefix(p.Type, ProblemTypeBase), "-", "_")
+}
+
+// ProblemHeader names, on every answer the core writes itself (and a stored
+// outcome-unknown answer), the problem type, whatever the body's format: clients
+// branch on it without parsing the body.
+const ProblemHeader = "Idempotency-Problem"
+
+// RetrySeconds is d in whole seconds, rounded up (0 for none): the Retry-After
+// value.
+func RetrySeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// writeProblem writes p in format f; key, when not empty, is echoed in
+// keyHeader.
+func writeProblem(w http.ResponseWriter, f ErrorFormat, p Problem, retryAfter time.Duration, keyHeader, key string) {
+	ct, extra, b := f.Render(p, retryAfter)
+	h := w.Header()
+	for k, v := range extra {
+		h[k] = v
+	}
+	h.Set("Content-Type", ct)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	h.Set(ProblemHeader, p.Type)
+	h.Del("Transfer-Encoding")
+	if key != "" && keyHeader != "" {
+		h.Set(keyHeader, key)
+	}
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(RetrySeconds(retryAfter)))
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}
+
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
 // Retry-After header in whole seconds (at least 1).
 func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
-	(&errorFormat{kind: ErrorFormatProblem}).write(w, p, retryAfter, "", "")
+	writeProblem(w, ProblemJSON{}, p, retryAfter, "", "")
 }
 
-// WriteProblem writes p in the handler's error_format, echoing the request's key
+// WriteProblem writes p in the handler's error format, echoing the request's key
 // (when it came in a valid key header) as Stripe does.
 func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
-	h.cfg.errorFormat.write(w, p, retryAfter, h.cfg.keySource.name, h.echoKey(r))
+	h.writeProblem(w, p, retryAfter, h.echoKey(r))
+}
+
+// writeProblem writes p in the handler's error format, echoing key.
+func (h *Handler) writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, key string) {
+	writeProblem(w, h.c.errorFormat, p, retryAfter, h.c.keyHeader, key)
 }
 
 // echoKey is the key to echo on an answer to r: the key header's, when valid;
-// none for a key taken from the body.
+// none for a key taken from elsewhere.
 func (h *Handler) echoKey(r *http.Request) string {
-	if h.cfg.keySource.kind != "header" {
+	if h.c.keyHeader == "" {
 		return ""
 	}
-	key, err := ParseKey(r.Header.Values(h.cfg.keySource.headerName(r.Header)))
+	key, err := ParseKey(r.Header.Values(h.c.keyHeader))
 	if err != nil {
 		return ""
 	}

@@ -64,7 +64,7 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name:      "configured methods",
-			opts:      []middleware.Option{middleware.WithMethods("PUT")},
+			opts:      []middleware.Option{func(s *middleware.Settings) { s.Methods = []string{"PUT"} }},
 			steps:     []step{{req: req{method: "PUT", key: "k"}, wantStatus: 201}, {req: req{method: "PUT", key: "k"}, wantStatus: 201, wantReplay: true}, {req: req{key: "k"}, wantStatus: 201}},
 			wantCalls: 2,
 		},
@@ -75,13 +75,13 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name:      "missing key when required",
-			opts:      []middleware.Option{middleware.WithRequireKey(true)},
+			opts:      []middleware.Option{func(s *middleware.Settings) { s.RequireKey = true }},
 			steps:     []step{{req: req{}, wantStatus: 400, wantType: middleware.ProblemMissingKey}, {req: req{method: "GET"}, wantStatus: 201}},
 			wantCalls: 1,
 		},
 		{
 			name: "invalid keys",
-			opts: []middleware.Option{middleware.WithRequireKey(true)},
+			opts: []middleware.Option{func(s *middleware.Settings) { s.RequireKey = true }},
 			steps: []step{
 				{req: req{header: http.Header{"Idempotency-Key": {""}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
 				{req: req{header: http.Header{"Idempotency-Key": {"a", "b"}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
@@ -153,20 +153,20 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name:      "configured statuses",
-			opts:      []middleware.Option{middleware.WithStoreStatuses(mustStatuses(t, "2xx"))},
+			opts:      []middleware.Option{func(s *middleware.Settings) { s.StoreStatuses = mustStatuses(t, "2xx") }},
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) },
 			steps:     []step{{req: req{key: "k"}, wantStatus: 404}, {req: req{key: "k"}, wantStatus: 404}},
 			wantCalls: 2,
 		},
 		{
 			name:      "request body too large",
-			opts:      []middleware.Option{middleware.WithMaxRequestBody(4)},
+			opts:      []middleware.Option{func(s *middleware.Settings) { s.MaxRequestBody = 4 }},
 			steps:     []step{{req: req{key: "k", body: "12345"}, wantStatus: 413, wantType: middleware.ProblemBodyTooLarge}, {req: req{key: "k2", body: "1234"}, wantStatus: 201}},
 			wantCalls: 1,
 		},
 		{
 			name: "response too large to store is remembered, not re-run",
-			opts: []middleware.Option{middleware.WithMaxStoredBody(8)},
+			opts: []middleware.Option{func(s *middleware.Settings) { s.MaxBody = 8 }},
 			answer: func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(200)
 				_, _ = w.Write([]byte("0123456789"))
@@ -197,7 +197,7 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name: "scope: configured headers",
-			opts: []middleware.Option{middleware.WithScopeHeaders("X-Tenant")},
+			opts: []middleware.Option{func(s *middleware.Settings) { s.ScopeHeaders = []string{"X-Tenant"} }},
 			steps: []step{
 				{req: req{key: "k", header: http.Header{"X-Tenant": {"a"}, "Authorization": {"x"}}}, wantStatus: 201},
 				{req: req{key: "k", header: http.Header{"X-Tenant": {"a"}, "Authorization": {"y"}}}, wantStatus: 201, wantReplay: true},
@@ -207,7 +207,9 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name: "scope: function",
-			opts: []middleware.Option{middleware.WithScopeFunc(func(r *http.Request) string { return r.Header.Get("X-Org") })},
+			opts: []middleware.Option{func(s *middleware.Settings) {
+				s.ScopeFunc = func(r *http.Request) string { return r.Header.Get("X-Org") }
+			}},
 			steps: []step{
 				{req: req{key: "k", target: "http://a.example/charge", header: http.Header{"X-Org": {"1"}}}, wantStatus: 201},
 				{req: req{key: "k", target: "http://b.example/charge", header: http.Header{"X-Org": {"1"}}}, wantStatus: 201, wantReplay: true},
@@ -216,7 +218,7 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name: "fingerprint headers",
-			opts: []middleware.Option{middleware.WithFingerprintHeaders("X-Amount-Currency")},
+			opts: []middleware.Option{func(s *middleware.Settings) { s.FingerprintHeaders = []string{"X-Amount-Currency"} }},
 			steps: []step{
 				{req: req{key: "k", header: http.Header{"X-Amount-Currency": {"EUR"}}}, wantStatus: 201},
 				{req: req{key: "k", header: http.Header{"X-Amount-Currency": {"USD"}}}, wantStatus: 422, wantType: middleware.ProblemMismatch},
@@ -225,7 +227,9 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name: "fingerprint function",
-			opts: []middleware.Option{middleware.WithFingerprintFunc(func(r *http.Request, body []byte) string { return r.URL.Path })},
+			opts: []middleware.Option{func(s *middleware.Settings) {
+				s.FingerprintFunc = func(r *http.Request, body []byte) string { return r.URL.Path }
+			}},
 			steps: []step{
 				{req: req{key: "k", body: "a"}, wantStatus: 201},
 				{req: req{key: "k", body: "b"}, wantStatus: 201, wantReplay: true},
@@ -234,7 +238,7 @@ func TestProtocol(t *testing.T) {
 		},
 		{
 			name: "key header name",
-			opts: []middleware.Option{middleware.WithKeyHeader("X-Request-Id")},
+			opts: []middleware.Option{func(s *middleware.Settings) { s.KeyHeader = "X-Request-Id" }},
 			steps: []step{
 				{req: req{header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201},
 				{req: req{header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201, wantReplay: true},
@@ -247,7 +251,7 @@ func TestProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &counter{fn: tc.answer}
 			var evs events
-			h := newHandler(t, newMem(t), append(tc.opts, middleware.WithObserver(evs.observe))...).Wrap(c)
+			h := newHandler(t, newMem(t), append(tc.opts, func(s *middleware.Settings) { s.Observer = evs.observe })...).Wrap(c)
 			for i, s := range tc.steps {
 				w := serve(h, s.req)
 				if w.Code != s.wantStatus {
@@ -328,17 +332,17 @@ func TestParseStatuses(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	store := newMem(t)
 	for name, opt := range map[string]middleware.Option{
-		"no methods":      middleware.WithMethods(),
-		"lower method":    middleware.WithMethods("post"),
-		"bad key header":  middleware.WithKeyHeader("Bad Header"),
-		"empty header":    middleware.WithKeyHeader(""),
-		"bad scope":       middleware.WithScopeHeaders("a:b"),
-		"zero ttl":        middleware.WithTTL(0),
-		"tiny lock ttl":   middleware.WithLockTTL(1),
-		"negative body":   middleware.WithMaxRequestBody(-1),
-		"negative stored": middleware.WithMaxStoredBody(-1),
-		"no statuses":     middleware.WithStoreStatuses(middleware.StatusSet{}),
-		"store timeout":   middleware.WithStoreTimeout(0),
+		"no methods":      func(s *middleware.Settings) { s.Methods = []string{} },
+		"lower method":    func(s *middleware.Settings) { s.Methods = []string{"post"} },
+		"bad key header":  func(s *middleware.Settings) { s.KeyHeader = "Bad Header" },
+		"empty header":    func(s *middleware.Settings) { s.KeyHeader = "" },
+		"bad scope":       func(s *middleware.Settings) { s.ScopeHeaders = []string{"a:b"} },
+		"zero ttl":        func(s *middleware.Settings) { s.TTL = 0 },
+		"tiny lock ttl":   func(s *middleware.Settings) { s.LockTTL = 1 },
+		"negative body":   func(s *middleware.Settings) { s.MaxRequestBody = -1 },
+		"negative stored": func(s *middleware.Settings) { s.MaxBody = -1 },
+		"no statuses":     func(s *middleware.Settings) { s.StoreStatuses = middleware.StatusSet{} },
+		"store timeout":   func(s *middleware.Settings) { s.StoreTimeout = 0 },
 	} {
 		if _, err := middleware.New(store, opt); err == nil {
 			t.Errorf("%s: New accepted it", name)

@@ -15,9 +15,10 @@ import (
 // whole response is stored for the client's retry.
 type recorder struct {
 	w         http.ResponseWriter
-	cfg       *config
-	status    int         // final status; 0 until written
-	header    http.Header // end-to-end headers as sent, captured at WriteHeader
+	ignored   map[string]bool // ignore_headers, canonical
+	maxBody   int64           // max_body
+	status    int             // final status; 0 until written
+	header    http.Header     // end-to-end headers as sent, captured at WriteHeader
 	body      []byte
 	size      int64
 	oversize  bool
@@ -42,10 +43,10 @@ func (rw *recorder) WriteHeader(code int) {
 		return
 	}
 	rw.status = code
-	rw.header = storableHeader(rw.w.Header(), rw.cfg.ignoredCanon)
+	rw.header = storableHeader(rw.w.Header(), rw.ignored)
 	if cl := rw.w.Header().Get("Content-Length"); cl != "" {
 		if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
-			if n > rw.cfg.maxStoredBody {
+			if n > rw.maxBody {
 				rw.oversize = true
 			} else {
 				rw.body = make([]byte, 0, n)
@@ -61,7 +62,7 @@ func (rw *recorder) Write(p []byte) (int, error) {
 	}
 	rw.size += int64(len(p))
 	if !rw.oversize {
-		if rw.size > rw.cfg.maxStoredBody {
+		if rw.size > rw.maxBody {
 			rw.oversize = true
 			rw.body = nil
 		} else {
@@ -119,7 +120,7 @@ func (rw *recorder) trailers() http.Header {
 	var out http.Header
 	add := func(name string, vals []string) {
 		name = http.CanonicalHeaderKey(name)
-		if name == "" || hopByHop[name] || rw.cfg.ignoredCanon[name] || len(vals) == 0 {
+		if name == "" || hopByHop[name] || rw.ignored[name] || len(vals) == 0 {
 			return
 		}
 		if out == nil {

@@ -6,8 +6,12 @@ import (
 	"strings"
 )
 
-// StatusSet is a set of HTTP status codes (100–599).
-type StatusSet struct{ bits [10]uint64 }
+// StatusSet is a set of HTTP status codes (100–599). It keeps the specs it was
+// parsed from, as its text form.
+type StatusSet struct {
+	bits [10]uint64
+	spec string // the specs, joined with commas
+}
 
 // DefaultStoreStatusSpec is the default of store_statuses as written in
 // configuration: every final status below 500 except 408, 425 and 429, the
@@ -29,7 +33,20 @@ func (s StatusSet) Has(code int) bool {
 }
 
 // Empty reports whether the set has no code.
-func (s StatusSet) Empty() bool { return s == StatusSet{} }
+func (s StatusSet) Empty() bool { return s.bits == [10]uint64{} }
+
+// Set parses specs separated by commas or spaces (conf.Value).
+func (s *StatusSet) Set(text string) error {
+	v, err := ParseStatuses(text)
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// String is the specs the set was parsed from, joined with commas.
+func (s StatusSet) String() string { return s.spec }
 
 func (s *StatusSet) set(code int, on bool) {
 	if on {
@@ -65,6 +82,11 @@ func ParseStatuses(specs ...string) (StatusSet, error) {
 	if len(spans) == 0 {
 		return StatusSet{}, fmt.Errorf("no statuses given")
 	}
+	var specText []string
+	for _, raw := range specs {
+		specText = append(specText, strings.Fields(strings.ReplaceAll(raw, ",", " "))...)
+	}
+
 	if !included {
 		s = DefaultStoreStatuses()
 	}
@@ -77,6 +99,7 @@ func ParseStatuses(specs ...string) (StatusSet, error) {
 			}
 		}
 	}
+	s.spec = strings.Join(specText, ",")
 	return s, nil
 }
 

@@ -109,7 +109,7 @@ func TestUpgradeWithAKeyIsRefused(t *testing.T) {
 			{"Connection": {"keep-alive, upgrade"}},
 		} {
 			cnt := &counter{}
-			h := newHandler(t, newMem(t), middleware.WithErrorFormat(c.format), middleware.WithKeySource(c.source))
+			h := newHandler(t, newMem(t), errorFormatOpt(c.format), keySourceOpt(c.source))
 			w := serve(h.Wrap(cnt), req{key: c.key, body: c.body, header: up})
 			if w.Code != 400 || w.Header().Get(middleware.ProblemHeader) != middleware.ProblemUpgradeRefused ||
 				!strings.Contains(w.Body.String(), c.want) || cnt.calls.Load() != 0 {

@@ -11,7 +11,7 @@ import (
 // key to finish. It returns the record as last read (loaded=true), or loaded=false
 // when this request claimed the key itself (the first one was released).
 func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string) (*cache.Record, bool, error) {
-	deadline := time.NewTimer(h.cfg.wait)
+	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
 	for {
@@ -22,13 +22,13 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string) (*
 		}
 		// Read after subscribing: a change in between still wakes us.
 		sctx, scancel := h.storeCtx(r.Context())
-		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.cfg.lockTTL, Owner: owner})
+		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.s.LockTTL, Owner: owner})
 		scancel()
 		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != fp {
 			cancel()
 			return rec, loaded, err
 		}
-		poll := time.NewTimer(h.cfg.waitPoll)
+		poll := time.NewTimer(h.s.WaitPoll)
 		select {
 		case <-changed:
 		case <-poll.C:

@@ -91,7 +91,7 @@ func TestWaitThenReplayWithoutPolling(t *testing.T) {
 	store := &subscriptions{Store: newMem(t)}
 	c, gate, started := gated(created("paid"), created("paid"))
 	// Polling once an hour: only a notification can deliver the replay in time.
-	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 30 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = time.Hour }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	answers := duplicates(t, h, store, 50, func() { close(gate) })
@@ -110,7 +110,7 @@ func TestWaitTimesOutWith409(t *testing.T) {
 	store := &subscriptions{Store: newMem(t)}
 	gate, started := make(chan struct{}), make(chan struct{})
 	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate; w.WriteHeader(200) }}
-	h := newHandler(t, store, middleware.WithWait(30*time.Millisecond)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 30 * time.Millisecond }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	w := serve(h, req{key: "w"})
@@ -126,7 +126,7 @@ func TestWaitTimesOutWith409(t *testing.T) {
 func TestWaitReleaseOneWaiterRuns(t *testing.T) {
 	store := &subscriptions{Store: newMem(t)}
 	c, gate, started := gated(func(w http.ResponseWriter) { w.WriteHeader(503) }, created("second try"))
-	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 30 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = time.Hour }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	answers := duplicates(t, h, store, 20, func() { close(gate) })
@@ -151,7 +151,7 @@ func TestWaitReleaseOneWaiterRuns(t *testing.T) {
 func TestWaitSurvivesLostNotifications(t *testing.T) {
 	store := &subscriptions{Store: newMem(t), drop: true}
 	c, gate, started := gated(created(""), created(""))
-	h := newHandler(t, store, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(10*time.Millisecond)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 30 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = 10 * time.Millisecond }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	answers := duplicates(t, h, store, 10, func() { close(gate) })
@@ -169,7 +169,7 @@ func TestWaitSurvivesLostNotifications(t *testing.T) {
 func TestWaitDoesNotDelayMismatch(t *testing.T) {
 	gate, started := make(chan struct{}), make(chan struct{})
 	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate }}
-	h := newHandler(t, newMem(t), middleware.WithWait(time.Hour)).Wrap(c)
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Wait = time.Hour }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	if w := serve(h, req{key: "w", body: "different"}); w.Code != 422 {
@@ -184,7 +184,7 @@ func TestInFlightOnly(t *testing.T) {
 	c, gate, started := gated(ok, ok)
 	var evs events
 	store := newMem(t)
-	h := newHandler(t, store, middleware.WithInFlightOnly(true), middleware.WithObserver(evs.observe)).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.InFlightOnly = true }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
 	if w := serve(h, req{key: "w"}); w.Code != 409 {
@@ -198,10 +198,10 @@ func TestInFlightOnly(t *testing.T) {
 	if w := serve(h, req{key: "w"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" || c.calls.Load() != 2 {
 		t.Fatalf("later retry: %d replayed=%q calls=%d; want a second run", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
 	}
-	if _, err := middleware.New(store, middleware.WithInFlightOnly(true), middleware.WithWait(time.Second)); err == nil {
+	if _, err := middleware.New(store, func(s *middleware.Settings) { s.InFlightOnly = true }, func(s *middleware.Settings) { s.Wait = time.Second }); err == nil {
 		t.Fatal("wait with in-flight-only accepted")
 	}
-	if _, err := middleware.New(store, middleware.WithWait(-time.Second)); err == nil {
+	if _, err := middleware.New(store, func(s *middleware.Settings) { s.Wait = -time.Second }); err == nil {
 		t.Fatal("negative wait accepted")
 	}
 }

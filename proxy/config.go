@@ -1,58 +1,51 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
-	"go.yaml.in/yaml/v3"
 )
 
 // Config is the proxy's whole configuration: flags, IDEMPROXY_* variables and the
-// optional file (YAML or JSON) all land here. Every field with a help tag is a flag
-// (its json name with dashes: lock_ttl → --lock-ttl), a variable (IDEMPROXY_LOCK_TTL)
-// and a file key (lock_ttl). The core's settings are middleware.Config, embedded.
+// optional file (YAML or JSON) all land here. Every setting (a field with a help
+// tag, internal/conf) is a flag (its json name with dashes: lock_ttl →
+// --lock-ttl), a variable (IDEMPROXY_LOCK_TTL) and a file key (lock_ttl): the
+// proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
+// core's (config.Config, which is also each route's).
 type Config struct {
-	Listen                string              `json:"listen" yaml:"listen" help:"address to serve clients on"`
-	Upstream              string              `json:"upstream" yaml:"upstream" help:"URL of the API to protect (required)"`
-	Store                 string              `json:"store" yaml:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, or a postgres:// (postgresql://) URL"`
-	Admin                 string              `json:"admin" yaml:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	AdminToken            string              `json:"admin_token" yaml:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
-	AdminHosts            []string            `json:"admin_hosts" yaml:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
-	Metrics               string              `json:"metrics" yaml:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
-	RedisPrefix           string              `json:"redis_prefix" yaml:"redis_prefix" help:"prefix of every Redis key"`
-	RedisAllowEviction    bool                `json:"redis_allow_eviction" yaml:"redis_allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
-	RedisWaitReplicas     int64               `json:"redis_wait_replicas" yaml:"redis_wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
-	RedisWaitTimeout      middleware.Duration `json:"redis_wait_timeout" yaml:"redis_wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
-	PostgresTable         string              `json:"postgres_table" yaml:"postgres_table" help:"PostgreSQL store: the table (schema.name allowed)"`
-	PostgresCreateSchema  bool                `json:"postgres_create_schema" yaml:"postgres_create_schema" help:"PostgreSQL store: create the table and its index at start-up when missing; false: they must exist (idemproxy migrate prints the DDL)"`
-	PostgresSweepInterval middleware.Duration `json:"postgres_sweep_interval" yaml:"postgres_sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
-	MemoryMaxRecords      int64               `json:"memory_max_records" yaml:"memory_max_records" help:"memory store: most records kept (shared between clients; see README)"`
-	MemoryMaxBytes        middleware.Size     `json:"memory_max_bytes" yaml:"memory_max_bytes" help:"memory store: most bytes kept (approximate)"`
-	UpstreamTimeout       middleware.Duration `json:"upstream_timeout" yaml:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout       middleware.Duration `json:"shutdown_timeout" yaml:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
-	ReadHeaderTimeout     middleware.Duration `json:"read_header_timeout" yaml:"read_header_timeout" help:"time a client has to send its request headers"`
-	IdleTimeout           middleware.Duration `json:"idle_timeout" yaml:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat             string              `json:"log_format" yaml:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel              string              `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`
+	Listen            string        `json:"listen" help:"address to serve clients on"`
+	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
+	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, or a postgres:// (postgresql://) URL"`
+	Admin             string        `json:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	AdminToken        string        `json:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
+	AdminHosts        []string      `json:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
+	Metrics           string        `json:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
+	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
+	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ReadHeaderTimeout time.Duration `json:"read_header_timeout" help:"time a client has to send its request headers"`
+	IdleTimeout       time.Duration `json:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat         string        `json:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
+	LogLevel          string        `json:"log_level" help:"debug, info, warn or error"`
+
+	// Stores are every store's settings; Store's URL picks which apply.
+	Stores stores.Settings `conf:"prefix="`
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
-	middleware.Config `yaml:",inline"`
+	config.Config
 
 	// Routes, matched by longest path prefix on whole segments.
-	Routes []Route `json:"routes,omitempty" yaml:"routes,omitempty"`
+	Routes []Route
 
 	// sources names where each set field came from, for error messages.
 	sources map[string]string
@@ -60,66 +53,41 @@ type Config struct {
 	tracing bool
 }
 
-// Route is the protection of one path prefix. A field set in a route wins over the
-// top level, zero included; an unset one takes the top level's value.
+// Route is the protection of one path prefix. A setting set in a route wins over
+// the top level, zero included; an unset one takes the top level's value.
 type Route struct {
-	Path    string `json:"path" yaml:"path"`
-	Enabled *bool  `json:"enabled,omitempty" yaml:"enabled,omitempty"`
-
-	middleware.Config `yaml:",inline"`
+	Path    string
+	Enabled bool
+	config.Config
 }
 
 // Defaults.
 const (
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultStore           = "memory"
-	DefaultShutdownTimeout = middleware.Duration(30e9)
+	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// fields are the proxy's settings, its own and the core's.
-var fields = conf.Fields(reflect.TypeFor[Config]())
+// fields are the proxy's settings, its own, the stores' and the core's;
+// routeFields a route's.
+var (
+	fields      = conf.Fields(reflect.TypeFor[Config]())
+	routeFields = conf.Fields(reflect.TypeFor[config.Config]())
+)
 
 // DefaultConfig is the configuration before flags, variables and file.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                DefaultListen,
-		Store:                 DefaultStore,
-		RedisPrefix:           stores.DefaultRedisPrefix,
-		RedisWaitTimeout:      middleware.Duration(stores.DefaultRedisWaitTimeout),
-		PostgresTable:         stores.DefaultPostgresTable,
-		PostgresCreateSchema:  true,
-		PostgresSweepInterval: middleware.Duration(stores.DefaultPostgresSweepInterval),
-		MemoryMaxRecords:      stores.DefaultMemoryMaxRecords,
-		MemoryMaxBytes:        middleware.Size(stores.DefaultMemoryMaxBytes),
-		ShutdownTimeout:       DefaultShutdownTimeout,
-		ReadHeaderTimeout:     middleware.Duration(10 * time.Second),
-		IdleTimeout:           middleware.Duration(2 * time.Minute),
-		LogFormat:             "auto",
-		LogLevel:              "info",
-		Config:                middleware.DefaultConfig(),
+		Listen:            DefaultListen,
+		Store:             DefaultStore,
+		ShutdownTimeout:   DefaultShutdownTimeout,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		LogFormat:         "auto",
+		LogLevel:          "info",
+		Stores:            stores.DefaultSettings(),
+		Config:            config.Default(),
 	}
-}
-
-// LoadFile merges the file at path (YAML, or JSON) into c. Unknown fields are errors.
-func (c *Config) LoadFile(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("config file: %w", err)
-	}
-	var file Config // what the file sets, to name it in errors
-	for _, into := range []*Config{c, &file} {
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(into); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("config file %s: %s", path, yamlMessage(err))
-		}
-	}
-	for _, f := range fields {
-		if f.IsSet(&file) {
-			c.note(f.Name, f.Name+" in "+path)
-		}
-	}
-	return nil
 }
 
 func (c *Config) note(field, source string) {
@@ -141,16 +109,6 @@ func (c *Config) source(field string) string {
 // hostName is a DNS name as admin_hosts takes it: labels of letters, digits,
 // hyphens and underscores, an optional trailing dot.
 var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
-
-var fieldNotFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
-
-// yamlMessage makes a YAML decoding error one line.
-func yamlMessage(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
-	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
-	return fieldNotFound.ReplaceAllString(msg, "unknown field $1")
-}
 
 // Validate checks the whole configuration, naming the flag, variable or file key
 // at fault.
@@ -180,23 +138,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s %q: want host:port", c.source("metrics"), c.Metrics)
 		}
 	}
-	if c.RedisWaitReplicas < 0 {
-		return fmt.Errorf("%s: must not be negative, got %d", c.source("redis_wait_replicas"), c.RedisWaitReplicas)
+	if err := c.Stores.Validate(c.Store); err != nil {
+		return c.storeError(err)
 	}
-	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout < middleware.Duration(time.Millisecond) {
-		return fmt.Errorf("%s: must be at least 1ms when waiting for replicas, got %v", c.source("redis_wait_timeout"), c.RedisWaitTimeout)
-	}
-	if kind, _ := stores.KindOf(c.Store); kind != "redis" && c.RedisWaitReplicas > 0 {
-		return fmt.Errorf("%s: applies to a Redis store; --store is %s", c.source("redis_wait_replicas"), kind)
-	}
-	if err := stores.Check(c.storeSpec()); err != nil {
-		return fmt.Errorf("%s: %w", c.source("store"), err)
-	}
-	if c.MemoryMaxRecords < 1 {
-		return fmt.Errorf("%s: must be at least 1", c.source("memory_max_records"))
-	}
-	if c.MemoryMaxBytes < 1 {
-		return fmt.Errorf("%s: must be at least 1B", c.source("memory_max_bytes"))
+	if kind, _ := stores.KindOf(c.Store); kind != "" {
+		for _, f := range fields {
+			if store, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(store) && store != kind && c.sources[f.Name] != "" {
+				return fmt.Errorf("%s: applies to a %s store; --store is %s", c.source(f.Name), store, kind)
+			}
+		}
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		return fmt.Errorf("%s: must be positive", c.source("read_header_timeout"))
@@ -238,7 +188,7 @@ func (c *Config) Validate() error {
 
 // named puts the flag, variable or file key in front of a core configuration error.
 func (c *Config) named(err error, route string) error {
-	var ce *middleware.ConfigError
+	var ce *middleware.SettingsError
 	if !errors.As(err, &ce) {
 		return err
 	}
@@ -249,11 +199,23 @@ func (c *Config) named(err error, route string) error {
 }
 
 // route returns the core settings of route r: the top level with r's set fields.
-func (c *Config) route(r Route) middleware.Config { return c.Config.Merged(r.Config) }
+func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config) }
 
-func (c *Config) storeSpec() stores.Spec {
-	return stores.Spec{URL: c.Store, RedisPrefix: c.RedisPrefix, RedisAllowEviction: c.RedisAllowEviction,
-		RedisWaitReplicas: c.RedisWaitReplicas, RedisWaitTimeout: time.Duration(c.RedisWaitTimeout),
-		MemoryMaxRecords: c.MemoryMaxRecords, MemoryMaxBytes: int64(c.MemoryMaxBytes),
-		PostgresTable: c.PostgresTable, PostgresCreateSchema: c.PostgresCreateSchema, PostgresSweepInterval: time.Duration(c.PostgresSweepInterval)}
+// isStoreKind reports whether a setting's first word names a store.
+func isStoreKind(s string) bool {
+	for _, k := range stores.Kinds {
+		if k.Name == s {
+			return true
+		}
+	}
+	return false
+}
+
+// storeError names the flag, variable or file key of a store setting at fault.
+func (c *Config) storeError(err error) error {
+	var fe *stores.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", c.source(fe.Store+"_"+fe.Field), fe.Err)
+	}
+	return fmt.Errorf("%s: %w", c.source("store"), err)
 }

@@ -23,17 +23,17 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TTL.Std() != 2*time.Hour {
+	if cfg.TTL != 2*time.Hour {
 		t.Errorf("ttl = %v: the flag must win", cfg.TTL)
 	}
-	if cfg.LockTTL.Std() != 20*time.Second {
+	if cfg.LockTTL != 20*time.Second {
 		t.Errorf("lock_ttl = %v: the variable must beat the file", cfg.LockTTL)
 	}
 	if cfg.Listen != "127.0.0.1:7000" || cfg.Upstream != "http://file:1" {
 		t.Errorf("file values lost: %+v", cfg)
 	}
-	if cfg.Store != "memory" || *cfg.RequireKey {
-		t.Errorf("defaults lost: store %q require_key %v", cfg.Store, *cfg.RequireKey)
+	if cfg.Store != "memory" || cfg.RequireKey {
+		t.Errorf("defaults lost: store %q require_key %v", cfg.Store, cfg.RequireKey)
 	}
 	// IDEMPROXY_CONFIG names the file too.
 	cfg, err = proxy.ParseArgs(nil, env(map[string]string{"IDEMPROXY_CONFIG": file}), &bytes.Buffer{})
@@ -42,8 +42,8 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	}
 	// Boolean flags and variables.
 	cfg, err = proxy.ParseArgs([]string{"--upstream", "http://x", "--require-key", "--fail-open=false"}, env(map[string]string{"IDEMPROXY_FAIL_OPEN": "true"}), &bytes.Buffer{})
-	if err != nil || !*cfg.RequireKey || *cfg.FailOpen {
-		t.Fatalf("booleans: %v require=%v failopen=%v", err, *cfg.RequireKey, *cfg.FailOpen)
+	if err != nil || !cfg.RequireKey || cfg.FailOpen {
+		t.Fatalf("booleans: %v require=%v failopen=%v", err, cfg.RequireKey, cfg.FailOpen)
 	}
 }
 
@@ -56,8 +56,8 @@ func TestConfigRoutesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Routes) != 2 || *cfg.Routes[0].KeyHeader != "X-GitHub-Delivery" || cfg.Routes[0].ScopeHeaders == nil ||
-		len(cfg.Routes[0].ScopeHeaders) != 0 || *cfg.Routes[1].Enabled {
+	if len(cfg.Routes) != 2 || cfg.Routes[0].KeyHeader != "X-GitHub-Delivery" || cfg.Routes[0].ScopeHeaders == nil ||
+		len(cfg.Routes[0].ScopeHeaders) != 0 || cfg.Routes[1].Enabled {
 		t.Fatalf("routes = %+v", cfg.Routes)
 	}
 }
@@ -95,7 +95,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--require-key=maybe"}, nil, "require-key"},
 		{[]string{"--nope"}, nil, "not defined"},
 		{[]string{"--upstream", "http://x", "extra"}, nil, "unexpected argument"},
-		{[]string{"--config", write("unknown.yaml", "upstream: http://x\nbogus: 1\n")}, nil, "unknown field bogus"},
+		{[]string{"--config", write("unknown.yaml", "upstream: http://x\nbogus: 1\n")}, nil, `line 2: unknown setting "bogus"`},
 		{[]string{"--config", write("badttl.yaml", "upstream: http://x\nttl: forever\n")}, nil, "not a duration"},
 		{[]string{"--config", write("route.yaml", "upstream: http://x\nroutes:\n  - path: nope\n")}, nil, "must start with /"},
 		{[]string{"--config", write("dup.yaml", "upstream: http://x\nroutes:\n  - path: /a\n  - path: /a\n")}, nil, "twice"},
@@ -145,21 +145,21 @@ func TestSizesMeanTheSameEverywhere(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, text, err)
 			}
-			if got := int64(*cfg.MaxBody); got != want {
+			if got := cfg.MaxBody; got != want {
 				t.Errorf("%s %s = %d bytes, want %d", name, text, got, want)
 			}
 		}
 	}
 }
 
-// A setting added to middleware.Config is a flag and a variable with no other edit.
+// A setting added to the core's Settings is a flag and a variable with no other edit.
 func TestNewSettingReachesEverySurface(t *testing.T) {
 	cfg, err := proxy.ParseArgs([]string{"--upstream", "http://x", "--retry-after", "7s"}, env(nil), &bytes.Buffer{})
-	if err != nil || cfg.RetryAfter.Std() != 7*time.Second {
+	if err != nil || cfg.RetryAfter != 7*time.Second {
 		t.Fatalf("--retry-after: %v %v", err, cfg)
 	}
 	cfg, err = proxy.ParseArgs([]string{"--upstream", "http://x"}, env(map[string]string{"IDEMPROXY_RETRY_AFTER": "3s"}), &bytes.Buffer{})
-	if err != nil || cfg.RetryAfter.Std() != 3*time.Second {
+	if err != nil || cfg.RetryAfter != 3*time.Second {
 		t.Fatalf("IDEMPROXY_RETRY_AFTER: %v %v", err, cfg)
 	}
 }
@@ -173,10 +173,10 @@ func TestRouteZeroWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	now, inherit := cfg.Config.Merged(cfg.Routes[0].Config), cfg.Config.Merged(cfg.Routes[1].Config)
-	if *now.Wait != 0 || *now.HandlerTimeout != 0 {
-		t.Errorf("route zeros lost: wait %v handler_timeout %v", *now.Wait, *now.HandlerTimeout)
+	if now.Wait != 0 || now.HandlerTimeout != 0 {
+		t.Errorf("route zeros lost: wait %v handler_timeout %v", now.Wait, now.HandlerTimeout)
 	}
-	if inherit.Wait.Std() != 5*time.Second || inherit.HandlerTimeout.Std() != time.Minute {
-		t.Errorf("unset route fields must take the top level: wait %v handler_timeout %v", *inherit.Wait, *inherit.HandlerTimeout)
+	if inherit.Wait != 5*time.Second || inherit.HandlerTimeout != time.Minute {
+		t.Errorf("unset route fields must take the top level: wait %v handler_timeout %v", inherit.Wait, inherit.HandlerTimeout)
 	}
 }

@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	case serveErr = <-errc:
 		log.Error("server failed", "error", serveErr)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	for _, srv := range servers {
 		if err := srv.Shutdown(sctx); err != nil {
@@ -180,8 +180,8 @@ func loopback(addr net.Addr) bool {
 func newServer(h http.Handler, cfg *Config, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout.Std(),
-		IdleTimeout:       cfg.IdleTimeout.Std(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

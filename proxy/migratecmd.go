@@ -7,9 +7,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/stores"
-	"github.com/jackc/pgx/v5"
 )
 
 // migrateMain runs `idemproxy migrate`: it prints the PostgreSQL store's DDL, or
@@ -18,7 +19,7 @@ import (
 func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	table := fs.String("postgres-table", or(getenv("IDEMPROXY_POSTGRES_TABLE"), stores.DefaultPostgresTable), "")
+	table := fs.String("postgres-table", or(getenv("IDEMPROXY_POSTGRES_TABLE"), pgstore.DefaultTable), "")
 	store := fs.String("store", getenv("IDEMPROXY_STORE"), "")
 	apply := fs.Bool("apply", false, "")
 	usage := func() {

@@ -14,12 +14,14 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/tracing"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // Problem types the proxy answers itself.
@@ -60,12 +62,9 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, log: log, metrics: newMetrics()}
-	spec := cfg.storeSpec()
-	spec.Warn = log.Warn
-	spec.Trace = cfg.tracing
-	opened, err := stores.Open(ctx, spec)
+	opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: log.Warn, Trace: cfg.tracing})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.source("store"), err)
+		return nil, cfg.storeError(err)
 	}
 	p.opened, p.store = opened, opened.Store
 	p.metrics.memory(opened.Memory)
@@ -106,7 +105,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		return nil, cfg.named(err, "")
 	}
 	for i, rc := range cfg.Routes {
-		rt, err := p.buildRoute(rc.Path, rc.Enabled == nil || *rc.Enabled, cfg.route(rc))
+		rt, err := p.buildRoute(rc.Path, rc.Enabled, cfg.route(rc))
 		if err != nil {
 			p.Close()
 			return nil, cfg.named(err, fmt.Sprintf("routes[%d] (%s)", i, rc.Path))
@@ -123,32 +122,32 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-func (p *Proxy) buildRoute(path string, enabled bool, mc middleware.Config) (*route, error) {
+func (p *Proxy) buildRoute(path string, enabled bool, cc config.Config) (*route, error) {
 	match := ""
 	if path != "" {
 		var err error
 		if _, match, err = middleware.CanonicalPath(path); err != nil {
 			return nil, err // Validate names the route
 		}
-		if mc.Webhook != nil && *mc.Webhook != "" && (mc.KeyNamespace == nil || *mc.KeyNamespace == "") {
-			// A webhook route's keys are its own: two routes with the same
-			// preset (two accounts of one provider) never share a record.
-			mc.KeyNamespace = &match
-		}
 	}
-	opts, err := mc.Options()
+	s, err := cc.Compile()
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, middleware.WithLogger(p.log), middleware.WithObserver(p.observe))
+	if s.Verifier != nil && !cc.IsSet("key_namespace") && match != "" {
+		// A webhook route's keys are its own: two routes with the same
+		// preset (two accounts of one provider) never share a record.
+		s.KeyNamespace = match
+	}
+	s.Logger, s.Observer = p.log, p.observe
 	if p.cfg.tracing {
-		opts = append(opts, middleware.WithTraceContext(tracing.TraceContext))
+		s.TraceContext = tracing.TraceContext
 	}
-	h, err := middleware.New(p.store, opts...)
+	h, err := middleware.New(p.store, middleware.From(s))
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, match: match, enabled: enabled, h: h, methods: mc.Methods}, nil
+	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see middleware.Handler.Wait).
@@ -248,7 +247,7 @@ func (p *Proxy) observe(ev middleware.Event) {
 // upstreamTransport is the transport to the upstream; with tracing, each call is
 // a client span and carries its traceparent upstream.
 func upstreamTransport(cfg *Config) http.RoundTripper {
-	t := forward.NewTransport(cfg.UpstreamTimeout.Std())
+	t := forward.NewTransport(cfg.UpstreamTimeout)
 	if !cfg.tracing {
 		return t
 	}

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/webhook"
 )
 
 // signMain runs `idemproxy sign`: it prints the headers a provider would send
@@ -66,7 +66,7 @@ that verifies signatures by hand, e.g.
 			return 2
 		}
 	}
-	secrets, err := middleware.LoadSecrets([]string{*secret})
+	secrets, err := webhook.LoadSecrets([]string{*secret})
 	if err != nil {
 		fmt.Fprintln(stderr, "idemproxy sign: --secret:", err)
 		return 2
@@ -75,7 +75,7 @@ that verifies signatures by hand, e.g.
 	if *at != 0 {
 		when = time.Unix(*at, 0)
 	}
-	w := middleware.Webhook{Preset: *preset, Secrets: secrets, Header: *header, Encoding: *encoding, Prefix: *prefix}
+	w := webhook.Webhook{Preset: *preset, Secrets: secrets, Header: *header, Encoding: *encoding, Prefix: *prefix}
 	h, err := w.Sign(*id, when, body)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemproxy sign:", err)

@@ -6,8 +6,8 @@
 // inside Caddy the spans are those of Caddy's own tracing directive.
 //
 //	idem, _ := middleware.New(store,
-//		middleware.WithTraceContext(tracing.TraceContext),
-//		middleware.WithObserver(tracing.Observe))
+//		func(s *middleware.Settings) { s.TraceContext = tracing.TraceContext },
+//		func(s *middleware.Settings) { s.Observer = tracing.Observe })
 package tracing
 
 import (

@@ -35,7 +35,7 @@ func TestSpansAndLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	idem, err := middleware.New(store, middleware.WithTraceContext(tracing.TraceContext), middleware.WithObserver(tracing.Observe))
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.TraceContext = tracing.TraceContext }, func(s *middleware.Settings) { s.Observer = tracing.Observe })
 	if err != nil {
 		t.Fatal(err)
 	}

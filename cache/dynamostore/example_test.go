@@ -24,7 +24,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	idem, err := middleware.New(store, middleware.WithRequireKey(true))
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.RequireKey = true })
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func TestLargeResponseReplays(t *testing.T) {
 	e := newEnv(t, dynamostore.Options{Now: time.Now})
 	up := newAPI()
 	h := wrap(t, e.store, up)
-	size := middleware.DefaultMaxStoredBody
+	size := int(middleware.DefaultSettings().MaxBody)
 	first := send(h, "big", "size="+strconv.Itoa(size), "x")
 	if first.Code != 201 || first.Body.Len() != size {
 		t.Fatalf("first: %d, %d bytes", first.Code, first.Body.Len())
@@ -207,7 +207,7 @@ func TestLargeResponseReplays(t *testing.T) {
 			t.Fatalf("item %v has no ttl", it["sk"])
 		}
 		sec, _ := strconv.ParseInt(ttl.Value, 10, 64)
-		if d := time.Until(time.Unix(sec, 0)); d < middleware.DefaultTTL-time.Minute || d > middleware.DefaultTTL+2*time.Hour {
+		if d := time.Until(time.Unix(sec, 0)); d < middleware.DefaultSettings().TTL-time.Minute || d > middleware.DefaultSettings().TTL+2*time.Hour {
 			t.Fatalf("item %v lives %v, want about the record's ttl", it["sk"], d)
 		}
 	}
@@ -300,7 +300,7 @@ func TestWaitLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := newAPI()
-	opts := []middleware.Option{middleware.WithWait(10 * time.Second)} // wait_poll: the default 250ms
+	opts := []middleware.Option{func(s *middleware.Settings) { s.Wait = 10 * time.Second }} // wait_poll: the default 250ms
 	first := wrap(t, e.store, up, opts...)
 	for i, waiter := range []struct {
 		name string
@@ -339,7 +339,7 @@ func TestWaitLatency(t *testing.T) {
 func TestThrottlingAndServerErrors(t *testing.T) {
 	e := newEnv(t, dynamostore.Options{Now: time.Now})
 	up := newAPI()
-	h := wrap(t, e.store, up, middleware.WithStoreTimeout(5*time.Second))
+	h := wrap(t, e.store, up, func(s *middleware.Settings) { s.StoreTimeout = 5 * time.Second })
 	e.faults.Inject("PutItem", dynamotest.Throttle, 1)
 	e.faults.Inject("UpdateItem", dynamotest.ServerErrorAfter, 1)
 	if w := send(h, "a", "", "x"); w.Code != 201 || e.faults.Injected("PutItem") != 1 || e.faults.Injected("UpdateItem") != 1 {

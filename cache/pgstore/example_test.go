@@ -28,7 +28,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close() // before the pool: it stops the sweeper and the listener
-	idem, err := middleware.New(store, middleware.WithRequireKey(true))
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.RequireKey = true })
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func faultCase(t *testing.T, srv *pgtest.Server, table string, fault func(pool *
 	t.Helper()
 	pool := srv.Pool()
 	store := mustNew(t, pool, pgstore.WithTable(table))
-	idem, err := middleware.New(store, middleware.WithStoreTimeout(2*time.Second))
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.StoreTimeout = 2 * time.Second })
 	if err != nil {
 		t.Fatal(err)
 	}

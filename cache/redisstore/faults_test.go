@@ -31,7 +31,9 @@ func TestLostRepliesDoNotConflictWithThemselves(t *testing.T) {
 		store := mustNew(t, client, redisstore.WithPipelines(pipelines))
 		t.Cleanup(func() { store.Close() })
 		var outcomes []middleware.Outcome
-		core, err := middleware.New(store, middleware.WithObserver(func(ev middleware.Event) { outcomes = append(outcomes, ev.Outcome) }))
+		core, err := middleware.New(store, func(s *middleware.Settings) {
+			s.Observer = func(ev middleware.Event) { outcomes = append(outcomes, ev.Outcome) }
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

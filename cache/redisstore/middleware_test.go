@@ -207,7 +207,7 @@ func TestRedisOutage(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(201)
 	})
-	h := newMiddleware(t, client, middleware.WithStoreTimeout(2*time.Second)).Wrap(api)
+	h := newMiddleware(t, client, func(s *middleware.Settings) { s.StoreTimeout = 2 * time.Second }).Wrap(api)
 	if w := post(h, "before", "x"); w.Code != 201 {
 		t.Fatal(w.Code)
 	}
@@ -253,7 +253,7 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 	defer storeB.Close()
 	t.Cleanup(func() { storeA.Close(); storeB.Close() })
 	mk := func(s *redisstore.Store) http.Handler {
-		h, err := middleware.New(s, middleware.WithWait(30*time.Second), middleware.WithWaitPoll(time.Hour))
+		h, err := middleware.New(s, func(s *middleware.Settings) { s.Wait = 30 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = time.Hour })
 		if err != nil {
 			t.Fatal(err)
 		}

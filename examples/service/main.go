@@ -31,12 +31,14 @@ func main() {
 	defer store.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	idem, err := middleware.New(store,
-		middleware.WithRequireKey(true),
-		middleware.WithTTL(time.Hour),
-		middleware.WithLogger(logger),
-		middleware.WithObserver(func(ev middleware.Event) {
-			logger.Info("request", "outcome", ev.Outcome, "status", ev.Status, "key_hash", ev.KeyHash)
-		}),
+		func(s *middleware.Settings) { s.RequireKey = true },
+		func(s *middleware.Settings) { s.TTL = time.Hour },
+		func(s *middleware.Settings) { s.Logger = logger },
+		func(s *middleware.Settings) {
+			s.Observer = func(ev middleware.Event) {
+				logger.Info("request", "outcome", ev.Outcome, "status", ev.Status, "key_hash", ev.KeyHash)
+			}
+		},
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

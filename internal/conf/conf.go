@@ -1,61 +1,69 @@
-// Package conf derives every textual surface of a settings struct (command-line
-// flags, environment variables, Caddyfile subdirectives, --help) from the struct
-// itself, so a setting is declared once: a field with a json name and a help tag.
+// Package conf derives every surface of a settings struct (command-line flags,
+// environment variables, the config file, Caddy's JSON and Caddyfile
+// subdirectives, --help, the README's table) from the struct itself, so a
+// setting is declared once: a field with a json name and a help tag.
 //
-// A field is a setting when it has a `help` tag. Its name is its json name. Kinds:
-// string, bool, int64, []string, and any type T whose *T has Set(string) error and
-// String() string (Duration, Size), each either plain or behind a pointer (a nil
-// pointer or a nil slice is "unset"). Anonymous struct fields are walked into.
+// A field is a setting when it has a `help` tag; its name is its json name.
+// Kinds, by the field's Go type:
+//
+//   - string, bool, int, int64, []string;
+//   - time.Duration: text in Go syntax or with days ("500ms", "24h", "2d"), never
+//     negative; a JSON number is nanoseconds;
+//   - int64 tagged `unit:"bytes"`: text is a size with its unit ("10MiB", "10MB",
+//     "512B"); a JSON number is bytes;
+//   - a type whose pointer implements Value: its text, several values joined with
+//     commas.
+//
+// Anonymous struct fields are walked into. A named struct field tagged
+// `conf:"prefix=P"` is walked into with P in front of its settings' names (the
+// proxy's redis_prefix is the Redis store's prefix).
 package conf
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Value is a setting type with a text form.
+// Value is a setting type with a text form of its own.
 type Value interface {
 	Set(string) error
 	String() string
 }
 
-var valueType = reflect.TypeFor[Value]()
+var (
+	valueType    = reflect.TypeFor[Value]()
+	durationType = reflect.TypeFor[time.Duration]()
+)
 
 // Field is one setting of a struct type.
 type Field struct {
 	Name  string // the json name: lock_ttl
 	Help  string
 	index []int
-	typ   reflect.Type // the field's type
+	typ   reflect.Type
+	bytes bool // an int64 counted in bytes (a size)
 }
 
-// Bool reports whether the field is a boolean (a flag without a value).
-func (f Field) Bool() bool { return deref(f.typ).Kind() == reflect.Bool }
-
-// Int reports whether the field is an integer.
-func (f Field) Int() bool { return deref(f.typ).Kind() == reflect.Int64 }
-
-// List reports whether the field is a list of strings.
-func (f Field) List() bool { return f.typ.Kind() == reflect.Slice }
-
-// FlagName is the field's command-line flag: lock_ttl → lock-ttl.
-func (f Field) FlagName() string { return strings.ReplaceAll(f.Name, "_", "-") }
-
-// EnvName is the field's environment variable under prefix: IDEMPROXY_ + LOCK_TTL.
-func (f Field) EnvName(prefix string) string { return prefix + strings.ToUpper(f.Name) }
-
-// Fields lists the settings of struct type t, in declaration order.
+// Fields lists the settings of struct type t, in declaration order. It panics on
+// a setting of a kind it does not know: a programming error, caught by any test
+// that builds the list.
 func Fields(t reflect.Type) []Field {
 	var out []Field
-	var walk func(t reflect.Type, index []int)
-	walk = func(t reflect.Type, index []int) {
+	var walk func(t reflect.Type, index []int, prefix string)
+	walk = func(t reflect.Type, index []int, prefix string) {
 		for i := range t.NumField() {
 			sf := t.Field(i)
 			idx := append(append([]int(nil), index...), i)
 			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx)
+				walk(sf.Type, idx, prefix)
+				continue
+			}
+			if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
+				walk(sf.Type, idx, prefix+p)
 				continue
 			}
 			help, ok := sf.Tag.Lookup("help")
@@ -66,10 +74,15 @@ func Fields(t reflect.Type) []Field {
 			if name == "" {
 				panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
 			}
-			out = append(out, Field{Name: name, Help: help, index: idx, typ: sf.Type})
+			f := Field{Name: prefix + name, Help: help, index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+			if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
+				panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
+			}
+			f.kind() // panics on an unsupported type
+			out = append(out, f)
 		}
 	}
-	walk(t, nil)
+	walk(t, nil, "")
 	return out
 }
 
@@ -83,6 +96,60 @@ func Lookup(fields []Field, name string) (Field, bool) {
 	return Field{}, false
 }
 
+// kinds of field.
+const (
+	kString = iota
+	kBool
+	kInt
+	kDuration
+	kBytes
+	kList
+	kValue
+)
+
+func (f Field) kind() int {
+	t := deref(f.typ)
+	switch {
+	case reflect.PointerTo(t).Implements(valueType):
+		return kValue
+	case t == durationType:
+		return kDuration
+	case f.bytes:
+		return kBytes
+	case t.Kind() == reflect.String:
+		return kString
+	case t.Kind() == reflect.Bool:
+		return kBool
+	case t.Kind() == reflect.Int64 || t.Kind() == reflect.Int:
+		return kInt
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		return kList
+	}
+	panic(fmt.Sprintf("conf: field %s has unsupported type %v", f.Name, f.typ))
+}
+
+// Bool reports whether the field is a boolean (a flag without a value).
+func (f Field) Bool() bool { return f.kind() == kBool }
+
+// Int reports whether the field is a whole number.
+func (f Field) Int() bool { return f.kind() == kInt }
+
+// List reports whether the field takes several values (a list, or a Value that
+// joins them).
+func (f Field) List() bool { k := f.kind(); return k == kList || k == kValue }
+
+// Duration reports whether the field is a duration.
+func (f Field) Duration() bool { return f.kind() == kDuration }
+
+// Bytes reports whether the field is a size in bytes.
+func (f Field) Bytes() bool { return f.kind() == kBytes }
+
+// FlagName is the field's command-line flag: lock_ttl → lock-ttl.
+func (f Field) FlagName() string { return strings.ReplaceAll(f.Name, "_", "-") }
+
+// EnvName is the field's environment variable under prefix: IDEMPROXY_ + LOCK_TTL.
+func (f Field) EnvName(prefix string) string { return prefix + strings.ToUpper(f.Name) }
+
 func deref(t reflect.Type) reflect.Type {
 	if t.Kind() == reflect.Pointer {
 		return t.Elem()
@@ -90,85 +157,245 @@ func deref(t reflect.Type) reflect.Type {
 	return t
 }
 
-func (f Field) value(ptr any) reflect.Value { return reflect.ValueOf(ptr).Elem().FieldByIndex(f.index) }
-
-// IsSet reports whether the field is set in *ptr: not its zero value. A nil pointer
-// or slice is unset; a pointer to a zero and an empty, non-nil list are set.
-func (f Field) IsSet(ptr any) bool { return !f.value(ptr).IsZero() }
-
-// Set sets the field in *ptr from its text form. A list takes its items as args (an
-// empty list is a value: set and empty); a boolean takes no argument (true) or one;
-// every other kind takes exactly one.
-func (f Field) Set(ptr any, args ...string) error {
-	v := f.value(ptr)
-	if v.Kind() == reflect.Slice {
-		v.Set(reflect.ValueOf(append([]string{}, args...)))
-		return nil
+// value is the field in *ptr, behind its pointer (allocated when nil and
+// alloc).
+func (f Field) value(ptr any, alloc bool) (reflect.Value, bool) {
+	v := reflect.ValueOf(ptr).Elem().FieldByIndex(f.index)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			if !alloc {
+				return reflect.Value{}, false
+			}
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		v = v.Elem()
 	}
-	t := deref(f.typ)
-	if t.Kind() == reflect.Bool && len(args) == 0 {
+	return v, true
+}
+
+// Set sets the field in *ptr from its text form. A list takes its items as args
+// (none is the empty list); a Value takes them joined with commas; a boolean
+// takes no argument (true) or one; every other kind takes exactly one.
+func (f Field) Set(ptr any, args ...string) error {
+	if err := f.set(ptr, args...); err != nil {
+		return err
+	}
+	f.markSet(ptr)
+	return nil
+}
+
+func (f Field) set(ptr any, args ...string) error {
+	k := f.kind()
+	if k == kBool && len(args) == 0 {
 		args = []string{"true"}
 	}
-	if len(args) != 1 {
-		return fmt.Errorf("want one value, got %d", len(args))
-	}
-	nv := reflect.New(t) // *T
 	switch {
-	case reflect.PointerTo(t).Implements(valueType):
-		if err := nv.Interface().(Value).Set(args[0]); err != nil {
+	case k == kList:
+		v, _ := f.value(ptr, true)
+		v.Set(reflect.ValueOf(append([]string{}, args...)))
+		return nil
+	case k == kValue:
+		nv := reflect.New(deref(f.typ))
+		if err := nv.Interface().(Value).Set(strings.Join(args, ",")); err != nil {
 			return err
 		}
-	case t.Kind() == reflect.String:
-		nv.Elem().SetString(args[0])
-	case t.Kind() == reflect.Bool:
-		b, err := strconv.ParseBool(args[0])
-		if err != nil {
-			return fmt.Errorf("%q is not a boolean (true or false)", args[0])
-		}
-		nv.Elem().SetBool(b)
-	case t.Kind() == reflect.Int64:
-		n, err := strconv.ParseInt(args[0], 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not a whole number", args[0])
-		}
-		nv.Elem().SetInt(n)
-	default:
-		panic(fmt.Sprintf("conf: field %s has unsupported type %v", f.Name, f.typ))
-	}
-	if v.Kind() == reflect.Pointer {
-		v.Set(nv)
-	} else {
+		v, _ := f.value(ptr, true)
 		v.Set(nv.Elem())
+		return nil
+	case len(args) != 1:
+		return fmt.Errorf("want one value, got %d", len(args))
+	}
+	s := args[0]
+	v, _ := f.value(ptr, true)
+	switch k {
+	case kString:
+		v.SetString(s)
+	case kBool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a boolean (true or false)", s)
+		}
+		v.SetBool(b)
+	case kInt:
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", s)
+		}
+		v.SetInt(n)
+	case kDuration:
+		d, err := ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 500ms, 30s, 24h, 2d)", s)
+		}
+		if d < 0 {
+			return fmt.Errorf("%q: must not be negative", s)
+		}
+		v.SetInt(int64(d))
+	case kBytes:
+		n, err := ParseSize(s)
+		if err != nil {
+			return err
+		}
+		v.SetInt(n)
 	}
 	return nil
 }
 
-// Text returns the field's value in *ptr in its text form ("" when unset); lists
-// are joined with commas.
+// SetJSON sets the field in *ptr from a JSON value: its text form as a string
+// (or, for a list, an array of strings), or a number (a duration in
+// nanoseconds, a size in bytes, a whole number), or a boolean.
+func (f Field) SetJSON(ptr any, raw json.RawMessage) error {
+	var x any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if err := dec.Decode(&x); err != nil {
+		return err
+	}
+	switch x := x.(type) {
+	case string:
+		return f.Set(ptr, x)
+	case bool:
+		if f.kind() != kBool {
+			return fmt.Errorf("%v is a boolean; want %s", x, f.want())
+		}
+		return f.Set(ptr, strconv.FormatBool(x))
+	case json.Number:
+		switch f.kind() {
+		case kInt, kDuration, kBytes:
+			n, err := x.Int64()
+			if err != nil || n < 0 && f.kind() != kInt {
+				return fmt.Errorf("%s is not %s", x, f.want())
+			}
+			v, _ := f.value(ptr, true)
+			v.SetInt(n)
+			f.markSet(ptr)
+			return nil
+		}
+		return fmt.Errorf("%s is a number; want %s", x, f.want())
+	case []any:
+		if !f.List() {
+			return fmt.Errorf("a list; want %s", f.want())
+		}
+		items := make([]string, len(x))
+		for i, it := range x {
+			switch it := it.(type) {
+			case string:
+				items[i] = it
+			case json.Number:
+				items[i] = it.String()
+			default:
+				return fmt.Errorf("item %d is not a string", i)
+			}
+		}
+		return f.Set(ptr, items...)
+	case nil:
+		return fmt.Errorf("null; want %s", f.want())
+	}
+	return fmt.Errorf("want %s", f.want())
+}
+
+// want says what the field takes, for errors.
+func (f Field) want() string {
+	switch f.kind() {
+	case kBool:
+		return "true or false"
+	case kInt:
+		return "a whole number"
+	case kDuration:
+		return "a duration (\"30s\", or nanoseconds)"
+	case kBytes:
+		return "a size (\"10MiB\", or bytes)"
+	case kList, kValue:
+		return "a list of strings"
+	}
+	return "a string"
+}
+
+// Text returns the field's value in *ptr in its text form; a list is joined
+// with commas, a nil pointer is "".
 func (f Field) Text(ptr any) string {
-	if !f.IsSet(ptr) {
+	v, ok := f.value(ptr, false)
+	if !ok {
 		return ""
 	}
-	v := f.value(ptr)
-	if v.Kind() == reflect.Slice {
+	switch f.kind() {
+	case kList:
 		return strings.Join(v.Interface().([]string), ",")
-	}
-	if v.Kind() == reflect.Pointer {
-		v = v.Elem()
-	}
-	if pv := reflect.New(v.Type()); pv.Type().Implements(valueType) {
+	case kValue:
+		pv := reflect.New(v.Type())
 		pv.Elem().Set(v)
 		return pv.Interface().(Value).String()
+	case kDuration:
+		return FormatDuration(time.Duration(v.Int()))
+	case kBytes:
+		return FormatSize(v.Int())
 	}
 	return fmt.Sprint(v.Interface())
 }
 
-// Merge copies every field that is set in *src over the same field of *dst. Both
-// point to the same struct type.
-func Merge(fields []Field, dst, src any) {
-	for _, f := range fields {
-		if f.IsSet(src) {
-			f.value(dst).Set(f.value(src))
+// JSON returns the field's value in *ptr as a JSON value: a duration as its
+// text, a size as bytes, a Value as its text, the rest as they are.
+func (f Field) JSON(ptr any) any {
+	v, ok := f.value(ptr, false)
+	if !ok {
+		return nil
+	}
+	switch f.kind() {
+	case kDuration:
+		return f.Text(ptr)
+	case kValue: // a list joined with commas
+		if t := f.Text(ptr); t != "" {
+			return strings.Split(t, ",")
 		}
+		return []string{}
+	case kList:
+		return append([]string{}, v.Interface().([]string)...)
+	}
+	return v.Interface()
+}
+
+// Copy sets the field in *dst to its value in *src (same struct type).
+func (f Field) Copy(dst, src any) {
+	s := reflect.ValueOf(src).Elem().FieldByIndex(f.index)
+	reflect.ValueOf(dst).Elem().FieldByIndex(f.index).Set(s)
+}
+
+// Equal reports whether the field holds the same value in *a and *b.
+func (f Field) Equal(a, b any) bool {
+	return reflect.DeepEqual(reflect.ValueOf(a).Elem().FieldByIndex(f.index).Interface(),
+		reflect.ValueOf(b).Elem().FieldByIndex(f.index).Interface())
+}
+
+// Tracker is implemented by a settings struct that records which of its
+// settings were set (a proxy route's unset settings take the top level's): Set
+// and SetJSON tell the innermost struct on a field's path that implements it.
+type Tracker interface {
+	MarkSet(name string)
+}
+
+var trackerType = reflect.TypeFor[Tracker]()
+
+// markSet tells the innermost Tracker on the field's path in *ptr that the
+// field was set.
+func (f Field) markSet(ptr any) {
+	v := reflect.ValueOf(ptr).Elem()
+	var tracker Tracker
+	if v.Addr().Type().Implements(trackerType) {
+		tracker = v.Addr().Interface().(Tracker)
+	}
+	for _, i := range f.index[:len(f.index)-1] {
+		v = v.Field(i)
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				break
+			}
+			v = v.Elem()
+		}
+		if v.CanAddr() && v.Addr().Type().Implements(trackerType) {
+			tracker = v.Addr().Interface().(Tracker)
+		}
+	}
+	if tracker != nil {
+		tracker.MarkSet(f.Name)
 	}
 }

@@ -31,30 +31,37 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	}
 	ctx := context.Background()
 	admin := srv.Client()
-	spec := stores.Spec{URL: srv.URL(), RedisPrefix: "idem:"}
-	open := func(spec stores.Spec) error {
-		o, err := stores.Open(ctx, spec)
+	type spec struct {
+		url   string
+		redis stores.Redis
+		warn  func(string, ...any)
+	}
+	open := func(sp spec) error {
+		s := stores.DefaultSettings()
+		s.Redis = sp.redis
+		o, err := s.Open(ctx, sp.url, stores.Env{Warn: sp.warn})
 		if err == nil {
 			o.Close()
 		}
 		return err
 	}
-	if err := open(spec); err != nil {
+	sp := spec{url: srv.URL(), redis: stores.DefaultRedis()}
+	if err := open(sp); err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
 	for _, policy := range []string{"volatile-ttl", "allkeys-lru", "volatile-lru"} {
 		if err := admin.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
 			t.Fatal(err)
 		}
-		err := open(spec)
+		err := open(sp)
 		var ev *stores.EvictionError
 		if !errors.As(err, &ev) || ev.Policy != policy || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("%s: err = %v, want a one-line EvictionError", policy, err)
 		}
 		var warned []string
-		allowed := spec
-		allowed.RedisAllowEviction = true
-		allowed.Warn = func(msg string, args ...any) { warned = append(warned, msg+fmt.Sprint(args...)) }
+		allowed := sp
+		allowed.redis.AllowEviction = true
+		allowed.warn = func(msg string, args ...any) { warned = append(warned, msg+fmt.Sprint(args...)) }
 		if err := open(allowed); err != nil || len(warned) != 1 || !strings.Contains(warned[0], policy) {
 			t.Fatalf("%s allowed: err %v, warnings %q", policy, err, warned)
 		}
@@ -66,10 +73,10 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
 		t.Fatal(err)
 	}
-	limited := spec
-	limited.URL = strings.Replace(srv.URL(), "redis://", "redis://limited:pw@", 1)
+	limited := sp
+	limited.url = strings.Replace(srv.URL(), "redis://", "redis://limited:pw@", 1)
 	var warned []string
-	limited.Warn = func(msg string, args ...any) { warned = append(warned, msg) }
+	limited.warn = func(msg string, args ...any) { warned = append(warned, msg) }
 	if err := open(limited); err != nil || len(warned) != 1 || !strings.Contains(warned[0], "could not check") {
 		t.Fatalf("CONFIG refused: err %v, warnings %q", err, warned)
 	}

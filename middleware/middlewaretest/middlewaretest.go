@@ -69,7 +69,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newHandler(t *testing.T, store cache.Store, opts ...middleware.Option) *middleware.Handler {
 	t.Helper()
-	h, err := middleware.New(store, append([]middleware.Option{middleware.WithRetryAfter(time.Second)}, opts...)...)
+	h, err := middleware.New(store, append([]middleware.Option{func(s *middleware.Settings) { s.RetryAfter = time.Second }}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func scope(t *testing.T, store cache.Store) {
 
 func waitThenReplay(t *testing.T, store cache.Store) {
 	up := &upstream{gate: make(chan struct{})}
-	h := newHandler(t, store, middleware.WithWait(10*time.Second), middleware.WithWaitPoll(20*time.Millisecond)).Wrap(up)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 10 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = 20 * time.Millisecond }).Wrap(up)
 	first := make(chan *httptest.ResponseRecorder)
 	go func() { first <- send(h, "wait", "x") }()
 	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return up.calls.Load() == 1 })
@@ -213,7 +213,7 @@ func waitReleaseOneRuns(t *testing.T, store cache.Store) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	h := newHandler(t, store, middleware.WithWait(10*time.Second), middleware.WithWaitPoll(20*time.Millisecond)).Wrap(next)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 10 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = 20 * time.Millisecond }).Wrap(next)
 	first := make(chan int)
 	go func() { first <- send(h, "released", "x").Code }()
 	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return calls.Load() == 1 })

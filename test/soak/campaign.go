@@ -37,7 +37,7 @@ func flood(n int) error {
 		return err
 	}
 	defer store.Close()
-	idem, err := middleware.New(store, middleware.WithLogger(discardLogger()))
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.Logger = discardLogger() })
 	if err != nil {
 		return err
 	}

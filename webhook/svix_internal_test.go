@@ -1,4 +1,4 @@
-package middleware
+package webhook
 
 import (
 	"errors"
@@ -13,15 +13,12 @@ import (
 // and the key is read from the same set the signature was checked under; a
 // delivery that mixes the sets does not verify.
 func TestStandardAcceptsSvixNames(t *testing.T) {
-	v, err := (&Webhook{Preset: WebhookStandard, Secrets: []string{webhooktest.StandardSecret}}).compile()
+	v, err := New(Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v.now = func() time.Time { return time.Unix(webhooktest.StandardTimestamp, 0) }
-	ks, err := resolveKeySource("", "Idempotency-Key", &v.Webhook)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ks := v.KeySource()
 	svix := func(extra ...string) http.Header {
 		h := webhooktest.Header(map[string]string{"svix-id": webhooktest.StandardID, "svix-timestamp": "1614265330",
 			"svix-signature": webhooktest.StandardSignature})
@@ -32,13 +29,13 @@ func TestStandardAcceptsSvixNames(t *testing.T) {
 	}
 	body := []byte(webhooktest.StandardBody)
 	key := func(h http.Header) string {
-		k, err := ks.key(&http.Request{Header: h}, body)
+		k, err := ks.Key(&http.Request{Header: h}, body)
 		if err != nil {
 			t.Fatalf("key: %v", err)
 		}
 		return k
 	}
-	if err := v.verify(svix(), body); err != nil {
+	if err := v.verifyHeader(svix(), body); err != nil {
 		t.Fatalf("the vector under svix-* names: %v", err)
 	}
 	if k := key(svix()); k != webhooktest.StandardID {
@@ -49,22 +46,22 @@ func TestStandardAcceptsSvixNames(t *testing.T) {
 		"webhook-signature beside the svix set": svix("Webhook-Signature", webhooktest.StandardSignature),
 		"webhook-timestamp beside the svix set": svix("Webhook-Timestamp", "1614265330"),
 	} {
-		if err := v.verify(h, body); !errors.Is(err, errSigMissing) {
+		if err := v.verifyHeader(h, body); !errors.Is(err, errSigMissing) {
 			t.Errorf("%s: %v, want a missing webhook-* header (the sets are never mixed)", name, err)
 		}
 	}
 	// A full webhook-* set wins, whole: its id is the key, whatever svix-id says.
 	both := svix("Webhook-Id", "msg_other", "Webhook-Timestamp", "1614265330", "Webhook-Signature", webhooktest.StandardSignature)
-	if err := v.verify(both, body); !errors.Is(err, errSigMismatch) {
+	if err := v.verifyHeader(both, body); !errors.Is(err, errSigMismatch) {
 		t.Errorf("webhook-* set signed for another id: %v, want a mismatch", err)
 	}
 	if k := key(both); k != "msg_other" {
 		t.Errorf("key with both sets: %q, want the webhook-id", k)
 	}
-	if err := v.verify(svix("Svix-Signature", "v1,Zm9yZ2Vk"), body); !errors.Is(err, errSigMismatch) {
+	if err := v.verifyHeader(svix("Svix-Signature", "v1,Zm9yZ2Vk"), body); !errors.Is(err, errSigMismatch) {
 		t.Errorf("forged svix-signature: %v", err)
 	}
-	if err := v.verify(http.Header{}, body); err == nil || err.Error() != "the request carries no signature: no Webhook-Signature header" {
+	if err := v.verifyHeader(http.Header{}, body); err == nil || err.Error() != "the request carries no signature: no Webhook-Signature header" {
 		t.Errorf("no headers at all: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package middleware
+package keysource
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // maxJSONDepth is encoding/json's nesting limit: a deeper document is not JSON
@@ -32,7 +34,7 @@ type pathLevel struct {
 // compared with the pointer's tokens are decoded.
 //
 // A document that is not JSON to encoding/json (including one nested deeper
-// than its 10000 levels) anywhere, even after the key, has no key (errNoKey),
+// than its 10000 levels) anywhere, even after the key, has no key (middleware.ErrNoKey),
 // as has one where the pointer leads nowhere or to something other than a
 // string. A member name on the pointer's path that appears more than once in its
 // object, compared exactly or as Go compares a JSON name with a struct field's
@@ -61,7 +63,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 	for {
 		// A value starts at i.
 		if i >= n {
-			return "", errNoKey
+			return "", middleware.ErrNoKey
 		}
 		isTarget := onPath && depth == len(ptr)
 		enters := onPath && depth < len(ptr)
@@ -73,7 +75,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 				target = 2
 			}
 			if depth == maxJSONDepth {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			if c == '{' {
 				kinds[depth/64] |= 1 << (depth % 64)
@@ -90,7 +92,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 			}
 			i = skipSpace(body, i+1)
 			if i >= n {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			if c == '{' {
 				if body[i] == '}' {
@@ -100,7 +102,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 				}
 				var ok bool
 				if i, onPath, ok = member(body, i, depth, path, ptr, levels); !ok {
-					return "", errNoKey
+					return "", middleware.ErrNoKey
 				}
 				continue
 			}
@@ -114,7 +116,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 		case '"':
 			end, ok := scanString(body, i)
 			if !ok {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			if isTarget {
 				target = 1
@@ -129,7 +131,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 				lit = "false"
 			}
 			if n-i < len(lit) || string(body[i:i+len(lit)]) != lit {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			if isTarget {
 				target = 2
@@ -138,7 +140,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 		default:
 			end, ok := scanNumber(body, i)
 			if !ok {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			if isTarget {
 				target = 2
@@ -150,19 +152,19 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 			i = skipSpace(body, i)
 			if depth == 0 {
 				if i != n {
-					return "", errNoKey // text after the document
+					return "", middleware.ErrNoKey // text after the document
 				}
 				return jsonResult(ptr, name, levels, reached, target, key, keyErr)
 			}
 			if i >= n {
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			object := kinds[(depth-1)/64]&(1<<((depth-1)%64)) != 0
 			switch {
 			case body[i] == ',' && object:
 				var ok bool
 				if i, onPath, ok = member(body, skipSpace(body, i+1), depth, path, ptr, levels); !ok {
-					return "", errNoKey
+					return "", middleware.ErrNoKey
 				}
 			case body[i] == ',':
 				i++
@@ -172,7 +174,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 				depth, path = pop(depth, path)
 				continue
 			default:
-				return "", errNoKey
+				return "", middleware.ErrNoKey
 			}
 			break
 		}
@@ -185,7 +187,7 @@ func jsonKey(body []byte, ptr []string, name string) (string, error) {
 func jsonResult(ptr []string, name string, levels []pathLevel, reached, target int, key string, keyErr error) (string, error) {
 	for l := range ptr {
 		if l >= reached {
-			return "", errNoKey
+			return "", middleware.ErrNoKey
 		}
 		if levels[l].matches > 1 {
 			at := "the document"
@@ -196,11 +198,11 @@ func jsonResult(ptr []string, name string, levels []pathLevel, reached, target i
 				errKeyAmbiguous, ptr[l], at)
 		}
 		if !levels[l].found {
-			return "", errNoKey
+			return "", middleware.ErrNoKey
 		}
 	}
 	if target != 1 {
-		return "", errNoKey
+		return "", middleware.ErrNoKey
 	}
 	return key, keyErr
 }
@@ -414,16 +416,16 @@ func nextRune(s []byte, i int) (rune, int) {
 	return r, i + size
 }
 
-// decodeKey decodes a JSON string's content as the key: at most MaxKeyLength
+// decodeKey decodes a JSON string's content as the key: at most middleware.MaxKeyLength
 // bytes are decoded, a longer string is errKeyLong whatever follows.
 func decodeKey(s []byte) (string, error) {
-	var buf [MaxKeyLength + utf8.UTFMax]byte
+	var buf [middleware.MaxKeyLength + utf8.UTFMax]byte
 	w := 0
 	for i := 0; i < len(s); {
 		var r rune
 		r, i = nextRune(s, i)
 		w += utf8.EncodeRune(buf[w:], r)
-		if w > MaxKeyLength {
+		if w > middleware.MaxKeyLength {
 			return "", errKeyLong
 		}
 	}

@@ -1,4 +1,4 @@
-package middleware
+package keysource
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // fullDecodeKey is the key at ptr as encoding/json's own decoder finds it: the
@@ -15,7 +17,7 @@ import (
 // bytes.EqualFold for the ambiguity rule.
 func fullDecodeKey(body []byte, ptr []string) (string, error) {
 	if !json.Valid(body) {
-		return "", errNoKey
+		return "", middleware.ErrNoKey
 	}
 	val := json.RawMessage(body)
 	for _, tok := range ptr {
@@ -60,13 +62,13 @@ func fullDecodeKey(body []byte, ptr []string) (string, error) {
 			}
 		}
 		if !found {
-			return "", errNoKey
+			return "", middleware.ErrNoKey
 		}
 		val = next
 	}
 	var s string
 	if json.Unmarshal(val, &s) != nil {
-		return "", errNoKey
+		return "", middleware.ErrNoKey
 	}
 	return s, checkBodyKey(s)
 }
@@ -138,7 +140,7 @@ func FuzzFormKey(f *testing.F) {
 				if err != errFormSemicolon {
 					t.Fatalf("%q: %q, %v; want the semicolon ambiguity", body, got, err)
 				}
-			case bytes.Count(body, []byte{'&'}) < 10000 && err != errNoKey:
+			case bytes.Count(body, []byte{'&'}) < 10000 && err != middleware.ErrNoKey:
 				t.Fatalf("%q (ParseQuery: %v): %q, %v; want no key", body, perr, got, err)
 			}
 			return
@@ -147,7 +149,7 @@ func FuzzFormKey(f *testing.F) {
 		var wantErr error
 		switch vals := q[field]; len(vals) {
 		case 0:
-			wantErr = errNoKey
+			wantErr = middleware.ErrNoKey
 		case 1:
 			want, wantErr = vals[0], checkBodyKey(vals[0])
 		default:

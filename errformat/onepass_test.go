@@ -1,4 +1,4 @@
-package middleware_test
+package errformat_test
 
 import (
 	"encoding/json"
@@ -12,8 +12,7 @@ import (
 // replaced once, and text that came from a value (a detail holding "{code}", a
 // title holding "{detail}") is never scanned again.
 func TestErrorTemplateFillsOnce(t *testing.T) {
-	h := newHandler(t, newMem(t), middleware.WithErrorFormat(
-		`{"message":"{detail}","title":"{title}","both":"{code}: {detail} ({type})","status":"{status}"}`))
+	h := handler(t, `{"message":"{detail}","title":"{title}","both":"{code}: {detail} ({type})","status":"{status}"}`)
 	p := middleware.Problem{Type: middleware.ProblemMismatch, Title: "T {detail} {status}", Status: 422,
 		Detail: "path /a/{code}/{type}/{retry_after} and {nope}"}
 	w := httptest.NewRecorder()

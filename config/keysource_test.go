@@ -1,11 +1,11 @@
-package middleware_test
+package config_test
 
 import (
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/config"
 )
 
 // A JSON member on the key's path that appears twice in its object, exactly or
@@ -15,7 +15,7 @@ import (
 // claimed or forwarded.
 func TestJSONKeyAmbiguousNames(t *testing.T) {
 	c := &counter{}
-	h := configured(t, middleware.Config{KeySource: str("json:/data/id")}).Wrap(c)
+	h := configured(t, cfg(func(c *config.Config) { c.KeySourceSpec = "json:/data/id" })).Wrap(c)
 	for _, body := range []string{
 		`{"data":{"id":"a","id":"b"}}`,
 		`{"data":{"id":"a","ID":"b"}}`,
@@ -23,34 +23,34 @@ func TestJSONKeyAmbiguousNames(t *testing.T) {
 		`{"data":{"id":"a"},"DATA":{"id":"b"}}`,  // higher on the path
 		`{"data":{"id":"a","\u0049\u0044":"b"}}`, // "ID", escaped
 	} {
-		if w := serve(h, req{body: body}); w.Code != 400 || !strings.Contains(w.Body.String(), "invalid-key") || !strings.Contains(w.Body.String(), "more than once") {
+		if w := serve(h, req{Body: body}); w.Code != 400 || !strings.Contains(w.Body.String(), "invalid-key") || !strings.Contains(w.Body.String(), "more than once") {
 			t.Errorf("%s: %d %s, want 400 invalid-key naming the duplicate", body, w.Code, w.Body)
 		}
 	}
 	// Names fold as Go folds them (bytes.EqualFold): the Kelvin sign is a k,
 	// a dotted capital I is not an i.
-	kh := configured(t, middleware.Config{KeySource: str("json:/key")}).Wrap(c)
-	if w := serve(kh, req{body: `{"key":"a","\u212aey":"b"}`}); w.Code != 400 || !strings.Contains(w.Body.String(), "more than once") {
+	kh := configured(t, cfg(func(c *config.Config) { c.KeySourceSpec = "json:/key" })).Wrap(c)
+	if w := serve(kh, req{Body: `{"key":"a","\u212aey":"b"}`}); w.Code != 400 || !strings.Contains(w.Body.String(), "more than once") {
 		t.Errorf("Kelvin sign: %d %s, want 400", w.Code, w.Body)
 	}
-	if r := result(serve(h, req{body: `{"data":{"id":"dotted","\u0130d":"b"}}`})); r.status != 201 {
+	if r := result(serve(h, req{Body: `{"data":{"id":"dotted","\u0130d":"b"}}`})); r.Status != 201 {
 		t.Errorf("dotted capital I: %+v, want the key \"dotted\"", r)
 	}
-	if n := c.calls.Load(); n != 1 {
+	if n := c.Calls.Load(); n != 1 {
 		t.Fatalf("forwarded %d, want only the unambiguous one", n)
 	}
 	// Duplicates off the path do not matter.
-	if r := result(serve(h, req{body: `{"x":1,"x":2,"data":{"id":"k","other":1,"OTHER":2}}`})); r.status != 201 {
+	if r := result(serve(h, req{Body: `{"x":1,"x":2,"data":{"id":"k","other":1,"OTHER":2}}`})); r.Status != 201 {
 		t.Fatalf("duplicates off the path: %+v", r)
 	}
 	// Invalid JSON anywhere, even after the key, is no key: passed through.
-	before := c.calls.Load()
+	before := c.Calls.Load()
 	for _, body := range []string{`{"data":{"id":"k"}} x`, `{"data":{"id":"k"},"n":01}`, `{"data":{"id":"k"},"s":"\x"}`} {
-		if r := result(serve(h, req{body: body})); r.status != 201 || r.replayed {
+		if r := result(serve(h, req{Body: body})); r.Status != 201 || r.Replayed {
 			t.Fatalf("%s: %+v, want passed through", body, r)
 		}
 	}
-	if n := c.calls.Load() - before; n != 3 {
+	if n := c.Calls.Load() - before; n != 3 {
 		t.Fatalf("pass-throughs %d, want 3", n)
 	}
 }
@@ -60,13 +60,13 @@ func TestJSONKeyAmbiguousNames(t *testing.T) {
 // refuses it, other parsers split fields on it): 400 invalid-key.
 func TestFormKeyHostileBodies(t *testing.T) {
 	c := &counter{}
-	h := configured(t, middleware.Config{KeySource: str("form:idempotency_key")}).Wrap(c)
+	h := configured(t, cfg(func(c *config.Config) { c.KeySourceSpec = "form:idempotency_key" })).Wrap(c)
 	for i, ct := range []string{"text/plain", "", "application/x-www-form-urlencoded"} {
 		hdr := http.Header{}
 		if ct != "" {
 			hdr.Set("Content-Type", ct)
 		}
-		if r := result(serve(h, req{body: "amount=5&idempotency_key=f-1", header: hdr})); r.status != 201 || r.replayed != (i > 0) {
+		if r := result(serve(h, req{Body: "amount=5&idempotency_key=f-1", Header: hdr})); r.Status != 201 || r.Replayed != (i > 0) {
 			t.Errorf("Content-Type %q: %+v, want the key found (replayed after the first)", ct, r)
 		}
 	}
@@ -77,17 +77,17 @@ func TestFormKeyHostileBodies(t *testing.T) {
 		"idempotency_key=a&idempotency%5Fkey=b", // the same name, escaped
 		"idempotency_key=a&idempotency+key=b&idempotency_key=c",
 	} {
-		w := serve(h, req{body: body})
+		w := serve(h, req{Body: body})
 		if w.Code != 400 || !strings.Contains(w.Body.String(), "invalid-key") {
 			t.Errorf("%q: %d %s, want 400 invalid-key", body, w.Code, w.Body)
 		}
 	}
-	if n := c.calls.Load(); n != 1 {
+	if n := c.Calls.Load(); n != 1 {
 		t.Errorf("forwarded %d, want 1", n)
 	}
 	// "idempotency key" (a plus) is another name; an invalid escape anywhere is no key.
 	for _, body := range []string{"idempotency+key=a", "idempotency_key=k&x=%zz"} {
-		if r := result(serve(h, req{body: body})); r.status != 201 || r.replayed {
+		if r := result(serve(h, req{Body: body})); r.Status != 201 || r.Replayed {
 			t.Fatalf("%q: %+v, want passed through without a key", body, r)
 		}
 	}

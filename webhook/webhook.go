@@ -1,4 +1,10 @@
-package middleware
+// Package webhook verifies webhook providers' signatures before a delivery's key
+// is claimed, and picks each provider's key: Standard Webhooks (and Svix's own
+// header names), Stripe, GitHub, and a generic HMAC. A Verifier is a
+// middleware.Verifier; its KeySource is the preset's key (key_source: auto).
+// Secrets come from references (env:NAME, file:PATH), never from the
+// configuration itself, and are never quoted in an error.
+package webhook
 
 import (
 	"bytes"
@@ -13,62 +19,56 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemproxy/idemproxy/keysource"
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // Webhook signature presets: the value of the webhook setting.
 const (
-	// WebhookStandard is Standard Webhooks (Svix and others): webhook-id,
+	// Standard is Standard Webhooks (Svix and others): webhook-id,
 	// webhook-timestamp and webhook-signature ("v1,<base64>", space-separated),
 	// HMAC-SHA256 over "id.timestamp.body" with the base64 secret after "whsec_".
 	// A delivery with none of the webhook-* headers is read under Svix's own
 	// names, svix-id, svix-timestamp and svix-signature, as Svix's libraries
 	// do; the two sets are never mixed. The key is the signed id.
-	WebhookStandard = "standard"
-	// WebhookStripe is Stripe: Stripe-Signature "t=…,v1=<hex>,…", HMAC-SHA256 over
+	Standard = "standard"
+	// Stripe is Stripe: Stripe-Signature "t=…,v1=<hex>,…", HMAC-SHA256 over
 	// "t.body" with the endpoint secret as it is. The key is the body's /id.
-	WebhookStripe = "stripe"
-	// WebhookGitHub is GitHub: X-Hub-Signature-256 "sha256=<hex>", HMAC-SHA256 over
+	Stripe = "stripe"
+	// GitHub is GitHub: X-Hub-Signature-256 "sha256=<hex>", HMAC-SHA256 over
 	// the body. The key is a digest of the signed body (the delivery id is not
 	// signed).
-	WebhookGitHub = "github"
-	// WebhookHMAC is a generic HMAC-SHA256 over the body in a header of your
+	GitHub = "github"
+	// HMAC is a generic HMAC-SHA256 over the body in a header of your
 	// choice (webhook_header), hex or base64, after an optional prefix. The key is
 	// a digest of the signed body unless key_source names a field of it.
-	WebhookHMAC = "hmac"
+	HMAC = "hmac"
 )
 
-// DefaultWebhookTolerance is how far a signed timestamp may be from now.
-const DefaultWebhookTolerance = 5 * time.Minute
+// DefaultTolerance is how far a signed timestamp may be from now.
+const DefaultTolerance = 5 * time.Minute
 
 // Webhook is a provider's signature scheme, checked on every tracked request of a
 // handler before its key is claimed: a request whose signature does not verify
 // gets 401 and nothing is claimed, stored or forwarded.
 type Webhook struct {
-	// Preset is WebhookStandard, WebhookStripe, WebhookGitHub or WebhookHMAC.
+	// Preset is Standard, Stripe, GitHub or HMAC.
 	Preset string
 	// Secrets are the signing secrets as the provider shows them (whsec_… for
 	// Standard Webhooks); a signature made with any of them verifies, so a
 	// secret can be rotated without downtime. At least one.
 	Secrets []string
 	// Tolerance is how far the signed timestamp may be from now (standard,
-	// stripe). Default DefaultWebhookTolerance.
+	// stripe). Default DefaultTolerance.
 	Tolerance time.Duration
 	// Header, Encoding ("hex" or "base64") and Prefix describe the signature of
 	// the hmac preset, e.g. X-Signature, hex, "sha256=".
 	Header, Encoding, Prefix string
 }
 
-// WithWebhook verifies w's signature on every tracked request before its key is
-// claimed; see Webhook. It also picks the key when key_source is auto.
-func WithWebhook(w Webhook) Option {
-	return func(c *config) {
-		w.Secrets = append([]string(nil), w.Secrets...)
-		c.webhook = &w
-	}
-}
-
-// verifier is a compiled Webhook.
-type verifier struct {
+// Verifier is a compiled Webhook: a middleware.Verifier.
+type Verifier struct {
 	Webhook
 	keys   [][]byte // HMAC keys, one per secret
 	header string   // the signature's header, canonical
@@ -83,10 +83,13 @@ var (
 	errSigBadTime  = errors.New("the signed timestamp is not a Unix time")
 )
 
-func (w *Webhook) compile() (*verifier, error) {
-	v := &verifier{Webhook: *w, now: time.Now}
+// New checks w and compiles it; a bad setting is a *middleware.SettingsError
+// naming it (webhook, webhook_secrets, …).
+func New(w Webhook) (*Verifier, error) {
+	w.Secrets = append([]string(nil), w.Secrets...)
+	v := &Verifier{Webhook: w, now: time.Now}
 	if v.Tolerance == 0 {
-		v.Tolerance = DefaultWebhookTolerance
+		v.Tolerance = DefaultTolerance
 	}
 	if v.Tolerance < 0 {
 		return nil, fieldErr("webhook_tolerance", "must be positive, got %v", v.Tolerance)
@@ -94,18 +97,18 @@ func (w *Webhook) compile() (*verifier, error) {
 	if len(v.Secrets) == 0 {
 		return nil, fieldErr("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
 	}
-	if v.Preset != WebhookHMAC && (v.Header != "" || v.Prefix != "") {
+	if v.Preset != HMAC && (v.Header != "" || v.Prefix != "") {
 		return nil, fieldErr("webhook_header", "webhook_header and webhook_prefix apply to the hmac preset only; %s has its own header", v.Preset)
 	}
 	switch v.Preset {
-	case WebhookStandard:
+	case Standard:
 		v.header = "Webhook-Signature"
-	case WebhookStripe:
+	case Stripe:
 		v.header = "Stripe-Signature"
-	case WebhookGitHub:
+	case GitHub:
 		v.header = "X-Hub-Signature-256"
-	case WebhookHMAC:
-		if !validToken(v.Header) {
+	case HMAC:
+		if !validHeaderName(v.Header) {
 			return nil, fieldErr("webhook_header", "the hmac preset needs the header that carries the signature, got %q", v.Header)
 		}
 		if v.Encoding == "" {
@@ -123,7 +126,7 @@ func (w *Webhook) compile() (*verifier, error) {
 			return nil, fieldErr("webhook_secrets", "secret %d is empty", i+1)
 		}
 		key := []byte(s)
-		if v.Preset == WebhookStandard {
+		if v.Preset == Standard {
 			// The secret is base64 after an optional whsec_ prefix; the HMAC key
 			// is the decoded bytes. The secret itself is never named in errors.
 			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
@@ -137,9 +140,10 @@ func (w *Webhook) compile() (*verifier, error) {
 	return v, nil
 }
 
-// verify checks the request's signature over body.
-func (v *verifier) verify(h http.Header, body []byte) error {
-	if v.Preset == WebhookStandard {
+// Verify implements middleware.Verifier: it checks r's signature over body.
+func (v *Verifier) Verify(r *http.Request, body []byte) error {
+	h := r.Header
+	if v.Preset == Standard {
 		return v.verifyStandard(h, body)
 	}
 	sig := h.Values(v.header)
@@ -147,9 +151,9 @@ func (v *verifier) verify(h http.Header, body []byte) error {
 		return fmt.Errorf("%w: no %s header", errSigMissing, v.header)
 	}
 	switch v.Preset {
-	case WebhookStripe:
+	case Stripe:
 		return v.verifyStripe(strings.Join(sig, ","), body)
-	case WebhookGitHub:
+	case GitHub:
 		return v.verifyMAC(sig, "sha256=", hex.DecodeString, nil, body)
 	default:
 		decode := hex.DecodeString
@@ -187,17 +191,7 @@ func standardNamesOf(h http.Header) standardNames {
 	return webhookNames
 }
 
-// headerName is the header the key is read from in h: the key source's, or,
-// for the standard preset's signed id, the id of the set the signature was
-// checked under.
-func (ks *keySource) headerName(h http.Header) string {
-	if ks.standardID {
-		return standardNamesOf(h).id
-	}
-	return ks.name
-}
-
-func (v *verifier) verifyStandard(h http.Header, body []byte) error {
+func (v *Verifier) verifyStandard(h http.Header, body []byte) error {
 	names := standardNamesOf(h)
 	sig := h.Values(names.signature)
 	if len(sig) == 0 || sig[0] == "" {
@@ -219,7 +213,7 @@ func (v *verifier) verifyStandard(h http.Header, body []byte) error {
 	return v.verifyMAC(candidates, "", base64.StdEncoding.DecodeString, []byte(id+"."+ts+"."), body)
 }
 
-func (v *verifier) verifyStripe(sig string, body []byte) error {
+func (v *Verifier) verifyStripe(sig string, body []byte) error {
 	var t string
 	var candidates []string
 	for _, part := range strings.Split(sig, ",") {
@@ -244,7 +238,7 @@ func (v *verifier) verifyStripe(sig string, body []byte) error {
 
 // verifyMAC reports whether any candidate (after prefix, decoded) is the
 // HMAC-SHA256 of signedPrefix+body under any key, in constant time per compare.
-func (v *verifier) verifyMAC(candidates []string, prefix string, decode func(string) ([]byte, error), signedPrefix, body []byte) error {
+func (v *Verifier) verifyMAC(candidates []string, prefix string, decode func(string) ([]byte, error), signedPrefix, body []byte) error {
 	var sums [][]byte
 	for _, c := range candidates {
 		c, ok := strings.CutPrefix(strings.TrimSpace(c), prefix)
@@ -273,7 +267,7 @@ func (v *verifier) verifyMAC(candidates []string, prefix string, decode func(str
 }
 
 // fresh checks a signed Unix timestamp against the tolerance, either way.
-func (v *verifier) fresh(ts string) error {
+func (v *Verifier) fresh(ts string) error {
 	secs, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
 		return errSigBadTime
@@ -289,7 +283,7 @@ func (v *verifier) fresh(ts string) error {
 // timestamp; stripe: timestamp). It is what `idemproxy sign` prints, for trying a
 // route by hand; tests of the verifier build their signatures independently.
 func (w Webhook) Sign(id string, at time.Time, body []byte) (http.Header, error) {
-	v, err := w.compile()
+	v, err := New(w)
 	if err != nil {
 		return nil, err
 	}
@@ -302,21 +296,21 @@ func (w Webhook) Sign(id string, at time.Time, body []byte) (http.Header, error)
 	ts := strconv.FormatInt(at.Unix(), 10)
 	h := http.Header{}
 	switch v.Preset {
-	case WebhookStandard:
+	case Standard:
 		if id == "" {
 			return nil, errors.New("the standard preset signs a webhook-id: give one")
 		}
 		h.Set("Webhook-Id", id)
 		h.Set("Webhook-Timestamp", ts)
 		h.Set("Webhook-Signature", "v1,"+base64.StdEncoding.EncodeToString(mac(id+"."+ts+".")))
-	case WebhookStripe:
+	case Stripe:
 		h.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac(ts+".")))
-	case WebhookGitHub:
+	case GitHub:
 		h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac("")))
 		if id != "" {
 			h.Set("X-GitHub-Delivery", id)
 		}
-	case WebhookHMAC:
+	case HMAC:
 		enc := hex.EncodeToString
 		if v.Encoding == "base64" {
 			enc = base64.StdEncoding.EncodeToString
@@ -361,4 +355,60 @@ func LoadSecrets(refs []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Challenge implements middleware.Verifier: the WWW-Authenticate of the 401.
+func (v *Verifier) Challenge() string { return `Webhook-Signature header="` + v.header + `"` }
+
+// ID implements middleware.Verifier.
+func (v *Verifier) ID() string { return v.Preset }
+
+// KeySource is the preset's key (key_source auto): Standard, the signed id
+// (webhook-id, or svix-id under Svix's names); Stripe, the body's /id; GitHub
+// and HMAC, a digest of the signed body, the only part of a delivery they sign.
+func (v *Verifier) KeySource() middleware.KeySource {
+	switch v.Preset {
+	case Standard:
+		return standardID{}
+	case Stripe:
+		ks, _ := keysource.NewJSON("/id") // a valid pointer
+		return ks
+	}
+	return keysource.BodyDigest{}
+}
+
+// standardID is the Standard Webhooks delivery's signed id, under the header set
+// the signature is checked under (standardNamesOf).
+type standardID struct{}
+
+func (standardID) Key(r *http.Request, _ []byte) (string, error) {
+	values := r.Header.Values(standardNamesOf(r.Header).id)
+	if len(values) == 0 {
+		return "", middleware.ErrNoKey
+	}
+	return middleware.ParseKey(values)
+}
+
+func (standardID) NeedsBody() bool  { return false }
+func (standardID) ID() string       { return "header" }
+func (standardID) Describe() string { return "a webhook-id (or svix-id) header" }
+
+// fieldErr is a settings error naming the setting at fault.
+func fieldErr(field, format string, args ...any) error {
+	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }

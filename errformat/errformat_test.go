@@ -1,4 +1,4 @@
-package middleware_test
+package errformat_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/errformat"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -79,13 +82,13 @@ func TestErrorFormats(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				return nil
 			})
-			h := newHandler(t, newMem(t), middleware.WithErrorFormat(tc.format), middleware.WithRetryAfter(1500*time.Millisecond))
+			h := handler(t, tc.format, func(s *middleware.Settings) { s.RetryAfter = 1500 * time.Millisecond })
 			do := func(q req) answer {
 				w := httptest.NewRecorder()
-				_ = h.Handle(w, q.build(), next)
+				_ = h.Handle(w, q.Build(), next)
 				var body map[string]any
 				if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
-					t.Fatalf("%s: body %q is not JSON: %v", q.target, w.Body, err)
+					t.Fatalf("%s: body %q is not JSON: %v", q.Target, w.Body, err)
 				}
 				return answer{w.Code, w.Header(), body}
 			}
@@ -96,24 +99,24 @@ func TestErrorFormats(t *testing.T) {
 					t.Errorf("%s: %d %v", name, a.code, a.h)
 				}
 			}
-			go func() { _ = h.Handle(httptest.NewRecorder(), req{target: "/slow", key: "k1", body: "a"}.build(), next) }()
+			go func() { _ = h.Handle(httptest.NewRecorder(), req{Target: "/slow", Key: "k1", Body: "a"}.Build(), next) }()
 			<-started
-			a := do(req{target: "/slow", key: "k1", body: "a"})
+			a := do(req{Target: "/slow", Key: "k1", Body: "a"})
 			common("in flight", a, 409, middleware.ProblemInFlight, "k1")
 			if a.h.Get("Retry-After") != "2" {
 				t.Errorf("Retry-After %q", a.h.Get("Retry-After"))
 			}
 			tc.inFlight(t, a)
-			a = do(req{target: "/slow", key: "k1", body: "b"})
+			a = do(req{Target: "/slow", Key: "k1", Body: "b"})
 			common("mismatch", a, 422, middleware.ProblemMismatch, "k1")
 			tc.mismatch(t, a)
 			close(release)
 			// An invalid key is not echoed; a missing one has none to echo.
-			common("invalid key", do(req{key: "a,b", body: "x"}), 400, middleware.ProblemInvalidKey, "")
+			common("invalid key", do(req{Key: "a,b", Body: "x"}), 400, middleware.ProblemInvalidKey, "")
 			// The outcome-unknown answer, first and replayed, in the same format.
-			first := do(req{target: "/reset", key: "k2", body: "x"})
+			first := do(req{Target: "/reset", Key: "k2", Body: "x"})
 			common("unknown", first, 502, middleware.ProblemOutcomeUnknown, "k2")
-			again := do(req{target: "/reset", key: "k2", body: "x"})
+			again := do(req{Target: "/reset", Key: "k2", Body: "x"})
 			common("unknown replayed", again, 502, middleware.ProblemOutcomeUnknown, "k2")
 			if again.h.Get("Idempotent-Replayed") != "true" {
 				t.Errorf("unknown replayed: %v", again.h)
@@ -127,19 +130,23 @@ func TestErrorFormats(t *testing.T) {
 	}
 }
 
-func TestErrorFormatConfig(t *testing.T) {
-	for spec, want := range map[string]string{
-		"xml":                          `"xml": want problem, stripe, or a JSON template`,
-		`{"a":`:                        "the template is not JSON",
-		`{"a":"{nope}"}`:               "unknown placeholder {nope}",
-		`{"a":"fixed"}`:                "uses no placeholder",
-		`{"a":"{detail}"} {"b":"x"}`:   "text after its JSON value",
-		`{"a":"{detail}","b":"{x y}"}`: "",
-		`{"a":"{{detail}}"}`:           "",
-	} {
-		err := middleware.Config{ErrorFormat: &spec}.Validate()
-		if f, _ := middleware.FieldOf(err); want == "" && err != nil || want != "" && (f != "error_format" || !strings.Contains(err.Error(), want)) {
-			t.Errorf("%s: %v, want %q", spec, err, want)
-		}
+// handler is a core over a memory store answering in format spec, with opts.
+func handler(t *testing.T, spec string, opts ...middleware.Option) *middleware.Handler {
+	t.Helper()
+	f, err := errformat.Parse(spec)
+	if err != nil {
+		t.Fatal(err)
 	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	h, err := middleware.New(store, append([]middleware.Option{func(s *middleware.Settings) { s.ErrorFormat = f }}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
+
+type req = testutil.Req

@@ -1,4 +1,4 @@
-package middleware
+package webhook
 
 import (
 	"net/http"
@@ -12,14 +12,14 @@ func FuzzWebhookVerify(f *testing.F) {
 	f.Add("t=1,v1=00,v1=zz", "v1,AAAA v1a,BBBB", "sha256=00", "1614265330", []byte(`{"id":"evt_1"}`))
 	f.Add("", "", "", "", []byte{})
 	f.Add("t=,v1=", "v1,", "sha256=", "-1", []byte("x"))
-	var vs []*verifier
+	var vs []*Verifier
 	for _, w := range []Webhook{
-		{Preset: WebhookStandard, Secrets: []string{"whsec_c2VjcmV0"}},
-		{Preset: WebhookStripe, Secrets: []string{"s"}},
-		{Preset: WebhookGitHub, Secrets: []string{"s"}},
-		{Preset: WebhookHMAC, Secrets: []string{"s"}, Header: "X-Sig", Encoding: "base64", Prefix: "v0="},
+		{Preset: Standard, Secrets: []string{"whsec_c2VjcmV0"}},
+		{Preset: Stripe, Secrets: []string{"s"}},
+		{Preset: GitHub, Secrets: []string{"s"}},
+		{Preset: HMAC, Secrets: []string{"s"}, Header: "X-Sig", Encoding: "base64", Prefix: "v0="},
 	} {
-		v, err := w.compile()
+		v, err := New(w)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func FuzzWebhookVerify(f *testing.F) {
 		h.Set("X-Hub-Signature-256", ghSig)
 		h.Set("X-Sig", ghSig)
 		for _, v := range vs {
-			if err := v.verify(h, body); err == nil {
+			if err := v.verifyHeader(h, body); err == nil {
 				t.Fatalf("%s verified a fuzzed signature: %q %q %q", v.Preset, stripeSig, stdSig, ghSig)
 			}
 		}

@@ -1,8 +1,10 @@
-package middleware
+package keysource
 
 import (
 	"bytes"
 	"errors"
+
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 var (
@@ -16,10 +18,10 @@ var (
 // them, and only the key's value is decoded.
 //
 // On every body url.ParseQuery accepts, the answer is what ParseQuery finds:
-// no such field is errNoKey, one is its value (checked by checkBodyKey), more
+// no such field is middleware.ErrNoKey, one is its value (checked by checkBodyKey), more
 // than one errKeyFieldTwo. A raw ";" anywhere is errFormSemicolon (Go refuses
 // the body, other parsers split fields on it); an invalid percent escape
-// anywhere is errNoKey, as before. Unlike ParseQuery, the number of fields is
+// anywhere is middleware.ErrNoKey, as before. Unlike ParseQuery, the number of fields is
 // not limited: none is kept.
 func formKey(body []byte, field string) (string, error) {
 	if bytes.IndexByte(body, ';') >= 0 {
@@ -35,7 +37,7 @@ func formKey(body []byte, field string) (string, error) {
 		}
 		name, val, _ := bytes.Cut(pair, []byte{'='})
 		if !validEscapes(name) || !validEscapes(val) {
-			return "", errNoKey
+			return "", middleware.ErrNoKey
 		}
 		if formNameIs(name, field) {
 			twice = found
@@ -46,12 +48,12 @@ func formKey(body []byte, field string) (string, error) {
 	case twice:
 		return "", errKeyFieldTwo
 	case !found:
-		return "", errNoKey
+		return "", middleware.ErrNoKey
 	}
-	var buf [MaxKeyLength + 1]byte
+	var buf [middleware.MaxKeyLength + 1]byte
 	w := 0
 	for i := 0; i < len(value); w++ {
-		if w > MaxKeyLength {
+		if w > middleware.MaxKeyLength {
 			return "", errKeyLong
 		}
 		buf[w], i = formByte(value, i)
@@ -99,3 +101,5 @@ func formNameIs(s []byte, field string) bool {
 	}
 	return j == len(field)
 }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

@@ -1,10 +1,12 @@
-package middleware
+package keysource
 
 import (
 	"bytes"
 	"net/http/httptest"
 	"runtime"
 	"testing"
+
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // bytesAllocated returns the bytes f allocates per call, averaged over runs.
@@ -55,17 +57,17 @@ func TestKeyExtractionMemoryIsBoundedByTheKey(t *testing.T) {
 		{"json:/pad/3/n/4", arr.Bytes(), "été"},
 		{"form:idempotency_key", form.Bytes(), "the-key"},
 	} {
-		ks, err := resolveKeySource(tc.source, "Idempotency-Key", nil)
+		ks, err := Parse(tc.source, "Idempotency-Key")
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := httptest.NewRequest("POST", "/", nil)
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		got, err := ks.key(r, tc.body)
-		if tc.want == "" && err != errNoKey || tc.want != "" && (err != nil || got != tc.want) {
+		got, err := ks.Key(r, tc.body)
+		if tc.want == "" && err != middleware.ErrNoKey || tc.want != "" && (err != nil || got != tc.want) {
 			t.Fatalf("%s: %q, %v; want %q", tc.source, got, err, tc.want)
 		}
-		n := bytesAllocated(3, func() { _, _ = ks.key(r, tc.body) })
+		n := bytesAllocated(3, func() { _, _ = ks.Key(r, tc.body) })
 		t.Logf("%s over %d MiB: %d bytes allocated", tc.source, len(tc.body)>>20, n)
 		if n > 4<<10 {
 			t.Errorf("%s: %d bytes allocated to extract a key from a %d-byte body; want at most 4 KiB",

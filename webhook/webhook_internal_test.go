@@ -1,18 +1,20 @@
-package middleware
+package webhook
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // The published vectors verify, and Sign reproduces them.
 func TestWebhookPublishedVectors(t *testing.T) {
-	std := Webhook{Preset: WebhookStandard, Secrets: []string{webhooktest.StandardSecret}}
-	v, err := std.compile()
+	std := Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}}
+	v, err := New(std)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +22,7 @@ func TestWebhookPublishedVectors(t *testing.T) {
 	v.now = func() time.Time { return at.Add(4 * time.Minute) }
 	h := webhooktest.Header(map[string]string{"webhook-id": webhooktest.StandardID, "webhook-timestamp": "1614265330",
 		"webhook-signature": "v1,bm9wZQ== " + webhooktest.StandardSignature})
-	if err := v.verify(h, []byte(webhooktest.StandardBody)); err != nil {
+	if err := v.verifyHeader(h, []byte(webhooktest.StandardBody)); err != nil {
 		t.Fatalf("Standard Webhooks vector: %v", err)
 	}
 	signed, err := std.Sign(webhooktest.StandardID, at, []byte(webhooktest.StandardBody))
@@ -28,20 +30,20 @@ func TestWebhookPublishedVectors(t *testing.T) {
 		t.Fatalf("Sign: %v %v, want %s", signed, err, webhooktest.StandardSignature)
 	}
 	v.now = func() time.Time { return at.Add(6 * time.Minute) }
-	if err := v.verify(h, []byte(webhooktest.StandardBody)); !errors.Is(err, errSigOld) {
+	if err := v.verifyHeader(h, []byte(webhooktest.StandardBody)); !errors.Is(err, errSigOld) {
 		t.Fatalf("6 minutes late: %v, want errSigOld", err)
 	}
 	v.now = func() time.Time { return at.Add(-6 * time.Minute) }
-	if err := v.verify(h, []byte(webhooktest.StandardBody)); !errors.Is(err, errSigOld) {
+	if err := v.verifyHeader(h, []byte(webhooktest.StandardBody)); !errors.Is(err, errSigOld) {
 		t.Fatalf("6 minutes early: %v, want errSigOld", err)
 	}
 
-	gh := Webhook{Preset: WebhookGitHub, Secrets: []string{"old secret", webhooktest.GitHubSecret}}
-	gv, err := gh.compile()
+	gh := Webhook{Preset: GitHub, Secrets: []string{"old secret", webhooktest.GitHubSecret}}
+	gv, err := New(gh)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gv.verify(webhooktest.Header(map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}), []byte(webhooktest.GitHubBody)); err != nil {
+	if err := gv.verifyHeader(webhooktest.Header(map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}), []byte(webhooktest.GitHubBody)); err != nil {
 		t.Fatalf("GitHub vector with the second secret: %v", err)
 	}
 	gh.Secrets = gh.Secrets[1:]
@@ -61,7 +63,7 @@ func TestWebhookVerify(t *testing.T) {
 		bad  map[string]map[string]string // name → headers that must fail
 		err  error
 	}{
-		{name: "standard", w: Webhook{Preset: WebhookStandard, Secrets: []string{"whsec_" + "c2VjcmV0LXR3bw==", webhooktest.StandardSecret}},
+		{name: "standard", w: Webhook{Preset: Standard, Secrets: []string{"whsec_" + "c2VjcmV0LXR3bw==", webhooktest.StandardSecret}},
 			good: webhooktest.Standard(webhooktest.StandardSecret, "msg_1", now, body),
 			bad: map[string]map[string]string{
 				"other id":     merge(webhooktest.Standard(webhooktest.StandardSecret, "msg_1", now, body), map[string]string{"webhook-id": "msg_2"}),
@@ -69,7 +71,7 @@ func TestWebhookVerify(t *testing.T) {
 				"other secret": webhooktest.Standard("whsec_c2VjcmV0LXRocmVl", "msg_1", now, body),
 				"none":         {"webhook-id": "msg_1", "webhook-timestamp": "1"},
 			}},
-		{name: "stripe", w: Webhook{Preset: WebhookStripe, Secrets: []string{"whsec_stripe"}},
+		{name: "stripe", w: Webhook{Preset: Stripe, Secrets: []string{"whsec_stripe"}},
 			good: webhooktest.Stripe("whsec_stripe", now, body),
 			bad: map[string]map[string]string{
 				"old":          webhooktest.Stripe("whsec_stripe", now.Add(-6*time.Minute), body),
@@ -78,13 +80,13 @@ func TestWebhookVerify(t *testing.T) {
 				"no v1":        {"Stripe-Signature": "t=1,v0=abc"},
 				"none":         {},
 			}},
-		{name: "github", w: Webhook{Preset: WebhookGitHub, Secrets: []string{"gh"}},
+		{name: "github", w: Webhook{Preset: GitHub, Secrets: []string{"gh"}},
 			good: webhooktest.GitHub("gh", "d-1", body),
 			bad: map[string]map[string]string{
 				"other secret": webhooktest.GitHub("nope", "d-1", body),
 				"sha1 only":    {"X-Hub-Signature": "sha1=00"},
 			}},
-		{name: "hmac base64", w: Webhook{Preset: WebhookHMAC, Secrets: []string{"s"}, Header: "X-Sig", Encoding: "base64", Prefix: "v0="},
+		{name: "hmac base64", w: Webhook{Preset: HMAC, Secrets: []string{"s"}, Header: "X-Sig", Encoding: "base64", Prefix: "v0="},
 			good: webhooktest.HMAC("s", "X-Sig", "v0=", true, body),
 			bad: map[string]map[string]string{
 				"hex":       webhooktest.HMAC("s", "X-Sig", "v0=", false, body),
@@ -93,18 +95,18 @@ func TestWebhookVerify(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := c.w.compile()
+			v, err := New(c.w)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := v.verify(webhooktest.Header(c.good), []byte(body)); err != nil {
+			if err := v.verifyHeader(webhooktest.Header(c.good), []byte(body)); err != nil {
 				t.Fatalf("good delivery: %v", err)
 			}
-			if err := v.verify(webhooktest.Header(c.good), []byte(body+" ")); !errors.Is(err, errSigMismatch) {
+			if err := v.verifyHeader(webhooktest.Header(c.good), []byte(body+" ")); !errors.Is(err, errSigMismatch) {
 				t.Fatalf("tampered body: %v", err)
 			}
 			for name, h := range c.bad {
-				if err := v.verify(webhooktest.Header(h), []byte(body)); err == nil {
+				if err := v.verifyHeader(webhooktest.Header(h), []byte(body)); err == nil {
 					t.Errorf("%s: verified", name)
 				}
 			}
@@ -128,21 +130,35 @@ func TestWebhookConfigErrors(t *testing.T) {
 		w     Webhook
 		field string
 	}{
-		"no secret":          {Webhook{Preset: WebhookStripe}, "webhook_secrets"},
-		"bad standard":       {Webhook{Preset: WebhookStandard, Secrets: []string{"whsec_!!"}}, "webhook_secrets"},
+		"no secret":          {Webhook{Preset: Stripe}, "webhook_secrets"},
+		"bad standard":       {Webhook{Preset: Standard, Secrets: []string{"whsec_!!"}}, "webhook_secrets"},
 		"unknown preset":     {Webhook{Preset: "svix", Secrets: []string{"x"}}, "webhook"},
-		"hmac no header":     {Webhook{Preset: WebhookHMAC, Secrets: []string{"x"}}, "webhook_header"},
-		"hmac bad encoding":  {Webhook{Preset: WebhookHMAC, Secrets: []string{"x"}, Header: "X-S", Encoding: "b32"}, "webhook_encoding"},
-		"header with stripe": {Webhook{Preset: WebhookStripe, Secrets: []string{"x"}, Header: "X-S"}, "webhook_header"},
-		"negative tolerance": {Webhook{Preset: WebhookStripe, Secrets: []string{"x"}, Tolerance: -1}, "webhook_tolerance"},
+		"hmac no header":     {Webhook{Preset: HMAC, Secrets: []string{"x"}}, "webhook_header"},
+		"hmac bad encoding":  {Webhook{Preset: HMAC, Secrets: []string{"x"}, Header: "X-S", Encoding: "b32"}, "webhook_encoding"},
+		"header with stripe": {Webhook{Preset: Stripe, Secrets: []string{"x"}, Header: "X-S"}, "webhook_header"},
+		"negative tolerance": {Webhook{Preset: Stripe, Secrets: []string{"x"}, Tolerance: -1}, "webhook_tolerance"},
 	}
 	for name, c := range cases {
-		_, err := c.w.compile()
-		if f, _ := FieldOf(err); f != c.field {
+		_, err := New(c.w)
+		if f, _ := fieldOf(err); f != c.field {
 			t.Errorf("%s: %v, want an error naming %s", name, err, c.field)
 		}
 		if err != nil && len(c.w.Secrets) > 0 && c.w.Secrets[0] != "x" && strings.Contains(err.Error(), c.w.Secrets[0]) {
 			t.Errorf("%s: the error shows the secret: %v", name, err)
 		}
 	}
+}
+
+// verifyHeader verifies a request carrying h.
+func (v *Verifier) verifyHeader(h http.Header, body []byte) error {
+	return v.Verify(&http.Request{Header: h}, body)
+}
+
+// fieldOf is the setting named in err.
+func fieldOf(err error) (string, bool) {
+	var se *middleware.SettingsError
+	if errors.As(err, &se) {
+		return se.Field, true
+	}
+	return "", false
 }

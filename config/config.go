@@ -1,0 +1,215 @@
+// Package config is idemproxy's configuration: the core's settings as every
+// surface writes them (the proxy's flags, IDEMPROXY_* variables, config file and
+// routes; Caddy's JSON and Caddyfile), compiled once into middleware.Settings.
+//
+// A Config is middleware.Settings (whose tagged fields are the settings, with
+// their defaults in middleware.DefaultSettings) plus the settings that are
+// configuration sugar for what plugs into the core: key_source (package
+// keysource), error_format (package errformat) and webhook… (package webhook).
+// It records which settings were set, so a proxy route's unset settings take the
+// top level's (Merged). Every surface derives its names, its parsing and its
+// help from the struct's tags (internal/conf): adding a setting is one field in
+// middleware.Settings, the code that uses it, and its README row.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/idemproxy/idemproxy/errformat"
+	"github.com/idemproxy/idemproxy/internal/conf"
+	"github.com/idemproxy/idemproxy/keysource"
+	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/webhook"
+)
+
+// Config is the core's settings as configuration writes them. Start from
+// Default: a zero Config has no defaults.
+type Config struct {
+	middleware.Settings
+
+	// KeySourceSpec is where the key comes from: "auto" (key_header, or where
+	// the webhook preset puts it), "header" (key_header), "json:<pointer>" (a
+	// string in the JSON body at an RFC 6901 pointer, e.g.
+	// json:/data/idempotency_key), "form:<field>" (a field of a form-encoded
+	// body) or "body" (a SHA-256 of the body). A missing or non-string field
+	// is a missing key; an ambiguous one (a name twice on the pointer's path,
+	// a form field twice, a ";") an invalid key.
+	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), header, json:/pointer, form:field, or body (a digest of it)"`
+
+	// Webhook verifies a provider's signature before the key is claimed:
+	// "standard" (Standard Webhooks, and Svix's svix-* names), "stripe",
+	// "github" or "hmac" (HMAC-SHA256 of the body in webhook_header). A bad or
+	// missing signature gets 401; nothing is claimed, stored or forwarded.
+	// Empty: no verification.
+	Webhook string `json:"webhook" help:"verify a webhook signature before the key is claimed: standard, stripe, github or hmac; empty: none"`
+
+	// WebhookSecrets are the webhook's signing secrets, as references:
+	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A
+	// signature made with any of them verifies (rotation). Secrets themselves
+	// never go in a configuration, and are never logged.
+	WebhookSecrets []string `json:"webhook_secrets" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
+
+	// WebhookTolerance is how far a signed timestamp (standard, stripe) may
+	// be from now, either way.
+	WebhookTolerance time.Duration `json:"webhook_tolerance" help:"how far a signed timestamp (standard, stripe) may be from now"`
+
+	// WebhookHeader is the header carrying the signature, for the hmac
+	// preset.
+	WebhookHeader string `json:"webhook_header" help:"hmac preset: the header carrying the signature"`
+
+	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
+	// base64.
+	WebhookEncoding string `json:"webhook_encoding" help:"hmac preset: the signature's encoding, hex or base64"`
+
+	// WebhookPrefix is text before the signature in its header for the hmac
+	// preset, e.g. "sha256=".
+	WebhookPrefix string `json:"webhook_prefix" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
+
+	// ErrorFormatSpec is the shape of the answers the core writes itself
+	// (409, 422, 400, 503, …): "problem" (RFC 9457), "stripe" (Stripe's
+	// error object with Stripe-Should-Retry), or a JSON template whose
+	// strings hold {type}, {title}, {status}, {detail}, {code} or
+	// {retry_after}. Every such answer carries Idempotency-Problem (its
+	// type), Cache-Control: no-store, and the request's key.
+	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: problem (RFC 9457), stripe, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
+
+	set map[string]bool // the settings set (MarkSet), by name
+}
+
+// Default returns the configuration with every setting at its default and none
+// set.
+func Default() Config {
+	return Config{
+		Settings:         middleware.DefaultSettings(),
+		KeySourceSpec:    keysource.Auto,
+		ErrorFormatSpec:  errformat.Problem,
+		WebhookTolerance: webhook.DefaultTolerance,
+		WebhookEncoding:  "hex",
+	}
+}
+
+// fields are the settings of Config.
+var fields = conf.Fields(reflect.TypeFor[Config]())
+
+// Set sets the setting named name (lock_ttl) from its text form, as a flag or a
+// Caddyfile line gives it, and records it as set.
+func (c *Config) Set(name string, args ...string) error {
+	f, ok := conf.Lookup(fields, name)
+	if !ok {
+		return fmt.Errorf("unknown setting %q", name)
+	}
+	return f.Set(c, args...)
+}
+
+// MarkSet records the setting named name as set (conf.Tracker).
+func (c *Config) MarkSet(name string) {
+	if c.set == nil {
+		c.set = map[string]bool{}
+	}
+	c.set[name] = true
+}
+
+// IsSet reports whether the setting named name was set.
+func (c Config) IsSet(name string) bool { return c.set[name] }
+
+// Merged returns c with every setting set in over replacing c's (a proxy route
+// over the top level): a set setting wins, zero included.
+func (c Config) Merged(over Config) Config {
+	out := c
+	out.set = map[string]bool{}
+	for name := range c.set {
+		out.set[name] = true
+	}
+	for _, f := range fields {
+		if over.set[f.Name] {
+			f.Copy(&out, &over)
+			out.set[f.Name] = true
+		}
+	}
+	return out
+}
+
+// Compile returns the core's settings: c's, with the key source, the verifier
+// and the error format built from their configuration strings. Every error is a
+// *middleware.SettingsError naming the setting at fault; FieldOf reads it.
+func (c Config) Compile() (middleware.Settings, error) {
+	s := c.Settings
+	var v *webhook.Verifier
+	if c.Webhook != "" {
+		if c.WebhookTolerance <= 0 {
+			return s, fieldErr("webhook_tolerance", "must be positive, got %v", c.WebhookTolerance)
+		}
+		secrets, err := webhook.LoadSecrets(c.WebhookSecrets)
+		if err != nil {
+			return s, err
+		}
+		v, err = webhook.New(webhook.Webhook{Preset: c.Webhook, Secrets: secrets, Tolerance: c.WebhookTolerance,
+			Header: c.WebhookHeader, Encoding: c.WebhookEncoding, Prefix: c.WebhookPrefix})
+		if err != nil {
+			return s, err
+		}
+		s.Verifier = v
+	} else if name := c.strayWebhookSetting(); name != "" {
+		return s, fieldErr(name, "applies to a webhook route, and webhook is not set")
+	}
+	switch c.KeySourceSpec {
+	case keysource.Auto, "":
+		if v != nil {
+			s.KeySource = v.KeySource()
+		}
+	case keysource.Header:
+		if v != nil {
+			return s, fieldErr("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
+				c.Webhook, http.CanonicalHeaderKey(c.KeyHeader))
+		}
+	default:
+		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
+		if err != nil {
+			return s, fieldErr("key_source", "%v", err)
+		}
+		s.KeySource = ks
+	}
+	ef, err := errformat.Parse(c.ErrorFormatSpec)
+	if err != nil {
+		return s, err
+	}
+	s.ErrorFormat = ef
+	return s, s.Check()
+}
+
+// strayWebhookSetting names a webhook_* setting that differs from its default
+// while webhook is not set: it would have no effect.
+func (c Config) strayWebhookSetting() string {
+	d := Default()
+	for _, name := range []string{"webhook_secrets", "webhook_tolerance", "webhook_header", "webhook_encoding", "webhook_prefix"} {
+		f, _ := conf.Lookup(fields, name)
+		if !f.Equal(&c, &d) && !(name == "webhook_secrets" && len(c.WebhookSecrets) == 0) {
+			return name
+		}
+	}
+	return ""
+}
+
+// Validate checks c as Compile and middleware.New would.
+func (c Config) Validate() error {
+	_, err := c.Compile()
+	return err
+}
+
+// FieldOf returns the setting named in err, if err is (or wraps) a
+// *middleware.SettingsError.
+func FieldOf(err error) (string, bool) {
+	var se *middleware.SettingsError
+	if errors.As(err, &se) {
+		return se.Field, true
+	}
+	return "", false
+}
+
+func fieldErr(field, format string, args ...any) error {
+	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
+}

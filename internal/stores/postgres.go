@@ -1,0 +1,84 @@
+package stores
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemproxy/idemproxy/cache/pgstore"
+)
+
+// Postgres is the PostgreSQL store's settings (its URL selects it): durable,
+// shared by every instance pointing at the same database.
+type Postgres struct {
+	// Table is the table, schema.name allowed.
+	Table string `json:"table" help:"PostgreSQL store: the table (schema.name allowed)"`
+	// CreateSchema creates the table and its index at start-up when missing;
+	// false: they must exist (idemproxy migrate prints the DDL).
+	CreateSchema bool `json:"create_schema" help:"PostgreSQL store: create the table and its index at start-up when missing; false: they must exist (idemproxy migrate prints the DDL)"`
+	// SweepInterval is how often expired rows are deleted, in small batches; 0
+	// turns this instance's sweeper off.
+	SweepInterval time.Duration `json:"sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
+}
+
+// DefaultPostgres is the PostgreSQL store's defaults.
+func DefaultPostgres() Postgres {
+	return Postgres{Table: pgstore.DefaultTable, CreateSchema: true, SweepInterval: pgstore.DefaultSweepInterval}
+}
+
+// Validate checks p and the URL (parsed only; nothing is dialled).
+func (p Postgres) Validate(rawURL string) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if _, err := pgxpool.ParseConfig(rawURL); err != nil {
+		return fmt.Errorf("postgres URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
+	}
+	return nil
+}
+
+// Open opens the PostgreSQL store at the URL: a pool, a check that the server
+// answers within PingTimeout, the schema (created, or checked), and the store,
+// with the function that closes the store and then the pool.
+func (p Postgres) Open(ctx context.Context, rawURL string, env Env) (*pgstore.Store, func() error, error) {
+	if err := p.Validate(rawURL); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
+	}
+	if env.Trace {
+		cfg.ConnConfig.Tracer = newPGTracer()
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
+	}
+	pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, nil, &UnreachableError{Store: "PostgreSQL", URL: Redact(rawURL), Err: redactErr(err, rawURL)}
+	}
+	ps, err := pgstore.New(pctx, pool, pgstore.WithTable(p.Table), pgstore.WithCreateSchema(p.CreateSchema),
+		pgstore.WithSweep(p.SweepInterval, pgstore.DefaultSweepBatch))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return ps, func() error { err := ps.Close(); pool.Close(); return err }, nil
+}
+
+// Check checks p's settings, without a URL.
+func (p Postgres) Check() error {
+	if err := pgstore.CheckTable(p.Table); err != nil {
+		return &FieldError{Store: "postgres", Field: "table", Err: err}
+	}
+	if p.SweepInterval < 0 {
+		return fieldErr("postgres", "sweep_interval", "must not be negative, got %v", p.SweepInterval)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// claim is one first execution: the lease this request holds on a store key,
+// from the claim to what settles it (stored, released, or held as an unknown
+// outcome). Its methods are the one place that settles a claim: run (this
+// file), store and release (complete.go), settleUnknown (unknown.go), and the
+// lease's renewal (renew.go).
+type claim struct {
+	h        *Handler
+	storeKey string // the digest the store knows the record by (storeKey)
+	keyHash  string // storeKey's first 12 hex digits, for logs
+	token    string // fences every write after the claim
+	fp       string // the request's fingerprint
+	trace    []byte // the first execution's trace context, stored with it
+	echo     string // the client's key when it came in a key header; echoed on answers
+	started  time.Time
+	ev       *Event
+	// ctx is the execution's context: detached from the client (a hang-up
+	// must not cancel the work whose result the retry will ask for), bounded
+	// by handler_timeout.
+	ctx context.Context
+}
+
+// run runs next under the claim and settles it: it stores the response, or
+// releases the key, or holds it as an unknown outcome. It returns next's error
+// when the core did not answer.
+func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err error) {
+	h := c.h
+	c.started = time.Now()
+	ctx, cancel := context.WithoutCancel(r.Context()), context.CancelFunc(func() {})
+	if h.s.HandlerTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, h.s.HandlerTimeout)
+	}
+	defer cancel()
+	c.ctx = ctx
+
+	renew := c.startRenewal()
+	rw := &recorder{w: w, ignored: h.c.ignored, maxBody: h.s.MaxBody}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p := recover() // next panicked: settle the key, then re-raise
+		renew.stop()
+		c.ev.Status = rw.status
+		if p != nil {
+			c.ev.Err = fmt.Errorf("handler panicked: %v", p)
+		}
+		if rw.switched() || p != nil && rw.status != 0 {
+			// It panicked after it started answering (a reverse proxy aborting a
+			// response cut mid-stream), or after it switched protocols: the
+			// upstream may have acted.
+			c.settleUnknown(rw, false)
+		} else {
+			c.release()
+			c.ev.Outcome = OutcomeNotStored
+		}
+		if p == nil {
+			return // runtime.Goexit, not a panic: let it continue
+		}
+		panic(p)
+	}()
+	err = next.ServeHTTP(rw, r.WithContext(ctx))
+	returned = true
+	renew.stop()
+
+	if rw.status == 0 && !rw.hijacked && err == nil {
+		// net/http (and Caddy) send 200 for a handler that wrote nothing, with the
+		// headers it set: send it now, so those headers are recorded too.
+		rw.WriteHeader(http.StatusOK)
+	}
+	c.ev.Status = rw.status
+	switch {
+	case err != nil && errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrNotSent) && !rw.hijacked:
+		c.ev.Err = err
+		if c.settleUnknown(rw, true) {
+			return nil // answered: the outcome-unknown problem
+		}
+		return err
+	case rw.switched():
+		// It answered 101 or took the connection over (a request that asked to
+		// upgrade is refused before it gets here, so this is the handler's own
+		// doing): no answer can be stored, and it may have acted. Held, never
+		// released, so its retries do not run it again.
+		c.ev.Err = errors.Join(errSwitched, err)
+		c.settleUnknown(rw, false)
+		return err
+	case err != nil || h.s.InFlightOnly || !h.s.StoreStatuses.Has(c.ev.Status):
+		c.ev.Outcome, c.ev.Err = OutcomeNotStored, err
+		c.release()
+		return err
+	}
+	c.storeResponse(r, rw)
+	return nil
+}
+
+// storeResponse completes the claim with the recorded response.
+func (c *claim) storeResponse(r *http.Request, rw *recorder) {
+	resp := &cache.Response{Status: c.ev.Status, BodySize: rw.size, Trace: c.trace}
+	if rw.oversize {
+		resp.Oversize = true
+	} else {
+		resp.Header, resp.Body, resp.Trailer = rw.header, rw.body, rw.trailers()
+		c.h.unechoKey(resp.Header, r) // keyecho.go: an echoed key is not stored
+	}
+	err := c.store(resp, c.h.s.TTL)
+	if errors.Is(err, cache.ErrFull) && !resp.Oversize {
+		// The response is larger than the store can hold (its bound is below
+		// max_body, or the room is other clients'). Remember the key as done
+		// without the response, as for one above max_body: its retries get
+		// 409, never a second run.
+		c.h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
+			slog.String("key_hash", c.keyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", err))
+		err = c.store(&cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true, Trace: c.trace}, c.h.s.TTL)
+	}
+	c.ev.Outcome = OutcomeStored
+	if err != nil {
+		c.ev.Outcome, c.ev.Err = OutcomeNotStored, err
+	}
+}

@@ -1,0 +1,93 @@
+package middleware
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// What plugs into the core. The core knows these three small interfaces and its
+// own defaults (a key header, RFC 9457 problems); package keysource has the
+// other key sources (JSON and form fields, a body digest), package webhook the
+// signature presets (a Verifier and the key source each implies), package
+// errformat the other error formats (Stripe's, a JSON template), and package
+// config builds all of them from their configuration strings ("json:/id",
+// "stripe", …). Go users may pass their own.
+
+// KeySource finds a request's idempotency key.
+type KeySource interface {
+	// Key returns the key of r. body is its buffered body when NeedsBody
+	// reports true (nil otherwise). It fails with ErrNoKey when r carries no
+	// key (then require_key decides: 400, or passed through unprotected);
+	// with any other error the key is invalid and the error's text is the 400
+	// problem's detail.
+	Key(r *http.Request, body []byte) (string, error)
+	// NeedsBody reports whether the key is read from the body, which the
+	// core then reads (bounded) before it looks for the key.
+	NeedsBody() bool
+	// ID names the source in the store key: the same key from two sources is
+	// two records, so a key sent in a header can never claim a key another
+	// source would find ("header", "json:/id", …).
+	ID() string
+	// Describe says what a request must carry, for the missing-key problem:
+	// "an Idempotency-Key header".
+	Describe() string
+}
+
+// ErrNoKey is what a KeySource answers for a request without a key.
+var ErrNoKey = errors.New("no idempotency key")
+
+// HeaderKey takes the key from a request header (ParseKey: one RFC 8941
+// sf-string or bare token of 1–255 visible ASCII characters). It is the core's
+// default, on Settings.KeyHeader. The core echoes a header key back on the
+// answers it writes, as Stripe does.
+type HeaderKey struct {
+	Name string // canonical (http.CanonicalHeaderKey)
+}
+
+// Key implements KeySource.
+func (k HeaderKey) Key(r *http.Request, _ []byte) (string, error) {
+	values := r.Header.Values(k.Name)
+	if len(values) == 0 {
+		return "", ErrNoKey
+	}
+	return ParseKey(values)
+}
+
+// NeedsBody implements KeySource.
+func (HeaderKey) NeedsBody() bool { return false }
+
+// ID implements KeySource.
+func (HeaderKey) ID() string { return "header" }
+
+// Describe implements KeySource.
+func (k HeaderKey) Describe() string { return "an " + k.Name + " header" }
+
+// Verifier authenticates a request before its key is claimed: a webhook
+// provider's signature (package webhook). A request that does not verify gets
+// 401 and nothing is claimed, stored or forwarded. With a Verifier, a key's
+// scope is the route and the signed key alone (the Host and other headers are
+// not signed), and the body is left out of the fingerprint (a provider may
+// render a redelivery's body anew).
+type Verifier interface {
+	// Verify reports why r (whose buffered body is body) is not authentic,
+	// or nil. The error's text is the 401 problem's detail: it must never
+	// quote a secret.
+	Verify(r *http.Request, body []byte) error
+	// Challenge is the WWW-Authenticate value sent with the 401.
+	Challenge() string
+	// ID names the scheme in the store key ("standard", "stripe", …).
+	ID() string
+}
+
+// ErrorFormat renders the answers the core writes itself (400, 409, 422, 503,
+// the held outcome-unknown answer). Every such answer also carries
+// Idempotency-Problem (the problem's type), Cache-Control: no-store, and the
+// request's key when it came in a key header; the format adds its own headers.
+// The core's default is ProblemJSON; package errformat has Stripe's shape and
+// JSON templates.
+type ErrorFormat interface {
+	// Render returns p's Content-Type, extra headers (or nil) and body.
+	// retryAfter is the Retry-After the answer carries, 0 for none.
+	Render(p Problem, retryAfter time.Duration) (contentType string, header http.Header, body []byte)
+}

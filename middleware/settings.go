@@ -1,0 +1,399 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Settings are the core's settings. Each tagged field is a setting of every
+// surface: its json name is the proxy's config-file key (and, with dashes, its
+// flag), a Caddyfile subdirective and a key of Caddy's JSON (package config
+// derives them all from these tags). Go users change them with an Option:
+//
+//	middleware.New(store, func(s *middleware.Settings) {
+//		s.TTL = 48 * time.Hour
+//		s.RequireKey = true
+//	})
+//
+// DefaultSettings holds every default; New checks the result.
+type Settings struct {
+	// Methods protected; others pass through untouched, key or not. Write
+	// them in upper case; a request's method matches in any case ("post" is
+	// POST, and goes on as POST).
+	Methods []string `json:"methods" help:"methods protected, upper case (requests match in any case)"`
+
+	// KeyHeader is the request header carrying the key.
+	KeyHeader string `json:"key_header" help:"request header carrying the key"`
+
+	// RequireKey answers 400 to a protected request without a key, instead of
+	// passing it through unprotected.
+	RequireKey bool `json:"require_key" help:"answer 400 to a protected request without a key instead of passing it through"`
+
+	// ScopeHeaders are the request headers that, with the Host, scope a key,
+	// so one client can never read another's stored response. That holds only
+	// when the client's credential is in one of them. "Cookie:NAME" names one
+	// cookie. An empty list scopes by the Host alone.
+	ScopeHeaders []string `json:"scope_headers" help:"request headers that, with the Host, scope a key (Cookie:NAME for one cookie; empty: Host only)"`
+
+	// ScopeHost makes the Host, in canonical form (lower case, no default
+	// port, no trailing dot), part of a key's scope. Turn it off for an API
+	// served under several names whose clients may retry through another. A
+	// route with a Verifier never scopes by the Host, which is not signed.
+	ScopeHost bool `json:"scope_host" help:"scope keys by the Host (canonical form); webhook routes never do"`
+
+	// KeyNamespace puts these keys in a namespace of their own: the same key
+	// in two namespaces is two records. Keys from different key sources (a
+	// header, a JSON field, a webhook preset's id) never meet, whatever the
+	// namespace. The proxy gives a webhook route without one its path.
+	KeyNamespace string `json:"key_namespace" help:"namespace of these keys: the same key in two namespaces is two records (a proxy webhook route without one: its path)"`
+
+	// FingerprintHeaders are request headers added to the fingerprint
+	// (method, path and query, body), which decides whether a repeat is the
+	// same request.
+	FingerprintHeaders []string `json:"fingerprint_headers" help:"request headers added to the fingerprint (method, path, query and body)"`
+
+	// MaxRequestBody is the largest request body accepted with a key; a
+	// larger one gets 413.
+	MaxRequestBody int64 `json:"max_request_body" unit:"bytes" help:"largest request body accepted with a key (413 above)"`
+
+	// BodyBudget bounds the request-body bytes that tracked requests hold in
+	// memory at once (the core buffers a body to fingerprint it), across
+	// every Handler of the process built with the same value: the proxy's
+	// routes share one budget, and so do a Caddy config's handlers and those
+	// of the config that replaces it on a reload. A declared Content-Length
+	// is reserved before a byte is read, an unknown length as it arrives; all
+	// of it is returned when the request is done. A request that does not fit
+	// gets 503 overloaded with Retry-After, nothing claimed or forwarded. At
+	// least MaxRequestBody. When the bodies held fall back to none after a
+	// quarter of the budget or more was in use, the freed memory is returned
+	// to the operating system (debug.FreeOSMemory, at most once a minute).
+	BodyBudget int64 `json:"body_budget" unit:"bytes" help:"request-body bytes tracked requests hold in memory at once, shared by the process's handlers with the same value; past it 503 overloaded"`
+
+	// MaxBody is the largest response body stored for replay. A larger
+	// response is remembered as done; repeats get a not-replayable problem,
+	// never a second execution.
+	MaxBody int64 `json:"max_body" unit:"bytes" help:"largest response body stored for replay (above: remembered as done, not replayable)"`
+
+	// StoreStatuses are the statuses stored for replay: codes, ranges
+	// ("200-299"), classes ("2xx") and exclusions ("!404"). Others release
+	// the key so a retry runs again.
+	StoreStatuses StatusSet `json:"store_statuses" help:"statuses stored for replay: codes, ranges (200-299), classes (2xx), !exclusions"`
+
+	// BodyReadTimeout bounds the time a client has to send the body of a
+	// keyed request, which the core buffers; a slower one gets 400 and its
+	// connection is closed (HTTP/2: the stream ends). 0 means no bound.
+	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it); 0 = no bound"`
+
+	// IgnoreHeaders are response headers never stored nor replayed.
+	IgnoreHeaders []string `json:"ignore_headers" help:"response headers never stored nor replayed"`
+
+	// FailOpen passes requests through unprotected when the store fails,
+	// instead of answering 503. A full store is never failed open.
+	FailOpen bool `json:"fail_open" help:"pass requests through unprotected when the store fails, instead of 503"`
+
+	// TTL is how long a completed response is kept for replay.
+	TTL time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
+
+	// LockTTL is the in-flight lease, renewed every third of it while the
+	// first request runs; if its instance dies, the key can run again once it
+	// lapses. At least 3ms.
+	LockTTL time.Duration `json:"lock_ttl" help:"in-flight lease, renewed while the first request runs; a crashed instance's lock lapses after it"`
+
+	// HandlerTimeout bounds a first execution, which does not stop when the
+	// client hangs up (its response is stored for the retry). 0 means no
+	// bound.
+	HandlerTimeout time.Duration `json:"handler_timeout" help:"bound on a first execution (not cancelled when the client hangs up); 0 = no bound"`
+
+	// StoreTimeout bounds each store call (claim, complete, release, lease
+	// renewal).
+	StoreTimeout time.Duration `json:"store_timeout" help:"bound on each store call"`
+
+	// CompleteRetry is how long a finished response whose storing fails (the
+	// store unreachable) keeps being retried in the background, also after
+	// its lease lapsed, as long as no other request claims the key.
+	CompleteRetry time.Duration `json:"complete_retry" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
+
+	// UnknownOutcome is what happens when a first execution was sent upstream
+	// and no complete answer came back (a reset after the request was
+	// written, a timeout, a body cut mid-stream): UnknownHold keeps the key as
+	// done with an unknown outcome for UnknownHold, and every retry gets the
+	// same outcome-unknown problem, nothing running twice, until an operator
+	// releases it; UnknownRelease lets a retry run again.
+	UnknownOutcome string `json:"unknown_outcome" help:"hold or release: a first execution sent with no complete answer holds its key (retries get the same outcome-unknown answer) or releases it"`
+
+	// UnknownHold is how long an unknown outcome holds its key.
+	UnknownHold time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key"`
+
+	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
+	// unavailable, overloaded).
+	RetryAfter time.Duration `json:"retry_after" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
+
+	// Wait lets a duplicate that arrives while the first request runs wait up
+	// to this long for its result, then replay it, instead of an immediate
+	// 409 (which it still gets on timeout). If the first request's key is
+	// released (a 5xx, an error), one waiter claims the key and runs. Stores
+	// that implement cache.Notifier wake waiters at once; others are polled.
+	// 0 means no waiting.
+	Wait time.Duration `json:"wait" help:"let a duplicate of an in-flight request wait this long for its result instead of an immediate 409; 0 = no waiting"`
+
+	// WaitPoll is how often a waiting duplicate re-reads the store when no
+	// notification arrives.
+	WaitPoll time.Duration `json:"wait_poll" help:"how often a waiting duplicate re-reads the store when no notification comes"`
+
+	// InFlightOnly deduplicates concurrent duplicates but stores no result:
+	// the lock is released when the response is done, so a later retry runs
+	// again.
+	InFlightOnly bool `json:"in_flight_only" help:"deduplicate concurrent duplicates but store no result: a later retry runs again"`
+
+	// KeySource finds the key; nil means HeaderKey{KeyHeader}. Package
+	// keysource has the others (and config builds them from key_source).
+	KeySource KeySource `json:"-"`
+
+	// Verifier authenticates a request before its key is claimed (package
+	// webhook); nil: none.
+	Verifier Verifier `json:"-"`
+
+	// ErrorFormat renders the answers the core writes itself; nil means
+	// ProblemJSON. Package errformat has Stripe's shape and JSON templates.
+	ErrorFormat ErrorFormat `json:"-"`
+
+	// ScopeFunc, when set, replaces the Host-and-headers scope with a
+	// function of the request (Caddy's scope placeholders).
+	ScopeFunc func(*http.Request) string `json:"-"`
+
+	// FingerprintFunc, when set, replaces the fingerprint with a function of
+	// the request and its body: equal results mean "the same request".
+	FingerprintFunc func(r *http.Request, body []byte) string `json:"-"`
+
+	// Logger receives the core's log lines; they never contain a raw key or
+	// Authorization value, only a short hash of the store key. nil means
+	// slog.Default().
+	Logger *slog.Logger `json:"-"`
+
+	// Observer is called once per tracked request with its outcome, for
+	// metrics and access logs. It runs on the request's goroutine and must not
+	// block.
+	Observer func(Event) `json:"-"`
+
+	// TraceContext is called at each claim with the request's context: the
+	// bytes it returns (at most cache.MaxTrace; nil for none) are the first
+	// execution's trace context, kept with the lock and the stored response,
+	// and handed to the observer of every duplicate as Event.Origin, so a
+	// tracer can link the duplicate's span to the first's. Package tracing
+	// fits it to OpenTelemetry.
+	TraceContext func(context.Context) []byte `json:"-"`
+}
+
+// Unknown-outcome policies: Settings.UnknownOutcome.
+const (
+	UnknownHold    = "hold"
+	UnknownRelease = "release"
+)
+
+// Option changes the Settings New starts from (DefaultSettings).
+type Option func(*Settings)
+
+// From is the Option that replaces the settings with s (compiled settings, as
+// package config's Compile returns them).
+func From(s Settings) Option { return func(d *Settings) { *d = s } }
+
+// DefaultSettings returns every setting's default: the one defaults table of
+// every surface.
+func DefaultSettings() Settings {
+	return Settings{
+		Methods:         []string{http.MethodPost, http.MethodPatch},
+		KeyHeader:       "Idempotency-Key",
+		ScopeHeaders:    []string{"Authorization"},
+		ScopeHost:       true,
+		MaxRequestBody:  10 << 20,
+		BodyBudget:      256 << 20,
+		MaxBody:         10 << 20,
+		StoreStatuses:   DefaultStoreStatuses(),
+		BodyReadTimeout: time.Minute,
+		TTL:             24 * time.Hour,
+		LockTTL:         30 * time.Second,
+		HandlerTimeout:  5 * time.Minute,
+		StoreTimeout:    5 * time.Second,
+		CompleteRetry:   5 * time.Minute,
+		UnknownOutcome:  UnknownHold,
+		UnknownHold:     24 * time.Hour,
+		RetryAfter:      time.Second,
+		WaitPoll:        250 * time.Millisecond,
+	}
+}
+
+// SettingsError is a settings error that names the setting at fault by its
+// json name (lock_ttl), so each surface can name it in its own terms.
+type SettingsError struct {
+	Field string
+	Err   error
+}
+
+func (e *SettingsError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Check reports the first setting that New would refuse, as a *SettingsError.
+// It is the one place each rule is checked.
+func (s *Settings) Check() error {
+	_, err := compile(s)
+	return err
+}
+
+// compiled is what New derives from Settings once: lookups, canonical names,
+// and the plug-ins' defaults.
+type compiled struct {
+	tracked     map[string]bool
+	scope       []scopePart // ScopeHeaders, parsed
+	ignored     map[string]bool
+	keySource   KeySource
+	keySourceID string // the key source (and the verifier) as the store key names them
+	keyHeader   string // the header a key is echoed in; "" when the key source is not a header
+	legacyScope bool   // store keys keep the first derivation (see writeScope)
+	bodyFirst   bool   // the body is read before the key: a signature, or a key in it
+	errorFormat ErrorFormat
+	logger      *slog.Logger
+}
+
+// scopePart is one entry of the scope: a request header, or one cookie.
+type scopePart struct {
+	name   string
+	cookie bool
+}
+
+func compile(s *Settings) (*compiled, error) {
+	c := &compiled{tracked: map[string]bool{}, ignored: map[string]bool{}}
+	if len(s.Methods) == 0 {
+		return nil, fieldErr("methods", "no tracked methods")
+	}
+	for _, m := range s.Methods {
+		if !validToken(m) || strings.ToUpper(m) != m {
+			return nil, fieldErr("methods", "%q is not an upper-case HTTP method token%s", m, methodHint(m))
+		}
+		c.tracked[m] = true
+	}
+	for _, hs := range []struct {
+		field string
+		names []string
+	}{{"key_header", []string{s.KeyHeader}}, {"fingerprint_headers", s.FingerprintHeaders}, {"ignore_headers", s.IgnoreHeaders}} {
+		for _, h := range hs.names {
+			if !validToken(h) {
+				return nil, fieldErr(hs.field, "header name %q is not valid", h)
+			}
+		}
+	}
+	for _, h := range s.ScopeHeaders {
+		if name, cookie, ok := strings.Cut(h, ":"); ok {
+			if !strings.EqualFold(name, "Cookie") || !validToken(cookie) {
+				return nil, fieldErr("scope_headers", "%q: want a header name, or Cookie:NAME for one cookie", h)
+			}
+			c.scope = append(c.scope, scopePart{name: cookie, cookie: true})
+		} else if !validToken(h) {
+			return nil, fieldErr("scope_headers", "header name %q is not valid", h)
+		} else {
+			c.scope = append(c.scope, scopePart{name: h})
+		}
+	}
+	for _, h := range s.IgnoreHeaders {
+		c.ignored[http.CanonicalHeaderKey(h)] = true
+	}
+	c.keySource = s.KeySource
+	if c.keySource == nil {
+		c.keySource = HeaderKey{Name: http.CanonicalHeaderKey(s.KeyHeader)}
+	}
+	if hk, ok := c.keySource.(HeaderKey); ok {
+		c.keyHeader = hk.Name
+	}
+	c.keySourceID = c.keySource.ID()
+	if s.Verifier != nil {
+		c.keySourceID = s.Verifier.ID() + "/" + c.keySourceID
+	}
+	c.legacyScope = s.Verifier == nil && c.keyHeader != "" && s.KeyNamespace == "" && s.ScopeHost
+	c.bodyFirst = s.Verifier != nil || c.keySource.NeedsBody()
+	c.errorFormat = s.ErrorFormat
+	if c.errorFormat == nil {
+		c.errorFormat = ProblemJSON{}
+	}
+	c.logger = s.Logger
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	switch {
+	case s.TTL <= 0:
+		return nil, fieldErr("ttl", "must be positive, got %v", s.TTL)
+	case s.LockTTL < 3*time.Millisecond:
+		return nil, fieldErr("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
+	case s.MaxRequestBody < 0:
+		return nil, fieldErr("max_request_body", "must not be negative, got %d", s.MaxRequestBody)
+	case s.BodyBudget < max(s.MaxRequestBody, 1):
+		return nil, fieldErr("body_budget", "must be at least max_request_body (%d bytes) so that one body of the largest size fits, got %d", s.MaxRequestBody, s.BodyBudget)
+	case s.BodyReadTimeout < 0:
+		return nil, fieldErr("body_read_timeout", "must not be negative, got %v", s.BodyReadTimeout)
+	case s.MaxBody < 0:
+		return nil, fieldErr("max_body", "must not be negative, got %d", s.MaxBody)
+	case s.HandlerTimeout < 0:
+		return nil, fieldErr("handler_timeout", "must not be negative, got %v", s.HandlerTimeout)
+	case s.UnknownOutcome != UnknownHold && s.UnknownOutcome != UnknownRelease:
+		return nil, fieldErr("unknown_outcome", "%q: want hold or release", s.UnknownOutcome)
+	case s.UnknownHold <= 0:
+		return nil, fieldErr("unknown_hold", "must be positive, got %v", s.UnknownHold)
+	case s.CompleteRetry <= 0:
+		return nil, fieldErr("complete_retry", "must be positive, got %v", s.CompleteRetry)
+	case s.StoreTimeout <= 0:
+		return nil, fieldErr("store_timeout", "must be positive, got %v", s.StoreTimeout)
+	case s.RetryAfter < 0:
+		return nil, fieldErr("retry_after", "must not be negative, got %v", s.RetryAfter)
+	case s.Wait < 0:
+		return nil, fieldErr("wait", "must not be negative, got %v", s.Wait)
+	case s.WaitPoll <= 0:
+		return nil, fieldErr("wait_poll", "must be positive, got %v", s.WaitPoll)
+	case s.Wait > 0 && s.InFlightOnly:
+		return nil, fieldErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
+	case s.StoreStatuses.Empty():
+		return nil, fieldErr("store_statuses", "no status is stored")
+	}
+	return c, nil
+}
+
+// canonicalMethod is CanonicalMethod, also upper-casing a tracked custom method.
+func (c *compiled) canonicalMethod(m string) string {
+	if cm := CanonicalMethod(m); cm != m || c.tracked[m] {
+		return cm
+	}
+	if u := strings.ToUpper(m); c.tracked[u] {
+		return u
+	}
+	return m
+}
+
+// validToken reports whether s is an RFC 9110 token (header names, methods).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// methodHint suggests the upper-case spelling of a lower-case method.
+func methodHint(m string) string {
+	if u := strings.ToUpper(m); u != m && validToken(m) {
+		return fmt.Sprintf(" (write methods in upper case, %s; requests match it in any case)", u)
+	}
+	return ""
+}

@@ -1,0 +1,66 @@
+package middleware
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// settleUnknown settles a first execution whose outcome is unknown. Under the
+// hold policy it stores the outcome-unknown problem for unknown_hold, so every
+// retry gets it and nothing runs again, and answers it when nothing was written
+// yet (answer); it reports whether it answered. Under the release policy it
+// releases the key.
+func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
+	h := c.h
+	c.ev.Outcome = OutcomeUnknown
+	if h.s.UnknownOutcome == UnknownRelease || h.s.InFlightOnly {
+		c.release()
+		return false
+	}
+	status := unknownStatus(c.ev.Err)
+	h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
+		slog.String("key_hash", c.keyHash), slog.Duration("unknown_hold", h.s.UnknownHold), slog.Any("error", c.ev.Err))
+	err := c.store(h.unknownAnswer(status, c.trace), h.s.UnknownHold)
+	if errors.Is(err, cache.ErrFull) {
+		// A full store (a bounded memory store whose room belongs to other
+		// clients) keeps a record no larger than the lock it replaces: the
+		// held outcome without its rendered answer, which a replay renders.
+		err = c.store(&cache.Response{Status: status, Unknown: true, Trace: c.trace}, h.s.UnknownHold)
+	}
+	if errors.Is(err, cache.ErrLockLost) || errors.Is(err, cache.ErrFull) {
+		c.ev.Err = err
+	}
+	if answer && rw.status == 0 {
+		h.writeProblem(rw, unknownProblem(status, true), 0, c.echo)
+		c.ev.Status = status
+		return true
+	}
+	return false
+}
+
+// unknownAnswer is the stored answer of a held unknown outcome, in the route's
+// error format: every retry gets these bytes. Every retry carries its own key
+// back (the same key), filled in at replay: the key itself is never stored.
+func (h *Handler) unknownAnswer(status int, trace []byte) *cache.Response {
+	ct, hdr, body := h.c.errorFormat.Render(unknownProblem(status, true), 0)
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	hdr.Set("Content-Type", ct)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set(ProblemHeader, ProblemOutcomeUnknown)
+	h.markKeyEcho(hdr)
+	return &cache.Response{Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace}
+}
+
+// storedAnswer is the answer a stored response replays as: a held unknown
+// outcome stored bare (in a full store) is rendered now.
+func (h *Handler) storedAnswer(resp *cache.Response) *cache.Response {
+	if resp.Unknown && resp.Header == nil && len(resp.Body) == 0 {
+		return h.unknownAnswer(resp.Status, resp.Trace)
+	}
+	return resp
+}
