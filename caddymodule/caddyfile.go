@@ -156,34 +156,28 @@ func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, url *stri
 
 // UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
 func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if err := unmarshalStore(d, "memory", &ms.Memory, nil); err != nil {
-		return err
-	}
-	if err := ms.Memory.Validate(); err != nil {
-		return d.Err(err.Error())
-	}
-	return nil
+	return unmarshalChecked(d, "memory", &ms.Memory, nil, func() error { return ms.Memory.Validate() })
 }
 
 // UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction;
 // wait_replicas <n>; wait_timeout <duration> }]`, or `<url> [{ … }]`.
 func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if err := unmarshalStore(d, "redis", &rs.Redis, &rs.URL); err != nil {
-		return err
-	}
-	if err := rs.Redis.Check(); err != nil {
-		return d.Err(err.Error())
-	}
-	return nil
+	return unmarshalChecked(d, "redis", &rs.Redis, &rs.URL, func() error { return rs.Redis.Check() })
 }
 
 // UnmarshalCaddyfile reads `postgres <url> [{ table <name>; create_schema
 // [true|false]; sweep_interval <duration> }]`, or `<url> [{ … }]`.
 func (ps *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if err := unmarshalStore(d, "postgres", &ps.Postgres, &ps.URL); err != nil {
+	return unmarshalChecked(d, "postgres", &ps.Postgres, &ps.URL, func() error { return ps.Postgres.Check() })
+}
+
+// unmarshalChecked is unmarshalStore, then check of the settings read (the URL,
+// which may hold placeholders, is checked at provisioning).
+func unmarshalChecked(d *caddyfile.Dispenser, kind string, settings any, url *string, check func() error) error {
+	if err := unmarshalStore(d, kind, settings, url); err != nil {
 		return err
 	}
-	if err := ps.Postgres.Check(); err != nil {
+	if err := check(); err != nil {
 		return d.Err(err.Error())
 	}
 	return nil

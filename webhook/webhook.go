@@ -7,7 +7,6 @@
 package webhook
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,12 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/idemproxy/idemproxy/keysource"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -164,33 +161,6 @@ func (v *Verifier) Verify(r *http.Request, body []byte) error {
 	}
 }
 
-// standardNames are the headers a Standard Webhooks delivery is signed under.
-type standardNames struct{ id, timestamp, signature string }
-
-var (
-	webhookNames = standardNames{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"}
-	svixNames    = standardNames{"Svix-Id", "Svix-Timestamp", "Svix-Signature"}
-)
-
-// standardNamesOf picks the set a delivery uses: webhook-* when any of them is
-// present, else svix-* when any of those is (Svix sends these on plans without
-// the webhook-* names). Never a mix: a webhook-id beside a svix-signature is a
-// webhook-* delivery without its signature. The verifier and the key read the
-// same set.
-func standardNamesOf(h http.Header) standardNames {
-	for _, n := range [...]string{webhookNames.id, webhookNames.timestamp, webhookNames.signature} {
-		if len(h[n]) > 0 {
-			return webhookNames
-		}
-	}
-	for _, n := range [...]string{svixNames.id, svixNames.timestamp, svixNames.signature} {
-		if len(h[n]) > 0 {
-			return svixNames
-		}
-	}
-	return webhookNames
-}
-
 func (v *Verifier) verifyStandard(h http.Header, body []byte) error {
 	names := standardNamesOf(h)
 	sig := h.Values(names.signature)
@@ -278,120 +248,11 @@ func (v *Verifier) fresh(ts string) error {
 	return nil
 }
 
-// Sign returns the headers a provider would send with body, signed with the
-// first secret; id and at are used where the preset signs them (standard: id and
-// timestamp; stripe: timestamp). It is what `idemproxy sign` prints, for trying a
-// route by hand; tests of the verifier build their signatures independently.
-func (w Webhook) Sign(id string, at time.Time, body []byte) (http.Header, error) {
-	v, err := New(w)
-	if err != nil {
-		return nil, err
-	}
-	mac := func(prefix string) []byte {
-		m := hmac.New(sha256.New, v.keys[0])
-		m.Write([]byte(prefix))
-		m.Write(body)
-		return m.Sum(nil)
-	}
-	ts := strconv.FormatInt(at.Unix(), 10)
-	h := http.Header{}
-	switch v.Preset {
-	case Standard:
-		if id == "" {
-			return nil, errors.New("the standard preset signs a webhook-id: give one")
-		}
-		h.Set("Webhook-Id", id)
-		h.Set("Webhook-Timestamp", ts)
-		h.Set("Webhook-Signature", "v1,"+base64.StdEncoding.EncodeToString(mac(id+"."+ts+".")))
-	case Stripe:
-		h.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac(ts+".")))
-	case GitHub:
-		h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac("")))
-		if id != "" {
-			h.Set("X-GitHub-Delivery", id)
-		}
-	case HMAC:
-		enc := hex.EncodeToString
-		if v.Encoding == "base64" {
-			enc = base64.StdEncoding.EncodeToString
-		}
-		h.Set(v.header, v.Prefix+enc(mac("")))
-	}
-	return h, nil
-}
-
-// LoadSecrets reads webhook secrets from their references: "env:NAME" (the
-// variable's value) or "file:PATH" (one secret per line; blank lines and lines
-// starting with # are skipped). Secrets never appear in a configuration, and
-// errors name the reference, never a secret.
-func LoadSecrets(refs []string) ([]string, error) {
-	var out []string
-	for _, ref := range refs {
-		kind, arg, _ := strings.Cut(ref, ":")
-		switch {
-		case kind == "env" && arg != "":
-			v, ok := os.LookupEnv(arg)
-			if v = strings.TrimSpace(v); !ok || v == "" {
-				return nil, fieldErr("webhook_secrets", "%s: the variable is not set or empty", ref)
-			}
-			out = append(out, v)
-		case kind == "file" && arg != "":
-			b, err := os.ReadFile(arg)
-			if err != nil {
-				return nil, fieldErr("webhook_secrets", "%s: %v", ref, errors.Unwrap(err))
-			}
-			n := 0
-			for _, line := range bytes.Split(b, []byte("\n")) {
-				if s := strings.TrimSpace(string(line)); s != "" && !strings.HasPrefix(s, "#") {
-					out = append(out, s)
-					n++
-				}
-			}
-			if n == 0 {
-				return nil, fieldErr("webhook_secrets", "%s: no secret in the file", ref)
-			}
-		default:
-			return nil, fieldErr("webhook_secrets", "an entry is neither env:NAME nor file:PATH (a secret itself never goes in the configuration)")
-		}
-	}
-	return out, nil
-}
-
 // Challenge implements middleware.Verifier: the WWW-Authenticate of the 401.
 func (v *Verifier) Challenge() string { return `Webhook-Signature header="` + v.header + `"` }
 
 // ID implements middleware.Verifier.
 func (v *Verifier) ID() string { return v.Preset }
-
-// KeySource is the preset's key (key_source auto): Standard, the signed id
-// (webhook-id, or svix-id under Svix's names); Stripe, the body's /id; GitHub
-// and HMAC, a digest of the signed body, the only part of a delivery they sign.
-func (v *Verifier) KeySource() middleware.KeySource {
-	switch v.Preset {
-	case Standard:
-		return standardID{}
-	case Stripe:
-		ks, _ := keysource.NewJSON("/id") // a valid pointer
-		return ks
-	}
-	return keysource.BodyDigest{}
-}
-
-// standardID is the Standard Webhooks delivery's signed id, under the header set
-// the signature is checked under (standardNamesOf).
-type standardID struct{}
-
-func (standardID) Key(r *http.Request, _ []byte) (string, error) {
-	values := r.Header.Values(standardNamesOf(r.Header).id)
-	if len(values) == 0 {
-		return "", middleware.ErrNoKey
-	}
-	return middleware.ParseKey(values)
-}
-
-func (standardID) NeedsBody() bool  { return false }
-func (standardID) ID() string       { return "header" }
-func (standardID) Describe() string { return "a webhook-id (or svix-id) header" }
 
 // fieldErr is a settings error naming the setting at fault.
 func fieldErr(field, format string, args ...any) error {

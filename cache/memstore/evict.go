@@ -1,90 +1,12 @@
 package memstore
 
 import (
-	"math"
 	"math/rand/v2"
 	"sync/atomic"
-	"time"
 )
-
-// reclaimDeadLocked pops head entries that are holes or expired.
-func (s *Store) reclaimDeadLocked(sh *shard, now int64) {
-	for len(sh.log) > 0 {
-		e := sh.entryAt(sh.head)
-		if s.indexedAt(sh, sh.head, e) {
-			if e.expires() > now {
-				return
-			}
-			s.dropIndexLocked(sh, e)
-		}
-		s.popHeadLocked(sh, e)
-	}
-}
 
 func (s *Store) over() bool {
 	return s.records.Load() > s.maxRecs.Load() || s.bytes.Load() > s.maxByte.Load()
-}
-
-// tryReserve adds records and bytes to the store's counts if both stay within
-// the bounds, and reports whether it did (a change that does not grow a count
-// is always made). Growth is reserved this way, before it is written, so
-// concurrent writers cannot together pass a bound.
-func (s *Store) tryReserve(records, bytes int64) bool {
-	if !reserve(&s.records, records, s.maxRecs.Load()) {
-		return false
-	}
-	if !reserve(&s.bytes, bytes, s.maxByte.Load()) {
-		s.records.Add(-records)
-		return false
-	}
-	return true
-}
-
-// reservation is room a writer reserved and has not used yet.
-type reservation struct{ records, bytes int64 }
-
-// topUp makes r hold records and bytes, reserving the difference, and
-// reports whether it could.
-func (s *Store) topUp(r *reservation, records, bytes int64) bool {
-	if !s.tryReserve(records-r.records, bytes-r.bytes) {
-		return false
-	}
-	r.records, r.bytes = records, bytes
-	return true
-}
-
-// grow makes room, within owner's policy, for r to hold records and bytes
-// (growth: what owner's usage grows by), and reports whether r holds them.
-func (s *Store) grow(r *reservation, owner ownerID, records, bytes, growth int64, keep *ikey) bool {
-	if !s.makeRoom(owner, records-r.records, bytes-r.bytes, growth, keep) {
-		return false
-	}
-	r.records, r.bytes = records, bytes
-	return true
-}
-
-// release gives back what r holds.
-func (s *Store) release(r *reservation) {
-	s.records.Add(-r.records)
-	s.bytes.Add(-r.bytes)
-	*r = reservation{}
-}
-
-// reserve adds n to v if n is not positive or the sum stays at most bound.
-func reserve(v *atomic.Int64, n, bound int64) bool {
-	if n <= 0 {
-		v.Add(n)
-		return true
-	}
-	for {
-		cur := v.Load()
-		if cur+n > bound {
-			return false
-		}
-		if v.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
 }
 
 // policy is what one makeRoom call may evict.
@@ -413,48 +335,4 @@ func (s *Store) compactLocked(sh *shard, i int, p *policy, evict bool) bool {
 	s.bytes.Add(int64(newCap - sh.removeChunk(i)))
 	s.trimLocked(sh)
 	return true
-}
-
-func (s *Store) sweepLoop(every time.Duration) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.Sweep()
-		}
-	}
-}
-
-// Sweep removes every expired record now. The background sweeper calls it; it is
-// exported for operators and tests.
-func (s *Store) Sweep() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		now := s.now().UnixNano()
-		sh.mu.Lock()
-		for k, l := range sh.locks {
-			if l.expires <= now {
-				s.dropLockLocked(sh, &k, l)
-			}
-		}
-		for _, pos := range sh.index {
-			if e := sh.entryAt(pos); e.expires() <= now {
-				s.dropIndexLocked(sh, e)
-			}
-		}
-		s.reclaimDeadLocked(sh, now)
-		// Chunks at least half holes (records expired or deleted out of
-		// order) give their space back now, not when the head reaches them.
-		p := policy{now: now, budget: math.MaxInt64}
-		for j := 0; j < len(sh.log)-1; j++ {
-			if c := &sh.log[j]; 2*c.live <= len(c.buf) && s.compactLocked(sh, j, &p, false) {
-				j--
-			}
-		}
-		sh.mu.Unlock()
-	}
 }

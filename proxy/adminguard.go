@@ -1,0 +1,73 @@
+package proxy
+
+// What keeps web pages out of the admin listener.
+
+import (
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// refuseBrowsers keeps web pages out of the admin listener, token
+// or not. A page can make a browser send requests to a loopback port: a form
+// POST or a text/plain fetch (no preflight) could release a held key or resolve
+// it to HTML every retry then replays, and a page whose name it rebinds to
+// 127.0.0.1 (DNS rebinding) could read /keys and pprof as same-origin. So:
+//
+//   - a request with an Origin header is refused (403): browsers send it on
+//     cross-origin requests and on every POST; the admin tools never do;
+//   - so is a Host that is not an IP address or localhost, or a name listed in
+//     admin_hosts (403): DNS rebinding needs a name the attacker controls;
+//   - a POST must be Content-Type: application/json (415): a browser sends
+//     that cross-origin only after a CORS preflight, which is never granted.
+//
+// The token, when set, authenticates on top of this against whoever can reach
+// the port; these rules stop browsers only.
+func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
+	names := map[string]bool{}
+	for _, h := range p.cfg.AdminHosts {
+		names[normalHost(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case len(r.Header["Origin"]) > 0:
+			writeJSON(w, http.StatusForbidden, adminError{Error: "a request with an Origin header is refused: the admin API does not serve browsers"})
+		case !adminHostAllowed(r.Host, names):
+			writeJSON(w, http.StatusForbidden, adminError{Error: "the Host is refused: call the admin API by IP address or localhost, or list its host name in admin_hosts"})
+		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
+			writeJSON(w, http.StatusUnsupportedMediaType, adminError{Error: "a POST to the admin API must be Content-Type: application/json"})
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// adminHostAllowed reports whether a request's Host (with or without port) is
+// an IP literal, localhost, or one of names (admin_hosts; any case, a trailing
+// dot ignored).
+func adminHostAllowed(hostport string, names map[string]bool) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	host = normalHost(host)
+	return host == "localhost" || names[host]
+}
+
+// normalHost is a host name as admin_hosts compares it: lower case, without a
+// trailing dot.
+func normalHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+
+// isJSON reports whether a Content-Type is application/json (parameters such
+// as charset allowed).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}

@@ -1,0 +1,232 @@
+package proxy
+
+// The admin API's keys: looking a client's key up in its scope, reading,
+// purging, releasing and resolving its record.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// KeyRecord is the JSON shape of GET /keys/{key}. Field order is stable.
+type KeyRecord struct {
+	KeyHash     string       `json:"key_hash"`
+	State       string       `json:"state"`
+	Fingerprint string       `json:"fingerprint"`
+	CreatedAt   time.Time    `json:"created_at"`
+	ExpiresAt   time.Time    `json:"expires_at"`
+	Response    *KeyResponse `json:"response,omitempty"`
+}
+
+// KeyResponse is the stored response in a KeyRecord.
+type KeyResponse struct {
+	Status     int                 `json:"status"`
+	Headers    map[string][]string `json:"headers"`
+	BodySize   int64               `json:"body_size"`
+	BodyBase64 string              `json:"body_base64"`
+	Oversize   bool                `json:"oversize"`
+	// Unknown: a held unknown outcome (the first execution was sent and no
+	// complete answer came back); release it to let the next retry run.
+	Unknown bool `json:"unknown_outcome"`
+}
+
+// lookupScope names the scope of a lookup; header values are never shown.
+type lookupScope struct {
+	Host    string   `json:"host"`
+	Route   string   `json:"route"`
+	Headers []string `json:"headers_given"`
+	Hint    string   `json:"hint"`
+}
+
+// keyLookup is an admin request's key, resolved to a route and a store key.
+type keyLookup struct {
+	rt       *route
+	storeKey string
+	keyHash  string
+	notFound adminError
+}
+
+// lookupKey rebuilds the request as the client would have sent it, for the scope.
+func (p *Proxy) lookupKey(r *http.Request) (*keyLookup, error) {
+	key, err := middleware.ParseKey([]string{r.PathValue("key")})
+	if err != nil {
+		return nil, err
+	}
+	q := r.URL.Query()
+	rt := p.def
+	if path := q.Get("path"); path != "" {
+		_, route, err := middleware.CanonicalPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("path: %w", err)
+		}
+		rt = p.match(route)
+	}
+	host := q.Get("host")
+	if !q.Has("host") {
+		host = p.cfg.Listen
+	}
+	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
+	for name, vals := range r.Header {
+		if name == "Authorization" && p.cfg.AdminToken != "" {
+			continue // the admin credential, not the client's
+		}
+		if name == "Content-Type" || name == "Content-Length" {
+			continue // of the admin request's own body
+		}
+		client.Header[name] = vals
+	}
+	for name, vals := range q {
+		if name != "host" && name != "path" {
+			client.Header[http.CanonicalHeaderKey(name)] = vals
+		}
+	}
+	storeKey := rt.h.StoreKey(client, key)
+	routePath := rt.path
+	if routePath == "" {
+		routePath = "(top level)"
+	}
+	given := make([]string, 0, len(client.Header))
+	for name := range client.Header {
+		given = append(given, name)
+	}
+	sort.Strings(given)
+	l := &keyLookup{rt: rt, storeKey: storeKey, keyHash: storeKey[:12]}
+	l.notFound = adminError{Error: "not found", KeyHash: l.keyHash, Scope: &lookupScope{Host: host, Route: routePath, Headers: given,
+		Hint: "a key is scoped by the Host and the scope headers (Authorization by default) the client sent: pass the same --host and --header"}}
+	return l, nil
+}
+
+func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
+	l, err := p.lookupKey(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if r.Method == http.MethodDelete {
+		err := p.store.Delete(ctx, l.storeKey)
+		switch {
+		case errors.Is(err, cache.ErrNotFound):
+			writeJSON(w, http.StatusNotFound, l.notFound)
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
+		default:
+			p.log.Info("record purged through the admin API", "key_hash", l.keyHash)
+			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "key_hash": l.keyHash})
+		}
+		return
+	}
+	rec, err := p.store.Get(ctx, l.storeKey)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, l.notFound)
+		return
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
+		return
+	}
+	writeJSON(w, http.StatusOK, keyRecord(l.keyHash, rec))
+}
+
+// ResolveRequest is the JSON body of POST /resolve/{key}: the response every
+// retry of the held request is answered with. Body is text; BodyBase64, when
+// set, is the body as base64 instead.
+type ResolveRequest struct {
+	Status     int                 `json:"status"`
+	Headers    map[string][]string `json:"headers"`
+	Body       string              `json:"body"`
+	BodyBase64 string              `json:"body_base64"`
+}
+
+// adminSettle serves POST /release/{key} and POST /resolve/{key}: it settles a
+// held unknown outcome in one atomic store operation.
+func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
+	l, err := p.lookupKey(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+		return
+	}
+	var res *middleware.Resolution
+	resolving := strings.HasPrefix(r.URL.Path, "/resolve/")
+	if resolving {
+		var req ResolveRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: " + err.Error() +
+				` (want {"status":201,"headers":{"Content-Type":["application/json"]},"body":"…"} or "body_base64")`, KeyHash: l.keyHash})
+			return
+		}
+		body := []byte(req.Body)
+		if req.BodyBase64 != "" {
+			if req.Body != "" {
+				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: give body or body_base64, not both", KeyHash: l.keyHash})
+				return
+			}
+			if body, err = base64.StdEncoding.DecodeString(req.BodyBase64); err != nil {
+				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: body_base64: " + err.Error(), KeyHash: l.keyHash})
+				return
+			}
+		}
+		res = &middleware.Resolution{Status: req.Status, Header: req.Headers, Body: body}
+		if err := res.Validate(); err != nil {
+			writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error(), KeyHash: l.keyHash})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	err = l.rt.h.Resolve(ctx, l.storeKey, res)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, l.notFound)
+	case errors.Is(err, cache.ErrNotUnknown):
+		writeJSON(w, http.StatusConflict, adminError{Error: "not an unknown outcome: release and resolve apply to held unknown outcomes (DELETE purges any record)", KeyHash: l.keyHash})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
+	case resolving:
+		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
+		p.metrics.settled.Resolved()
+		out := map[string]any{"resolved": true, "key_hash": l.keyHash}
+		if rec, err := p.store.Get(ctx, l.storeKey); err == nil {
+			out["record"] = keyRecord(l.keyHash, rec)
+		}
+		writeJSON(w, http.StatusOK, out)
+	default:
+		p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
+		p.metrics.settled.Released()
+		writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": l.keyHash})
+	}
+}
+
+func keyRecord(keyHash string, rec *cache.Record) KeyRecord {
+	out := KeyRecord{
+		KeyHash:     keyHash,
+		State:       rec.State.String(),
+		Fingerprint: hex.EncodeToString([]byte(rec.Fingerprint)),
+		CreatedAt:   rec.CreatedAt.UTC(),
+		ExpiresAt:   rec.ExpiresAt.UTC(),
+	}
+	if resp := rec.Response; resp != nil {
+		headers := map[string][]string(resp.Header)
+		if headers == nil {
+			headers = map[string][]string{}
+		}
+		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
+			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize, Unknown: resp.Unknown}
+	}
+	return out
+}

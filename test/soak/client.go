@@ -1,0 +1,151 @@
+package main
+
+// The soak's clients: each sends keyed requests and their retries, and tallies
+// what came back.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+type answer struct {
+	status   int
+	replayed bool
+	unknown  bool // the outcome-unknown problem: the key is held, final
+	id       int64
+	err      error
+}
+
+func (h *harness) send(ctx context.Context, key, body string) answer {
+	p := h.proxies[rand.IntN(len(h.proxies))]
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+p.addr+"/ops", strings.NewReader(body))
+	// One Host for all instances, as behind a load balancer (the Host scopes keys).
+	req.Host = "api.example"
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer soak")
+	req.Header.Set("Content-Type", "application/json")
+	h.st.requests.Add(1)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		unknown: bytes.Contains(b, []byte("urn:idemproxy:problem:outcome-unknown"))}
+	if a.status == http.StatusCreated {
+		var v struct {
+			Execution int64 `json:"execution"`
+		}
+		if json.Unmarshal(b, &v) != nil || v.Execution == 0 {
+			h.st.unexpected.Add(1)
+		}
+		a.id = v.Execution
+	}
+	return a
+}
+
+// complete retries key until a 201 (or the run is far past its end).
+func (h *harness) complete(key, body string) (int64, bool) {
+	giveUp := h.deadline.Add(60 * time.Second)
+	for time.Now().Before(giveUp) {
+		a := h.send(context.Background(), key, body)
+		if h.tally(a) {
+			h.seen.record(key, a.id)
+			return a.id, true
+		}
+		if a.unknown {
+			// Held with an unknown outcome (unknown_outcome: hold): every retry
+			// gets the same answer until an operator releases it. Final.
+			h.st.unknownOutcomes.Add(1)
+			return 0, false
+		}
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+	}
+	return 0, false
+}
+
+// tally counts an answer and reports whether it completed the operation.
+func (h *harness) tally(a answer) bool {
+	switch {
+	case a.err != nil:
+		h.st.connErrors.Add(1)
+	case a.status == http.StatusCreated:
+		if a.replayed {
+			h.st.replays.Add(1)
+		}
+		return true
+	case a.status == http.StatusConflict:
+		h.st.conflicts.Add(1)
+	case a.status == http.StatusServiceUnavailable:
+		h.st.unavailable.Add(1)
+	case a.unknown:
+		h.st.unknownAnswers.Add(1)
+	case a.status == http.StatusBadGateway || a.status == http.StatusGatewayTimeout:
+		h.st.badGateway.Add(1)
+	case a.status == http.StatusInternalServerError:
+		h.st.upstream5xx.Add(1)
+	default:
+		h.st.unexpected.Add(1)
+	}
+	return false
+}
+
+func (h *harness) clientLoop(c int) {
+	for n := 0; time.Now().Before(h.deadline); n++ {
+		key := fmt.Sprintf("soak-%d-%d", c, n)
+		body := fmt.Sprintf(`{"client":%d,"op":%d,"amount":%d}`, c, n, rand.IntN(10000))
+		h.seen.mu.Lock()
+		h.seen.body[key] = body
+		h.seen.mu.Unlock()
+		switch r := rand.IntN(10); {
+		case r == 0: // concurrent duplicates on different instances
+			var wg sync.WaitGroup
+			for i := 0; i < 3; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if a := h.send(context.Background(), key, body); h.tally(a) {
+						h.seen.record(key, a.id)
+					}
+				}()
+			}
+			wg.Wait()
+		case r == 1: // the client hangs up mid-request, then retries
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2+rand.IntN(30))*time.Millisecond)
+			if a := h.send(ctx, key, body); a.err != nil {
+				h.st.hangups.Add(1)
+			} else if h.tally(a) {
+				h.seen.record(key, a.id)
+			}
+			cancel()
+		}
+		if _, ok := h.complete(key, body); !ok {
+			continue
+		}
+		switch r := rand.IntN(10); {
+		case r < 3: // a retry of a completed operation: must be the same answer
+			if a := h.send(context.Background(), key, body); h.tally(a) {
+				h.seen.record(key, a.id)
+			}
+		case r == 3: // the key reused for another payload: must never run
+			a := h.send(context.Background(), key, body+" ")
+			switch {
+			case a.err == nil && a.status == http.StatusUnprocessableEntity:
+				h.st.mismatches.Add(1)
+			case a.err == nil && a.status < 300:
+				h.st.mismatchViolations.Add(1)
+			default:
+				h.tally(a)
+			}
+		}
+	}
+}
