@@ -1,7 +1,3 @@
-// Package middleware is idemproxy's handler core: it makes POST and PATCH requests
-// that carry an Idempotency-Key run once, and answers their repeats with the stored
-// response. It knows nothing of Caddy or of proxying; the reverse proxy and the Caddy
-// module are thin adapters around it.
 package middleware
 
 import (

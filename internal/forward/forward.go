@@ -1,6 +1,9 @@
-// Package forward holds the upstream transport settings of idemproxy's reverse
-// proxy, shared with the benchmark's bare proxy so the two are compared on equal
-// terms.
+// Package forward is the upstream side of a first execution, shared by the
+// proxy and the Caddy module: the transport tuned for one upstream (also the
+// benchmark's bare proxy's, so the two are compared on equal terms), and Attempt,
+// which guards a tracked request against Go's transport re-sending it and
+// classifies how a failed call ended (not sent, or outcome unknown) by whether
+// the request was written.
 package forward
 
 import (
