@@ -25,7 +25,10 @@ type claim struct {
 	trace    []byte // the first execution's trace context, stored with it
 	echo     string // the client's key when it came in a key header; echoed on answers
 	started  time.Time
-	ev       *Event
+	// ev is how the execution ended, for the request's event: Outcome,
+	// Status, Err (the tracker adopts them). It is the claim's own, not a
+	// pointer to the tracker's, so both stay on the request's stack.
+	ev Event
 	// ctx is the execution's context: detached from the client (a hang-up
 	// must not cancel the work whose result the retry will ask for), bounded
 	// by handler_timeout.

@@ -37,7 +37,8 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 		if h.holder != nil {
 			release = h.holder.Hold() // taken while this request still holds it
 		}
-		go c.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
+		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token} // outlives the request
+		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
 	}
 	return err
 }

@@ -125,7 +125,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		t.ev.Outcome = OutcomeBypass
 		return h.passThrough(w, r, next, &t.ev)
 	}
-	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: h.fingerprint(r, path, body), echo: t.key, ev: &t.ev}
+	// c and t stay on the request's stack: the claim's background work
+	// (renewal, a retried store) holds copies.
+	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: h.fingerprint(r, path, body), echo: t.key}
 	c.keyHash = c.storeKey[:12]
 	t.ev.KeyHash = c.keyHash
 	if h.s.TraceContext != nil {
@@ -134,7 +136,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		}
 	}
 	owner := h.owner(r, host)
-	rec, loaded, err := h.claim(r, c, owner)
+	rec, loaded, err := h.claim(r, c, owner, &t.ev)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
@@ -162,6 +164,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		h.answerDuplicate(w, rec, c.fp, t)
 		return nil
 	}
+	defer t.adopt(&c.ev) // also when next panics
 	return c.run(w, r, next)
 }
 
@@ -212,12 +215,12 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 }
 
 // claim claims c's store key, or returns the record that holds it.
-func (h *Handler) claim(r *http.Request, c *claim, owner string) (*cache.Record, bool, error) {
+func (h *Handler) claim(r *http.Request, c *claim, owner string, ev *Event) (*cache.Record, bool, error) {
 	t0 := time.Now()
 	sctx, scancel := h.storeCtx(r.Context())
 	defer scancel()
 	rec, loaded, err := h.store.LockOrGet(sctx, c.storeKey, cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner})
-	c.ev.StoreDuration = time.Since(t0)
+	ev.StoreDuration = time.Since(t0)
 	return rec, loaded, err
 }
 
@@ -261,6 +264,11 @@ type tracker struct {
 func (t *tracker) storeUnavailable(w http.ResponseWriter, err error) {
 	t.problem(w, OutcomeStoreError, err, newProblem(ProblemStoreUnavailable, http.StatusServiceUnavailable,
 		"the request was not executed; retry later with the same key"), t.h.s.RetryAfter)
+}
+
+// adopt takes how a first execution ended into the request's event.
+func (t *tracker) adopt(ev *Event) {
+	t.ev.Outcome, t.ev.Status, t.ev.Err = ev.Outcome, ev.Status, ev.Err
 }
 
 // finish returns the request's body budget and emits its event, when Handle

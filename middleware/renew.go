@@ -13,15 +13,21 @@ import (
 // renewal extends a claim's lease every third of it while next runs. It uses a
 // timer, not a goroutine, so fast requests pay almost nothing for it.
 type renewal struct {
-	c       *claim
-	t       *time.Timer
-	mu      sync.Mutex
-	stopped bool
-	running sync.WaitGroup
+	h        *Handler
+	ctx      context.Context
+	storeKey string
+	token    string
+	keyHash  string
+	t        *time.Timer
+	mu       sync.Mutex
+	stopped  bool
+	running  sync.WaitGroup
 }
 
 func (c *claim) startRenewal() *renewal {
-	rn := &renewal{c: c}
+	// The renewal holds copies, not the claim, which may then stay on the
+	// request's stack.
+	rn := &renewal{h: c.h, ctx: c.ctx, storeKey: c.storeKey, token: c.token, keyHash: c.keyHash}
 	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
 	rn.t = time.AfterFunc(c.h.s.LockTTL/3, rn.fire)
 	rn.mu.Unlock()
@@ -38,21 +44,21 @@ func (rn *renewal) fire() {
 	rn.mu.Unlock()
 	defer rn.running.Done()
 
-	c, s := rn.c, &rn.c.h.s
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), min(s.StoreTimeout, s.LockTTL/3))
-	err := c.h.store.Extend(ctx, c.storeKey, c.token, s.LockTTL)
+	s := &rn.h.s
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(s.StoreTimeout, s.LockTTL/3))
+	err := rn.h.store.Extend(ctx, rn.storeKey, rn.token, s.LockTTL)
 	cancel()
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	switch {
 	case errors.Is(err, cache.ErrLockLost):
 		// Its Complete still lands if nobody else claims the key meanwhile.
-		c.h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
-			slog.String("key_hash", c.keyHash))
+		rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
+			slog.String("key_hash", rn.keyHash))
 		return
 	case err != nil:
-		c.h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
-			slog.String("key_hash", c.keyHash), slog.Any("error", err))
+		rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
+			slog.String("key_hash", rn.keyHash), slog.Any("error", err))
 	}
 	if !rn.stopped {
 		rn.t.Reset(s.LockTTL / 3)
