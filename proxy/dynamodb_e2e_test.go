@@ -32,14 +32,16 @@ func TestE2EDynamoDB(t *testing.T) {
 	t.Run("table management", dynamoTableManagement)
 	t.Run("unreachable", dynamoUnreachable)
 	t.Run("tracing", dynamoTracing)
+	t.Run("down", func(t *testing.T) { dynamoDown(t, srv) }) // last: it stops the server
 }
 
-// The example config (examples/dynamodb.yaml, its table created at start-up):
+// The example config (examples/dynamodb.yaml: its store, dynamodb://idemproxy,
+// and its table created at start-up):
 // run once, replay, 422, 409, the readiness check, and a record gone after
 // --ttl whatever DynamoDB's own deletion (which can lag for days) has done.
 func dynamoProtocol(t *testing.T) {
 	up := newUpstream(t)
-	p := start(t, "--config", "../examples/dynamodb.yaml", "--store", "dynamodb://e2e_protocol", "--upstream", up.URL, "--ttl", "2s", "--wait", "0s")
+	p := start(t, "--config", "../examples/dynamodb.yaml", "--upstream", up.URL, "--ttl", "2s", "--wait", "0s")
 	resp, err := http.Get("http://" + p.admin + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %v %v", resp, err)
@@ -76,10 +78,11 @@ func dynamoProtocol(t *testing.T) {
 }
 
 // A 4 MiB response (over chunk items) is replayed byte for byte, by another
-// instance too, and the upstream ran once.
+// instance too, and the upstream ran once. The store comes from IDEMPROXY_STORE.
 func dynamoLarge(t *testing.T) {
 	up := newUpstream(t)
-	args := []string{"--upstream", up.URL, "--store", "dynamodb://e2e_large", "--max-request-body", "5MiB"}
+	t.Setenv("IDEMPROXY_STORE", "dynamodb://e2e_large")
+	args := []string{"--upstream", up.URL, "--max-request-body", "5MiB"}
 	a, b := start(t, args...), start(t, args...)
 	body := make([]byte, 4<<20)
 	rand.Read(body)
@@ -305,5 +308,28 @@ func dynamoTracing(t *testing.T) {
 	})
 	if !strings.Contains(strings.Join(names, ","), "DynamoDB.PutItem") {
 		t.Fatalf("DynamoDB spans in the request's trace: %v; want the claim's DynamoDB.PutItem", names)
+	}
+}
+
+// DynamoDB gone: /readyz says so, and a tracked request gets 503
+// store-unavailable within store_timeout, forwarded to nobody.
+func dynamoDown(t *testing.T, srv *dynamotest.Server) {
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_down", "--store-timeout", "1s")
+	if r := send(t, p.addr, "/pay", "d1", "a"); r.status != 201 {
+		t.Fatalf("before: %+v", r)
+	}
+	srv.Stop(t)
+	resp, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("/readyz with DynamoDB down: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	began := time.Now()
+	if r := send(t, p.addr, "/pay", "d2", "a"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") || up.count("d2") != 0 {
+		t.Fatalf("with DynamoDB down: %+v, forwarded %d times", r, up.count("d2"))
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("the 503 took %v with a 1s store_timeout", d)
 	}
 }
