@@ -71,7 +71,7 @@ key schema. Region, credentials and endpoint come from the AWS environment
 		return 0
 	}
 	if kind, _ := stores.KindOf(*store); kind != "postgres" {
-		fmt.Fprintf(stderr, "idemproxy migrate: --apply needs --store postgres://… (got %q)\n", stores.Redact(*store))
+		fmt.Fprintf(stderr, "idemproxy migrate: --apply needs --store postgres://… or dynamodb://TABLE (got %q)\n", stores.Redact(*store))
 		return 2
 	}
 	ctx := context.Background()
