@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/idemproxy/idemproxy/cache/dynamostore"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -38,9 +39,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	}
 //
 // Store modules: `memory [{ max_records <n>; max_bytes <size> }]`,
-// `redis <url> [{ prefix <prefix> … }]` and `postgres <url> [{ table <name> … }]`;
-// a redis:// (rediss://, redis+cluster://, redis+sentinel://) or postgres://
-// (postgresql://) URL alone selects its store. Every field of
+// `redis <url> [{ prefix <prefix> … }]`, `postgres <url> [{ table <name> … }]`
+// and `dynamodb <table> [{ create_table false … }]`; a redis:// (rediss://,
+// redis+cluster://, redis+sentinel://), postgres:// (postgresql://) or
+// dynamodb://TABLE URL alone selects its store. Every field of
 // middleware.Config is a setting, by its JSON name: a boolean takes no value (true)
 // or true/false, a list takes its items, every other setting one value.
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -100,7 +102,7 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	}
 	modID := "http.handlers.idempotency.stores." + name
 	if _, err := caddy.GetModule(modID); err != nil {
-		return d.Errf("unknown store %q: want memory, redis <url>, postgres <url>, or a redis:// or postgres:// URL", d.Val())
+		return d.Errf("unknown store %q: want memory, redis <url>, postgres <url>, dynamodb <table>, or a redis://, postgres:// or dynamodb:// URL", d.Val())
 	}
 	unm, err := caddyfile.UnmarshalModule(d, modID)
 	if err != nil {
@@ -118,20 +120,25 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 var coreFields = conf.Fields(reflect.TypeFor[config.Config]())
 
 // storeNames are the stores' names in messages.
-var storeNames = map[string]string{"memory": "memory", "redis": "Redis", "postgres": "PostgreSQL"}
+var storeNames = map[string]string{"memory": "memory", "redis": "Redis", "postgres": "PostgreSQL", "dynamodb": "DynamoDB"}
 
-// unmarshalStore reads a store's Caddyfile tokens: `<kind> [<url>] [{ … }]`, or
-// `<url> [{ … }]` (when url is not nil), with a block of `<setting> [<value>…]`
-// lines named as the store's settings (internal/stores).
-func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, url *string) error {
+// unmarshalStore reads a store's Caddyfile tokens: `<kind> [<locator>] [{ … }]`,
+// or `<url> [{ … }]` (when loc is not nil), with a block of `<setting>
+// [<value>…]` lines named as the store's settings (internal/stores). The
+// locator is a URL, or DynamoDB's table (storeLocators).
+func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, loc *string) error {
 	d.Next() // the kind, or the URL itself
-	if url != nil {
-		*url = d.Val()
-		if *url == kind {
+	if loc != nil {
+		*loc = d.Val()
+		if *loc == kind {
 			if !d.NextArg() {
-				return d.Errf("store %s: missing the %s URL", kind, storeNames[kind])
+				what := "URL"
+				if storeLocators[kind] == "table" {
+					what = "table"
+				}
+				return d.Errf("store %s: missing the %s %s", kind, storeNames[kind], what)
 			}
-			*url = d.Val()
+			*loc = d.Val()
 		}
 	}
 	if d.NextArg() {
@@ -183,10 +190,35 @@ func unmarshalChecked(d *caddyfile.Dispenser, kind string, settings any, url *st
 	return nil
 }
 
+// UnmarshalCaddyfile reads `dynamodb <table> [{ create_table [true|false];
+// inline_limit <size>; max_response <size> }]`, or `dynamodb://<table> [{ … }]`.
+// A table without placeholders is checked here.
+func (ds *DynamoDBStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := unmarshalStore(d, "dynamodb", &ds.DynamoDB, &ds.Table); err != nil {
+		return err
+	}
+	if strings.Contains(ds.Table, "://") {
+		table, err := stores.DynamoDBTable(ds.Table)
+		if err != nil {
+			return d.Errf("store dynamodb: %v", err)
+		}
+		ds.Table = table
+	} else if !strings.Contains(ds.Table, "{") {
+		if err := dynamostore.CheckTable(ds.Table); err != nil {
+			return d.Errf("store dynamodb: %v", err)
+		}
+	}
+	if err := ds.DynamoDB.Check(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
 // Interface guards.
 var (
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
 	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
 	_ caddyfile.Unmarshaler = (*PostgresStore)(nil)
+	_ caddyfile.Unmarshaler = (*DynamoDBStore)(nil)
 )

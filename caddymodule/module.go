@@ -32,6 +32,7 @@ func init() {
 	caddy.RegisterModule(new(MemoryStore))
 	caddy.RegisterModule(new(RedisStore))
 	caddy.RegisterModule(new(PostgresStore))
+	caddy.RegisterModule(new(DynamoDBStore))
 }
 
 // ResultPlaceholder holds the outcome of the request (stored, replayed, conflict,
@@ -46,8 +47,9 @@ const ResultPlaceholder = "http.idempotency.result"
 // 409; a key reused for a different request gets 422.
 type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
-	// same one: "memory" (the default, this process only), "redis" or
-	// "postgres" (shared by every Caddy instance pointing at the same one).
+	// same one: "memory" (the default, this process only), "redis",
+	// "postgres" or "dynamodb" (shared by every Caddy instance pointing at the
+	// same one).
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
 	// What a key belongs to, as placeholders, e.g.

@@ -93,22 +93,28 @@ var storeFields = map[string][]conf.Field{
 	"memory":   conf.Fields(reflect.TypeFor[stores.Memory]()),
 	"redis":    conf.Fields(reflect.TypeFor[stores.Redis]()),
 	"postgres": conf.Fields(reflect.TypeFor[stores.Postgres]()),
+	"dynamodb": conf.Fields(reflect.TypeFor[stores.DynamoDB]()),
 }
 
-// decodeStore reads a store module's JSON: its settings by name, and url when it
-// has one.
-func decodeStore(kind string, b []byte, settings any, url *string) error {
+// storeLocators name the JSON member (and the Caddyfile argument) that says
+// where a store is: a URL, or DynamoDB's table. The memory store has none.
+var storeLocators = map[string]string{"redis": "url", "postgres": "url", "dynamodb": "table"}
+
+// decodeStore reads a store module's JSON: its settings by name, and its
+// locator (url, table) when it has one.
+func decodeStore(kind string, b []byte, settings any, loc *string) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil {
 		return err
 	}
-	if raw, ok := obj["url"]; ok && url != nil {
-		if err := json.Unmarshal(raw, url); err != nil {
-			return fmt.Errorf("%s store: url: %w", kind, err)
+	locName := storeLocators[kind]
+	if raw, ok := obj[locName]; ok && loc != nil {
+		if err := json.Unmarshal(raw, loc); err != nil {
+			return fmt.Errorf("%s store: %s: %w", kind, locName, err)
 		}
 	}
 	err := conf.DecodeJSON(storeFields[kind], settings, obj, func(name string) bool {
-		return name == "type" || name == "url" && url != nil
+		return name == "type" || name == locName && loc != nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s store: %w", kind, err)
@@ -116,12 +122,12 @@ func decodeStore(kind string, b []byte, settings any, url *string) error {
 	return nil
 }
 
-// encodeStore writes a store module's JSON: url, and the settings that differ
-// from their defaults.
-func encodeStore(kind string, settings, defaults any, url string) ([]byte, error) {
+// encodeStore writes a store module's JSON: its locator (url, table), and the
+// settings that differ from their defaults.
+func encodeStore(kind string, settings, defaults any, loc string) ([]byte, error) {
 	obj := conf.EncodeJSON(storeFields[kind], settings, func(f conf.Field) bool { return !f.Equal(settings, defaults) })
-	if url != "" {
-		obj["url"] = url
+	if loc != "" {
+		obj[storeLocators[kind]] = loc
 	}
 	return json.Marshal(obj)
 }

@@ -25,7 +25,7 @@ import (
 type Config struct {
 	Listen            string        `json:"listen" help:"address to serve clients on"`
 	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
-	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, or a postgres:// (postgresql://) URL"`
+	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
 	Admin             string        `json:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
 	AdminToken        string        `json:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
 	AdminHosts        []string      `json:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`

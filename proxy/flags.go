@@ -117,6 +117,7 @@ Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
   idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
+  idemproxy migrate --store dynamodb://TABLE [--apply]
   idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT
   idemproxy version
 

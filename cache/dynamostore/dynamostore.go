@@ -130,6 +130,18 @@ func Open(ctx context.Context, table string, opts Options) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	client, err := NewClient(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, client, table, opts)
+}
+
+// NewClient builds the DynamoDB client Open uses: the standard AWS
+// configuration with opts.ConfigOptions, and opts.ClientOptions. Nothing is
+// sent (credentials are fetched at the first request). A configuration that
+// names no region is an error.
+func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, opts.ConfigOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("dynamostore: loading the AWS configuration: %w", err)
@@ -137,7 +149,7 @@ func Open(ctx context.Context, table string, opts Options) (*Store, error) {
 	if cfg.Region == "" {
 		return nil, errors.New("dynamostore: no AWS region: set AWS_REGION (or a region in the AWS profile)")
 	}
-	return New(ctx, dynamodb.NewFromConfig(cfg, opts.ClientOptions...), table, opts)
+	return dynamodb.NewFromConfig(cfg, opts.ClientOptions...), nil
 }
 
 // New returns a store on table through client. It checks that the table

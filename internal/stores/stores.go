@@ -28,11 +28,12 @@ type Settings struct {
 	Memory   Memory   `conf:"prefix=memory_"`
 	Redis    Redis    `conf:"prefix=redis_"`
 	Postgres Postgres `conf:"prefix=postgres_"`
+	DynamoDB DynamoDB `conf:"prefix=dynamodb_"`
 }
 
 // DefaultSettings are every store's defaults.
 func DefaultSettings() Settings {
-	return Settings{Memory: DefaultMemory(), Redis: DefaultRedis(), Postgres: DefaultPostgres()}
+	return Settings{Memory: DefaultMemory(), Redis: DefaultRedis(), Postgres: DefaultPostgres(), DynamoDB: DefaultDynamoDB()}
 }
 
 // Env is what opening a store may use beyond its settings.
@@ -40,7 +41,8 @@ type Env struct {
 	// Warn receives what Open tolerates but an operator should know.
 	Warn func(msg string, args ...any)
 	// Trace makes the store's calls spans of the global OpenTelemetry tracer
-	// provider: redisotel for Redis, a pgx query tracer for PostgreSQL.
+	// provider: redisotel for Redis, a pgx query tracer for PostgreSQL, a
+	// span per request for DynamoDB.
 	Trace bool
 	// StartUnreachable opens a store that does not answer yet (Caddy: requests
 	// fail with 503 until it does) instead of failing.
@@ -64,6 +66,7 @@ var Kinds = []Kind{
 	{Name: "memory", Schemes: []string{"memory"}},
 	{Name: "redis", Schemes: []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}},
 	{Name: "postgres", Schemes: []string{"postgres", "postgresql"}},
+	{Name: "dynamodb", Schemes: []string{"dynamodb"}},
 }
 
 // KindOf returns the store kind a URL selects ("memory" alone selects memory).
@@ -103,6 +106,8 @@ func (s Settings) Validate(rawURL string) error {
 		return s.Memory.Validate()
 	case "redis":
 		return s.Redis.Validate(rawURL)
+	case "dynamodb":
+		return s.DynamoDB.Validate(rawURL)
 	default:
 		return s.Postgres.Validate(rawURL)
 	}
@@ -146,6 +151,12 @@ func (s Settings) Open(ctx context.Context, rawURL string, env Env) (*Opened, er
 			return nil, err
 		}
 		return &Opened{Store: ps, close: closeFn}, nil
+	case "dynamodb":
+		ds, closeFn, err := s.DynamoDB.Open(ctx, rawURL, env)
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: ds, close: closeFn}, nil
 	default:
 		rs, closeFn, err := s.Redis.Open(ctx, rawURL, env)
 		if err != nil {
@@ -156,7 +167,7 @@ func (s Settings) Open(ctx context.Context, rawURL string, env Env) (*Opened, er
 }
 
 // FieldError is a store setting at fault: Store is the kind (memory, redis,
-// postgres), Field the setting's name (wait_timeout).
+// postgres, dynamodb), Field the setting's name (wait_timeout).
 type FieldError struct {
 	Store, Field string
 	Err          error
@@ -171,7 +182,7 @@ func fieldErr(store, field, format string, args ...any) error {
 
 // UnreachableError: the store did not answer at start-up.
 type UnreachableError struct {
-	Store string // "Redis", "PostgreSQL"
+	Store string // "Redis", "PostgreSQL", "DynamoDB"
 	URL   string // redacted
 	Err   error
 }

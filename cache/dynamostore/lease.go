@@ -1,0 +1,81 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// Release implements cache.Store: one conditional DeleteItem.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if token == "" {
+		return cache.ErrLockLost
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	now := s.now()
+	out, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 itemKey(key, recordSK),
+		ConditionExpression:                 aws.String(condRelease),
+		ExpressionAttributeNames:            names(condRelease),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight), ":tok": avB([]byte(token))},
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              s.rcc(),
+	})
+	if err == nil {
+		s.report("release", "DeleteItem", out.ConsumedCapacity)
+		s.dropChunksOf(ctx, key, out.Attributes, "") // a lapsed record's
+		s.waiters.Notify(key)
+		return nil
+	}
+	ccf, ok := isCCF(err)
+	if !ok {
+		return fmt.Errorf("dynamostore: releasing: %w", err)
+	}
+	s.reportFailed("release", "DeleteItem", ccf.Item, nil)
+	return cache.ErrLockLost
+}
+
+// Extend implements cache.Store: one conditional UpdateItem. A re-sent
+// request carries the same :now and :ex, so it finds the lease it set and
+// sets it again.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if token == "" {
+		return cache.ErrLockLost
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	now := s.now()
+	exp := ms(now) + durMs(lease)
+	const update = "SET #ex = :ex, #ttl = :ttl"
+	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      itemKey(key, recordSK),
+		UpdateExpression:         aws.String(update),
+		ConditionExpression:      aws.String(condExtend),
+		ExpressionAttributeNames: names(update, condExtend),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight), ":tok": avB([]byte(token)),
+			":ex": avN(exp), ":ttl": avN(ttlSeconds(exp))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              s.rcc(),
+	})
+	if err == nil {
+		s.report("extend", "UpdateItem", out.ConsumedCapacity)
+		return nil
+	}
+	ccf, ok := isCCF(err)
+	if !ok {
+		return fmt.Errorf("dynamostore: extending lease: %w", err)
+	}
+	s.reportFailed("extend", "UpdateItem", ccf.Item, nil)
+	return cache.ErrLockLost
+}

@@ -1,0 +1,335 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/idemproxy/idemproxy/internal/dynamotest"
+	"github.com/idemproxy/idemproxy/internal/otlptest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
+)
+
+// The built proxy on DynamoDB (DynamoDB Local, reached through the standard AWS
+// environment the binary inherits: AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, …),
+// each subtest on a table of its own. Under CI=true a DynamoDB Local that
+// cannot start fails the test (dynamotest), never skips it.
+func TestE2EDynamoDB(t *testing.T) {
+	skipShort(t)
+	srv := dynamotest.StartOwn(t)
+	srv.Env(t)
+	t.Run("protocol", dynamoProtocol)
+	t.Run("large response", dynamoLarge)
+	t.Run("two instances", dynamoTwoInstances)
+	t.Run("sigkill", dynamoSigkill)
+	t.Run("table management", dynamoTableManagement)
+	t.Run("unreachable", dynamoUnreachable)
+	t.Run("tracing", dynamoTracing)
+	t.Run("down", func(t *testing.T) { dynamoDown(t, srv) }) // last: it stops the server
+}
+
+// The example config (examples/dynamodb.yaml: its store, dynamodb://idemproxy,
+// and its table created at start-up):
+// run once, replay, 422, 409, the readiness check, and a record gone after
+// --ttl whatever DynamoDB's own deletion (which can lag for days) has done.
+func dynamoProtocol(t *testing.T) {
+	up := newUpstream(t)
+	p := start(t, "--config", "../examples/dynamodb.yaml", "--upstream", up.URL, "--ttl", "2s", "--wait", "0s")
+	resp, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	first := send(t, p.addr, "/pay", "k1", "a")
+	again := send(t, p.addr, "/pay", "k1", "a")
+	if first.status != 201 || first.replayed || !again.replayed || again.body != first.body || up.count("k1") != 1 {
+		t.Fatalf("replay: first %+v again %+v, executions %d", first, again, up.count("k1"))
+	}
+	if r := send(t, p.addr, "/pay", "k1", "b"); r.status != 422 || !strings.Contains(r.body, "mismatch") {
+		t.Fatalf("mismatch: %+v", r)
+	}
+	done := make(chan result)
+	go func() { done <- send(t, p.addr, "/block", "k409", "") }()
+	<-up.started
+	if r := send(t, p.addr, "/block", "k409", ""); r.status != 409 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("in flight: %+v", r)
+	}
+	up.release <- struct{}{}
+	if r := <-done; r.status != 201 {
+		t.Fatalf("blocked first: %+v", r)
+	}
+	testutil.Eventually(t, 10*time.Second, "the record to expire after its 2s TTL", func() bool {
+		return !send(t, p.addr, "/pay", "k1", "a").replayed
+	})
+	if up.count("k1") != 2 {
+		t.Fatalf("k1 executions = %d, want 2 (once, then once after expiry)", up.count("k1"))
+	}
+	if logs := p.stderr.String(); strings.Contains(logs, "SDK ") || strings.Contains(logs, `"level":"ERROR"`) {
+		t.Fatalf("the log has lines of the AWS SDK's own, or errors:\n%s", logs)
+	}
+}
+
+// A 4 MiB response (over chunk items) is replayed byte for byte, by another
+// instance too, and the upstream ran once. The store comes from IDEMPROXY_STORE.
+func dynamoLarge(t *testing.T) {
+	up := newUpstream(t)
+	t.Setenv("IDEMPROXY_STORE", "dynamodb://e2e_large")
+	args := []string{"--upstream", up.URL, "--max-request-body", "5MiB"}
+	a, b := start(t, args...), start(t, args...)
+	body := make([]byte, 4<<20)
+	rand.Read(body)
+	first := send(t, a.addr, "/pay", "big", string(body))
+	if first.status != 201 || len(first.body) < 4<<20 || !strings.HasSuffix(first.body, string(body)) {
+		t.Fatalf("first: %d, %d bytes", first.status, len(first.body))
+	}
+	for _, p := range []*proc{a, b} {
+		r := send(t, p.addr, "/pay", "big", string(body))
+		if r.status != 201 || !r.replayed || r.body != first.body || r.header.Get("X-Execution") != "1" {
+			t.Fatalf("replay on %s: %d, %d bytes, identical %v, replayed %v", p.addr, r.status, len(r.body), r.body == first.body, r.replayed)
+		}
+	}
+	if n := up.count("big"); n != 1 {
+		t.Fatalf("executions %d, want 1", n)
+	}
+}
+
+// Two instances on one table: 50 concurrent requests with one key, split
+// across both, run once; every other answer is 409 (in flight) or the replay.
+func dynamoTwoInstances(t *testing.T) {
+	up := newUpstream(t)
+	a := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_shared")
+	b := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_shared")
+	const n = 50
+	var wg sync.WaitGroup
+	results := make(chan result, n)
+	errs := make(chan error, n)
+	for i := range n {
+		addr := a.addr
+		if i%2 == 1 {
+			addr = b.addr
+		}
+		wg.Go(func() {
+			r, err := sendErr(context.Background(), addr, "/slow?ms=500", "dup", "x")
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- r
+		})
+	}
+	wg.Wait()
+	close(results)
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a request failed: %v", err)
+	}
+	got := map[int]int{}
+	executed := 0
+	for r := range results {
+		got[r.status]++
+		if r.status == 201 && !r.replayed {
+			executed++
+		}
+	}
+	if up.count("dup") != 1 || executed != 1 || got[201]+got[409] != n {
+		t.Fatalf("executions %d (answered as executed %d), statuses %v; want one execution and only 201/409", up.count("dup"), executed, got)
+	}
+	for _, p := range []*proc{a, b} {
+		if r := send(t, p.addr, "/slow?ms=500", "dup", "x"); !r.replayed {
+			t.Fatalf("%s did not replay: %+v", p.addr, r)
+		}
+	}
+}
+
+// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a
+// retry on another instance gets 409 until then, and runs exactly once after.
+func dynamoSigkill(t *testing.T) {
+	up := newUpstream(t)
+	args := []string{"--upstream", up.URL, "--store", "dynamodb://e2e_kill", "--lock-ttl", "1500ms"}
+	p := start(t, args...)
+	go func() { _, _ = sendErr(context.Background(), p.addr, "/block", "kill", "x") }()
+	<-up.started
+	killedAt := time.Now()
+	_ = p.cmd.Process.Kill()
+	q := start(t, args...)
+	if r := send(t, q.addr, "/pay", "kill", "x"); r.status != 422 {
+		t.Fatalf("other request, same key: %+v", r)
+	}
+	stop, exited := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-exited }()
+	go func() { // a retry that reaches the upstream is let through at once
+		defer close(exited)
+		for {
+			select {
+			case <-up.started:
+				select {
+				case up.release <- struct{}{}:
+				case <-stop:
+					return
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	saw409 := false
+	var ranAt time.Time
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := send(t, q.addr, "/block", "kill", "x")
+		if r.status == 409 {
+			saw409 = true
+		}
+		if r.status == 201 {
+			ranAt = time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed instance's key never ran again: %+v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !saw409 {
+		t.Fatal("no 409 while the killed instance's lease was live")
+	}
+	if ranAt.Sub(killedAt) < time.Second {
+		t.Fatalf("the retry ran %v after the kill, before the 1.5s lease could lapse", ranAt.Sub(killedAt))
+	}
+	if up.count("kill") != 2 {
+		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.count("kill"))
+	}
+	if r := send(t, q.addr, "/block", "kill", "x"); !r.replayed {
+		t.Fatalf("after the retry ran: %+v", r)
+	}
+}
+
+// With table creation off, a missing table stops start-up with one line naming
+// idemproxy migrate; migrate prints the table's definition and, with --apply,
+// creates it; then the proxy starts with creation off.
+func dynamoTableManagement(t *testing.T) {
+	up := newUpstream(t)
+	flags := []string{"--upstream", up.URL, "--store", "dynamodb://e2e_managed", "--dynamodb-create-table=false"}
+	code, out := runBin(t, flags...)
+	if s := strings.TrimSpace(out); code != 1 || !strings.Contains(s, "idemproxy migrate") || strings.Contains(s, "\n") {
+		t.Fatalf("start without the table: exit %d, %q; want exit 1 and one line naming idemproxy migrate", code, out)
+	}
+	code, out = runBin(t, "migrate", "--store", "dynamodb://e2e_managed")
+	if code != 0 || !strings.Contains(out, "aws dynamodb create-table") || !strings.Contains(out, `"TableName":"e2e_managed"`) || !strings.Contains(out, "update-time-to-live") {
+		t.Fatalf("migrate (print): exit %d: %s", code, out)
+	}
+	for _, bad := range [][]string{
+		{"migrate", "--store", "dynamodb://a/b"},
+		{"migrate", "--store", "dynamodb://e2e_managed", "--postgres-table", "x"},
+	} {
+		if code, out := runBin(t, bad...); code != 2 || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Fatalf("%v: exit %d: %s; want 2 and one line", bad, code, out)
+		}
+	}
+	if code, out := runBin(t, "migrate", "--store", "dynamodb://e2e_managed", "--apply"); code != 0 || !strings.Contains(out, "table e2e_managed ready") {
+		t.Fatalf("migrate --apply: exit %d: %s", code, out)
+	}
+	if code, out := runBin(t, "migrate", "--store", "dynamodb://e2e_managed", "--apply"); code != 0 {
+		t.Fatalf("migrate --apply again: exit %d: %s", code, out)
+	}
+	p := start(t, flags...)
+	if r := send(t, p.addr, "/pay", "m1", "a"); r.status != 201 {
+		t.Fatalf("on the migrated table: %+v", r)
+	}
+	if r := send(t, p.addr, "/pay", "m1", "a"); !r.replayed {
+		t.Fatalf("replay on the migrated table: %+v", r)
+	}
+	if strings.Contains(p.stderr.String(), "time to live is off") {
+		t.Fatalf("the migrated table has no time to live:\n%s", p.stderr)
+	}
+}
+
+// A DynamoDB that does not answer stops start-up with one line; so does a
+// configuration with no region, and a setting out of range (exit 2).
+func dynamoUnreachable(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "http://"+testutil.FreeAddr(t)) // nothing listens
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--upstream", "http://x", "--store", "dynamodb://idem"}, 1, "DynamoDB unreachable"},
+		{[]string{"--upstream", "http://x", "--store", "dynamodb://idem", "--dynamodb-inline-limit", "1MiB"}, 2, "--dynamodb-inline-limit: must be between 1B and 300KiB"},
+		{[]string{"--upstream", "http://x", "--store", "dynamodb://idem?region=x"}, 2, "--store"},
+		{[]string{"--upstream", "http://x", "--store", "memory", "--dynamodb-max-response", "1MiB"}, 2, "applies to a dynamodb store"},
+	}
+	for _, c := range cases {
+		code, out := runBin(t, c.args...)
+		if s := strings.TrimSpace(out); code != c.code || !strings.Contains(s, c.want) || strings.Contains(s, "\n") {
+			t.Errorf("%v: exit %d, %q; want exit %d and one line with %q", c.args, code, s, c.code, c.want)
+		}
+	}
+	t.Setenv("AWS_REGION", "")
+	if code, out := runBin(t, "--upstream", "http://x", "--store", "dynamodb://idem"); code != 1 || !strings.Contains(out, "AWS_REGION") {
+		t.Errorf("no region: exit %d, %q", code, out)
+	}
+}
+
+// With tracing on, the store's DynamoDB requests are client spans in the
+// request's trace.
+func dynamoTracing(t *testing.T) {
+	rc := otlptest.NewReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_traced")
+	if r := send(t, p.addr, "/pay", "s1", "a"); r.status != 201 {
+		t.Fatalf("%+v", r)
+	}
+	var names []string
+	testutil.Eventually(t, 15*time.Second, "the server span and its DynamoDB spans", func() bool {
+		var server *tracepb.Span
+		all := rc.Spans()
+		for _, s := range all {
+			if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+				server = s
+			}
+		}
+		names = nil
+		for _, s := range all {
+			if server != nil && otlptest.Attr(s, "db.system.name").GetStringValue() == "aws.dynamodb" &&
+				bytes.Equal(s.TraceId, server.TraceId) && s.Kind == tracepb.Span_SPAN_KIND_CLIENT {
+				names = append(names, s.Name)
+			}
+		}
+		return len(names) >= 2 // the claim, and the completion
+	})
+	if !strings.Contains(strings.Join(names, ","), "DynamoDB.PutItem") {
+		t.Fatalf("DynamoDB spans in the request's trace: %v; want the claim's DynamoDB.PutItem", names)
+	}
+}
+
+// DynamoDB gone: /readyz says so, and a tracked request gets 503
+// store-unavailable within store_timeout, forwarded to nobody.
+func dynamoDown(t *testing.T, srv *dynamotest.Server) {
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_down", "--store-timeout", "1s")
+	if r := send(t, p.addr, "/pay", "d1", "a"); r.status != 201 {
+		t.Fatalf("before: %+v", r)
+	}
+	srv.Stop(t)
+	resp, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("/readyz with DynamoDB down: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	began := time.Now()
+	if r := send(t, p.addr, "/pay", "d2", "a"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") || up.count("d2") != 0 {
+		t.Fatalf("with DynamoDB down: %+v, forwarded %d times", r, up.count("d2"))
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("the 503 took %v with a 1s store_timeout", d)
+	}
+}
