@@ -21,13 +21,14 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/cachetest"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	const n = 200
 	release := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte("charged"))
@@ -40,7 +41,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes <- serve(h, req{key: "same", body: "x"}).Code
+			codes <- serve(h, req{Key: "same", Body: "x"}).Code
 		}()
 	}
 	// Every duplicate but the one executing answers 409 while it is blocked.
@@ -51,8 +52,8 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	close(release)
 	wg.Wait()
 	got[<-codes]++
-	if c.calls.Load() != 1 || got[201] != 1 || got[409] != n-1 {
-		t.Fatalf("calls = %d, statuses = %v; want 1 call, one 201 and %d 409s", c.calls.Load(), got, n-1)
+	if c.Calls.Load() != 1 || got[201] != 1 || got[409] != n-1 {
+		t.Fatalf("calls = %d, statuses = %v; want 1 call, one 201 and %d 409s", c.Calls.Load(), got, n-1)
 	}
 	// And after completion, concurrent duplicates all replay.
 	var replayed sync.WaitGroup
@@ -61,7 +62,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 		replayed.Add(1)
 		go func() {
 			defer replayed.Done()
-			w := serve(h, req{key: "same", body: "x"})
+			w := serve(h, req{Key: "same", Body: "x"})
 			if w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != "charged" {
 				errs <- fmt.Sprintf("%d %q", w.Code, w.Body)
 			}
@@ -72,23 +73,23 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	for e := range errs {
 		t.Fatalf("replay: %s", e)
 	}
-	if c.calls.Load() != 1 {
-		t.Fatalf("calls = %d after replays", c.calls.Load())
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d after replays", c.Calls.Load())
 	}
 }
 
 func TestMismatchWinsOverInFlight(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
 	h := newHandler(t, newMem(t)).Wrap(c)
 	done := make(chan struct{})
-	go func() { defer close(done); serve(h, req{key: "k", body: "a"}) }()
+	go func() { defer close(done); serve(h, req{Key: "k", Body: "a"}) }()
 	<-started
-	if w := serve(h, req{key: "k", body: "b"}); w.Code != 422 {
+	if w := serve(h, req{Key: "k", Body: "b"}); w.Code != 422 {
 		t.Fatalf("different body while in flight: %d, want 422", w.Code)
 	}
-	w := serve(h, req{key: "k", body: "a"})
+	w := serve(h, req{Key: "k", Body: "a"})
 	if w.Code != 409 {
 		t.Fatalf("same request while in flight: %d, want 409", w.Code)
 	}
@@ -105,10 +106,10 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	const lease = 30 * time.Millisecond
 	release := make(chan struct{})
 	started := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release; w.WriteHeader(200) }}
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release; w.WriteHeader(200) }}
 	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = lease }).Wrap(c)
 	done := make(chan struct{})
-	go func() { defer close(done); serve(h, req{key: "slow"}) }()
+	go func() { defer close(done); serve(h, req{Key: "slow"}) }()
 	<-started
 	for i := 0; i < 6; i++ { // 6 × 20ms = 4 leases of fake time
 		select {
@@ -117,17 +118,17 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 			t.Fatalf("no lease renewal after %d steps", i)
 		}
 		clk.Advance(2 * lease / 3)
-		if w := serve(h, req{key: "slow"}); w.Code != 409 {
+		if w := serve(h, req{Key: "slow"}); w.Code != 409 {
 			t.Fatalf("step %d: duplicate got %d, want 409 (lock lost)", i, w.Code)
 		}
 	}
 	close(release)
 	<-done
-	if w := serve(h, req{key: "slow"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" {
+	if w := serve(h, req{Key: "slow"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("after completion: %d replayed=%q", w.Code, w.Header().Get("Idempotent-Replayed"))
 	}
-	if c.calls.Load() != 1 {
-		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.Calls.Load())
 	}
 }
 
@@ -140,7 +141,7 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	releaseFirst := make(chan struct{})
 	firstStarted := make(chan struct{})
 	c := &counter{}
-	c.fn = func(w http.ResponseWriter, r *http.Request) {
+	c.Fn = func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Which") == "first" {
 			close(firstStarted)
 			<-releaseFirst
@@ -150,25 +151,25 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	}
 	// The lease is long in real time (no renewal fires during the test) and
 	// lapses by moving the fake clock.
-	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = time.Hour }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = time.Hour }, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
 	done := make(chan struct{})
-	go func() { defer close(done); serve(h, req{key: "k", header: http.Header{"X-Which": {"first"}}}) }()
+	go func() { defer close(done); serve(h, req{Key: "k", Header: http.Header{"X-Which": {"first"}}}) }()
 	<-firstStarted
 	clk.Advance(2 * time.Hour)
-	if w := serve(h, req{key: "k", header: http.Header{"X-Which": {"second"}}}); w.Code != 200 || w.Body.String() != "second" {
+	if w := serve(h, req{Key: "k", Header: http.Header{"X-Which": {"second"}}}); w.Code != 200 || w.Body.String() != "second" {
 		t.Fatalf("second after lapse: %d %q", w.Code, w.Body)
 	}
 	close(releaseFirst)
 	<-done
-	if w := serve(h, req{key: "k"}); w.Body.String() != "second" || w.Header().Get("Idempotent-Replayed") != "true" {
+	if w := serve(h, req{Key: "k"}); w.Body.String() != "second" || w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay = %q, want the newer holder's response", w.Body)
 	}
-	o := evs.outcomes()
+	o := evs.Outcomes()
 	if len(o) != 3 || o[0] != middleware.OutcomeStored || o[1] != middleware.OutcomeNotStored {
 		t.Fatalf("outcomes %v: want the second stored, then the lapsed first not stored", o)
 	}
-	if evs.all[1].Err == nil || !errors.Is(evs.all[1].Err, cache.ErrLockLost) {
-		t.Fatalf("lapsed holder's error = %v, want ErrLockLost", evs.all[1].Err)
+	if evs.All()[1].Err == nil || !errors.Is(evs.All()[1].Err, cache.ErrLockLost) {
+		t.Fatalf("lapsed holder's error = %v, want ErrLockLost", evs.All()[1].Err)
 	}
 }
 
@@ -177,7 +178,7 @@ func TestClientHangUpStillStores(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	ctxErr := make(chan error, 1)
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		close(started)
 		<-release
 		ctxErr <- r.Context().Err()
@@ -185,7 +186,7 @@ func TestClientHangUpStillStores(t *testing.T) {
 		_, _ = w.Write(bytes.Repeat([]byte("z"), 256<<10)) // more than socket buffers take
 	}}
 	var evs events
-	srv := httptest.NewServer(newHandler(t, store, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c))
+	srv := httptest.NewServer(newHandler(t, store, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c))
 	defer srv.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,8 +209,8 @@ func TestClientHangUpStillStores(t *testing.T) {
 	if err := <-ctxErr; err != nil {
 		t.Fatalf("next's context was cancelled by the hang-up: %v", err)
 	}
-	waitFor(t, "the response to be stored", func() bool { return len(evs.outcomes()) == 1 })
-	if o := evs.outcomes(); o[0] != middleware.OutcomeStored {
+	testutil.Eventually(t, 5*time.Second, "the response to be stored", func() bool { return len(evs.Outcomes()) == 1 })
+	if o := evs.Outcomes(); o[0] != middleware.OutcomeStored {
 		t.Fatalf("outcome %v, want stored", o)
 	}
 	r2, _ := http.NewRequest("POST", srv.URL+"/pay", strings.NewReader("x"))
@@ -223,8 +224,8 @@ func TestClientHangUpStillStores(t *testing.T) {
 	if resp.StatusCode != 201 || len(body) != 256<<10 || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: %d, %d bytes, replayed=%q", resp.StatusCode, len(body), resp.Header.Get("Idempotent-Replayed"))
 	}
-	if c.calls.Load() != 1 {
-		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.Calls.Load())
 	}
 }
 
@@ -235,7 +236,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 	calls := 0
 	failing := middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error { calls++; return boom })
 	for i := 0; i < 2; i++ {
-		if err := h.Handle(httptest.NewRecorder(), req{key: "err"}.build(), failing); !errors.Is(err, boom) {
+		if err := h.Handle(httptest.NewRecorder(), req{Key: "err"}.Build(), failing); !errors.Is(err, boom) {
 			t.Fatalf("Handle returned %v, want next's error", err)
 		}
 	}
@@ -243,7 +244,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 		t.Fatalf("error from next: calls = %d, want 2 (key released)", calls)
 	}
 
-	panicky := &counter{fn: func(w http.ResponseWriter, r *http.Request) { panic("kaboom") }}
+	panicky := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { panic("kaboom") }}
 	wrapped := h.Wrap(panicky)
 	for i := 0; i < 2; i++ {
 		func() {
@@ -252,15 +253,15 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 					t.Fatalf("panic not re-raised: %v", p)
 				}
 			}()
-			serve(wrapped, req{key: "panic"})
+			serve(wrapped, req{Key: "panic"})
 		}()
 	}
-	if panicky.calls.Load() != 2 {
-		t.Fatalf("panic: calls = %d, want 2 (key released)", panicky.calls.Load())
+	if panicky.Calls.Load() != 2 {
+		t.Fatalf("panic: calls = %d, want 2 (key released)", panicky.Calls.Load())
 	}
 	// http.ErrAbortHandler after the answer started (a reverse proxy's upstream
 	// body cut mid-stream) is an unknown outcome: the key is held, not released.
-	abort := &counter{fn: func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200); panic(http.ErrAbortHandler) }}
+	abort := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200); panic(http.ErrAbortHandler) }}
 	srv := httptest.NewServer(h.Wrap(abort))
 	defer srv.Close()
 	for i := 0; i < 2; i++ {
@@ -271,8 +272,8 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if abort.calls.Load() != 1 {
-		t.Fatalf("abort after writing: calls = %d, want 1 (held: the outcome is unknown)", abort.calls.Load())
+	if abort.Calls.Load() != 1 {
+		t.Fatalf("abort after writing: calls = %d, want 1 (held: the outcome is unknown)", abort.Calls.Load())
 	}
 }
 
@@ -283,9 +284,9 @@ func TestStoreFailure(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	c := &counter{}
 	closed := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger }).Wrap(c)
-	w := serve(closed, req{key: "secret-key-value", header: http.Header{"Authorization": {"Bearer s3cr3t"}}})
-	if w.Code != 503 || c.calls.Load() != 0 {
-		t.Fatalf("fail closed: %d, calls %d; want 503 and no call", w.Code, c.calls.Load())
+	w := serve(closed, req{Key: "secret-key-value", Header: http.Header{"Authorization": {"Bearer s3cr3t"}}})
+	if w.Code != 503 || c.Calls.Load() != 0 {
+		t.Fatalf("fail closed: %d, calls %d; want 503 and no call", w.Code, c.Calls.Load())
 	}
 	checkProblem(t, w.Header(), w.Body.Bytes(), 503, middleware.ProblemStoreUnavailable)
 	if s := logs.String(); !strings.Contains(s, "store unavailable") || strings.Contains(s, "secret-key-value") || strings.Contains(s, "s3cr3t") {
@@ -293,12 +294,12 @@ func TestStoreFailure(t *testing.T) {
 	}
 
 	var evs events
-	open := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Logger = logger }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
-	if w := serve(open, req{key: "k"}); w.Code != 201 || c.calls.Load() != 1 {
-		t.Fatalf("fail open: %d, calls %d; want 201 and one call", w.Code, c.calls.Load())
+	open := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Logger = logger }, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
+	if w := serve(open, req{Key: "k"}); w.Code != 201 || c.Calls.Load() != 1 {
+		t.Fatalf("fail open: %d, calls %d; want 201 and one call", w.Code, c.Calls.Load())
 	}
-	if o := evs.outcomes(); len(o) != 1 || o[0] != middleware.OutcomeStoreError || evs.all[0].Status != 201 {
-		t.Fatalf("fail open events: %+v", evs.all)
+	if o := evs.Outcomes(); len(o) != 1 || o[0] != middleware.OutcomeStoreError || evs.All()[0].Status != 201 {
+		t.Fatalf("fail open events: %+v", evs.All())
 	}
 
 	// Complete failing after the execution (the store restarting): the lock still
@@ -306,11 +307,11 @@ func TestStoreFailure(t *testing.T) {
 	// in the background, and once the store is back the retry is replayed.
 	store.failLock.Store(false)
 	store.failComplete.Store(true)
-	calls := c.calls.Load()
+	calls := c.Calls.Load()
 	core := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger })
 	h := core.Wrap(c)
-	serve(h, req{key: "cf"})
-	if w := serve(h, req{key: "cf"}); w.Code != 409 {
+	serve(h, req{Key: "cf"})
+	if w := serve(h, req{Key: "cf"}); w.Code != 409 {
 		t.Fatalf("while the response is not stored yet: %d, want 409", w.Code)
 	}
 	store.failComplete.Store(false)
@@ -319,8 +320,8 @@ func TestStoreFailure(t *testing.T) {
 	if err := core.Wait(ctx); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
-	if w := serve(h, req{key: "cf"}); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || c.calls.Load() != calls+1 {
-		t.Fatalf("after the store came back: %d replayed=%q calls=%d; want the stored replay", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load()-calls)
+	if w := serve(h, req{Key: "cf"}); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" || c.Calls.Load() != calls+1 {
+		t.Fatalf("after the store came back: %d replayed=%q calls=%d; want the stored replay", w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load()-calls)
 	}
 }
 
@@ -334,7 +335,7 @@ func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 	c := &counter{}
 	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
-	first := serve(h, req{key: "k"})
+	first := serve(h, req{Key: "k"})
 	time.Sleep(200 * time.Millisecond) // the outage lasts over three leases
 	store.failComplete.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -342,9 +343,9 @@ func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 	if err := core.Wait(ctx); err != nil {
 		t.Fatalf("the background completion did not finish: %v", err)
 	}
-	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
+	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
 		t.Fatalf("retry after an outage past the lease: %d replayed=%q, %d runs; want the replay of the one run",
-			w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+			w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
 	}
 }
 
@@ -359,15 +360,15 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	c := &counter{}
 	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
-	first := serve(h, req{key: "k"})
-	key := core.StoreKey(req{key: "k"}.build(), "k")
+	first := serve(h, req{Key: "k"})
+	key := core.StoreKey(req{Key: "k"}.Build(), "k")
 	time.Sleep(100 * time.Millisecond) // the outage outlasts the lease
 	if _, loaded, err := mem.LockOrGet(context.Background(), key, cache.Lock{Token: "other", Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
 		t.Fatalf("another claim on the lapsed key: loaded=%v err=%v", loaded, err)
 	}
 	tries := store.completes.Load()
 	store.failComplete.Store(false)
-	waitFor(t, "the pending completion to meet the other claim", func() bool { return store.completes.Load() > tries })
+	testutil.Eventually(t, 5*time.Second, "the pending completion to meet the other claim", func() bool { return store.completes.Load() > tries })
 	if err := mem.Release(context.Background(), key, "other"); err != nil { // refused and undone
 		t.Fatal(err)
 	}
@@ -376,9 +377,9 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	if err := core.Wait(ctx); err != nil {
 		t.Fatalf("the background completion did not finish: %v", err)
 	}
-	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
+	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
 		t.Fatalf("retry after the other claim was undone: %d replayed=%q, %d runs; want the replay of the one run",
-			w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+			w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
 	}
 }
 
@@ -391,7 +392,7 @@ func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
 	c := &counter{}
 	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
 	h := core.Wrap(c)
-	first := serve(h, req{key: "k"})
+	first := serve(h, req{Key: "k"})
 	time.Sleep(100 * time.Millisecond) // the lease lapses: the key reads as free
 	store.lockLostOnce.Store(true)
 	store.failComplete.Store(false)
@@ -400,8 +401,8 @@ func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
 	if err := core.Wait(ctx); err != nil {
 		t.Fatalf("the background completion did not finish: %v", err)
 	}
-	if w := serve(h, req{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.calls.Load() != 1 {
-		t.Fatalf("retry: %d replayed=%q, %d runs; want the replay of the one run", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
+		t.Fatalf("retry: %d replayed=%q, %d runs; want the replay of the one run", w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
 	}
 }
 
@@ -413,16 +414,16 @@ func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
 	c := &counter{}
 	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond }, func(s *middleware.Settings) { s.CompleteRetry = 300 * time.Millisecond })
 	h := core.Wrap(c)
-	serve(h, req{key: "k"})
+	serve(h, req{Key: "k"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := core.Wait(ctx); err != nil {
 		t.Fatalf("the background completion did not give up: %v", err)
 	}
 	store.failComplete.Store(false)
-	waitFor(t, "the lease to lapse", func() bool { return serve(h, req{key: "k"}).Code == 201 })
-	if c.calls.Load() != 2 {
-		t.Fatalf("calls = %d, want 2", c.calls.Load())
+	testutil.Eventually(t, 5*time.Second, "the lease to lapse", func() bool { return serve(h, req{Key: "k"}).Code == 201 })
+	if c.Calls.Load() != 2 {
+		t.Fatalf("calls = %d, want 2", c.Calls.Load())
 	}
 }
 
@@ -431,7 +432,7 @@ func TestReplayFidelity(t *testing.T) {
 	for i := range body {
 		body[i] = byte(i*31 + i>>8)
 	}
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Add("Set-Cookie", "a=1; Path=/")
 		h.Add("Set-Cookie", "b=2; HttpOnly")
@@ -489,7 +490,7 @@ func TestReplayFidelity(t *testing.T) {
 
 func TestStreamingFlushReachesClient(t *testing.T) {
 	second := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		_, _ = w.Write([]byte("first;"))
 		if err := http.NewResponseController(w).Flush(); err != nil {
@@ -516,7 +517,7 @@ func TestStreamingFlushReachesClient(t *testing.T) {
 	if string(rest) != "second" {
 		t.Fatalf("rest = %q", rest)
 	}
-	w := serve(newHandlerSharing(t, srv), req{key: "stream"})
+	w := serve(newHandlerSharing(t, srv), req{Key: "stream"})
 	_ = w
 }
 
@@ -580,7 +581,7 @@ func TestCaptureBehindReverseProxy(t *testing.T) {
 func TestRequestBodyPassedOnIntact(t *testing.T) {
 	body := bytes.Repeat([]byte{0, 1, 2, 0xfe}, 1<<18)
 	var got []byte
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		got, _ = io.ReadAll(r.Body)
 		w.WriteHeader(204)
 	}}
@@ -603,13 +604,13 @@ func TestRequestBodyPassedOnIntact(t *testing.T) {
 
 func TestObserverEvent(t *testing.T) {
 	var evs events
-	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(&counter{})
-	serve(h, req{key: "obs"})
-	serve(h, req{key: "obs"})
-	if len(evs.all) != 2 {
-		t.Fatalf("events: %d", len(evs.all))
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(&counter{})
+	serve(h, req{Key: "obs"})
+	serve(h, req{Key: "obs"})
+	if len(evs.All()) != 2 {
+		t.Fatalf("events: %d", len(evs.All()))
 	}
-	first, second := evs.all[0], evs.all[1]
+	first, second := evs.All()[0], evs.All()[1]
 	if first.Outcome != middleware.OutcomeStored || first.Status != 201 || len(first.KeyHash) != 12 || first.KeyHash != second.KeyHash {
 		t.Fatalf("first event %+v", first)
 	}
@@ -625,12 +626,12 @@ func TestStoreFullAnswers503(t *testing.T) {
 	store := newMem(t, memstore.WithMaxRecords(1), memstore.WithShards(1))
 	release := make(chan struct{})
 	started := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
 	h := newHandler(t, store).Wrap(c)
 	done := make(chan struct{})
-	go func() { defer close(done); serve(h, req{key: "a"}) }()
+	go func() { defer close(done); serve(h, req{Key: "a"}) }()
 	<-started
-	if w := serve(h, req{key: "b"}); w.Code != 503 {
+	if w := serve(h, req{Key: "b"}); w.Code != 503 {
 		t.Fatalf("store full with only in-flight locks: %d, want 503", w.Code)
 	}
 	close(release)
@@ -640,7 +641,7 @@ func TestStoreFullAnswers503(t *testing.T) {
 // The first execution is detached from the client but bounded by its own timeout.
 func TestHandlerTimeoutBoundsExecution(t *testing.T) {
 	got := make(chan error, 1)
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			got <- r.Context().Err()
@@ -650,11 +651,11 @@ func TestHandlerTimeoutBoundsExecution(t *testing.T) {
 		w.WriteHeader(504)
 	}}
 	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.HandlerTimeout = 30 * time.Millisecond }).Wrap(c)
-	serve(h, req{key: "slow"})
+	serve(h, req{Key: "slow"})
 	if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("next's context ended with %v, want the handler timeout", err)
 	}
-	if w := serve(h, req{key: "slow"}); w.Header().Get("Idempotent-Replayed") == "true" {
+	if w := serve(h, req{Key: "slow"}); w.Header().Get("Idempotent-Replayed") == "true" {
 		t.Fatal("a timed-out (504) execution was stored")
 	}
 }
@@ -669,9 +670,9 @@ func TestObserverRunsBeforeTheAnswerIsWritten(t *testing.T) {
 			writtenBefore = append(writtenBefore, w.Code != 200 || w.Body.Len() > 0 || len(w.Header()) > 0)
 		}
 	}).Wrap(&counter{})
-	for _, q := range []req{{key: "o"}, {key: "o"}, {key: "o", body: "other"}, {key: "a,b"}} {
+	for _, q := range []req{{Key: "o"}, {Key: "o"}, {Key: "o", Body: "other"}, {Key: "a,b"}} {
 		w = httptest.NewRecorder()
-		h.ServeHTTP(w, q.build())
+		h.ServeHTTP(w, q.Build())
 	}
 	// The first (an execution) is observed after the fact; the replay, the
 	// mismatch and the invalid key before anything is written.
@@ -685,16 +686,16 @@ func TestObserverRunsBeforeTheAnswerIsWritten(t *testing.T) {
 // second 100 Continue). Without a key the request passes through untouched.
 func TestExpectContinueConsumedWithTheBody(t *testing.T) {
 	var seen []string
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.Header.Get("Expect"))
 		w.WriteHeader(201)
 	}}
 	h := newHandler(t, newMem(t)).Wrap(c)
 	expect := http.Header{"Expect": {"100-Continue"}}
-	if w := serve(h, req{key: "x1", body: "a", header: expect}); w.Code != 201 {
+	if w := serve(h, req{Key: "x1", Body: "a", Header: expect}); w.Code != 201 {
 		t.Fatalf("with a key: %d", w.Code)
 	}
-	if w := serve(h, req{body: "a", header: expect}); w.Code != 201 {
+	if w := serve(h, req{Body: "a", Header: expect}); w.Code != 201 {
 		t.Fatalf("without a key: %d", w.Code)
 	}
 	if len(seen) != 2 || seen[0] != "" || seen[1] != "100-Continue" {
@@ -708,19 +709,19 @@ func TestExpectContinueConsumedWithTheBody(t *testing.T) {
 func TestResponseTooLargeForTheStore(t *testing.T) {
 	store := newMem(t, memstore.WithMaxBytes(16<<10), memstore.WithShards(1))
 	body := strings.Repeat("x", 64<<10)
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte(body))
 	}}
 	h := newHandler(t, store).Wrap(c)
-	if w := serve(h, req{key: "big", body: "a"}); w.Code != 201 || w.Body.String() != body {
+	if w := serve(h, req{Key: "big", Body: "a"}); w.Code != 201 || w.Body.String() != body {
 		t.Fatalf("first: %d, %d bytes", w.Code, w.Body.Len())
 	}
-	w := serve(h, req{key: "big", body: "a"})
+	w := serve(h, req{Key: "big", Body: "a"})
 	if w.Code != 409 || !strings.Contains(w.Body.String(), "not-replayable") {
 		t.Fatalf("retry: %d %s", w.Code, w.Body)
 	}
-	if n := c.calls.Load(); n != 1 {
+	if n := c.Calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}
 }
@@ -728,7 +729,7 @@ func TestResponseTooLargeForTheStore(t *testing.T) {
 // A replay carries what the first answer carried: the headers of a handler that
 // wrote nothing (net/http's implicit 200), and trailers, announced or not.
 func TestReplayKeepsImplicitHeadersAndTrailers(t *testing.T) {
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/empty":
 			w.Header().Set("Location", "/orders/7") // and nothing written
@@ -763,8 +764,8 @@ func TestReplayKeepsImplicitHeadersAndTrailers(t *testing.T) {
 			t.Fatalf("/trailers answer %d: %d %q trailers %v", i, resp.StatusCode, body, resp.Trailer)
 		}
 	}
-	if c.calls.Load() != 2 {
-		t.Fatalf("ran %d times", c.calls.Load())
+	if c.Calls.Load() != 2 {
+		t.Fatalf("ran %d times", c.Calls.Load())
 	}
 }
 
@@ -797,15 +798,15 @@ func TestCookieScope(t *testing.T) {
 	c := &counter{}
 	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.ScopeHeaders = []string{"Cookie:session"} }).Wrap(c)
 	cookie := func(v string) http.Header { return http.Header{"Cookie": {v}} }
-	serve(h, req{key: "k", header: cookie("session=alice; theme=dark")})
-	if w := serve(h, req{key: "k", header: cookie("theme=light; session=alice")}); w.Header().Get("Idempotent-Replayed") != "true" {
+	serve(h, req{Key: "k", Header: cookie("session=alice; theme=dark")})
+	if w := serve(h, req{Key: "k", Header: cookie("theme=light; session=alice")}); w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("same session, other cookies: not replayed (%d)", w.Code)
 	}
-	if w := serve(h, req{key: "k", header: cookie("session=bob")}); w.Header().Get("Idempotent-Replayed") == "true" {
+	if w := serve(h, req{Key: "k", Header: cookie("session=bob")}); w.Header().Get("Idempotent-Replayed") == "true" {
 		t.Fatal("bob got alice's response")
 	}
-	if c.calls.Load() != 2 {
-		t.Fatalf("ran %d times, want 2 (alice, bob)", c.calls.Load())
+	if c.Calls.Load() != 2 {
+		t.Fatalf("ran %d times, want 2 (alice, bob)", c.Calls.Load())
 	}
 	if _, err := middleware.New(newMem(t), func(s *middleware.Settings) { s.ScopeHeaders = []string{"Cookie:"} }); err == nil {
 		t.Fatal("Cookie: without a name accepted")
@@ -831,12 +832,12 @@ func TestStoreHeldWhileUsed(t *testing.T) {
 	store := &holding{flaky: &flaky{Store: newMem(t)}}
 	store.failComplete.Store(true)
 	var during int64
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		during = store.holds.Load()
 		w.WriteHeader(201)
 	}}
 	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 10 * time.Second }).Wrap(c)
-	serve(h, req{key: "held"})
+	serve(h, req{Key: "held"})
 	if during != 1 {
 		t.Fatalf("holds while the request ran: %d, want 1", during)
 	}
@@ -844,9 +845,9 @@ func TestStoreHeldWhileUsed(t *testing.T) {
 		t.Fatalf("holds after the answer, its completion pending: %d, want 1", n)
 	}
 	store.failComplete.Store(false)
-	waitFor(t, "the background completion to release its hold", func() bool { return store.holds.Load() == 0 })
-	if w := serve(h, req{key: "held"}); w.Header().Get("Idempotent-Replayed") != "true" {
+	testutil.Eventually(t, 5*time.Second, "the background completion to release its hold", func() bool { return store.holds.Load() == 0 })
+	if w := serve(h, req{Key: "held"}); w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("not stored by the background completion: %d", w.Code)
 	}
-	waitFor(t, "the replay to release its hold", func() bool { return store.holds.Load() == 0 })
+	testutil.Eventually(t, 5*time.Second, "the replay to release its hold", func() bool { return store.holds.Load() == 0 })
 }
