@@ -185,3 +185,30 @@ routes:
 		t.Fatalf("metrics do not count the overloaded answers:\n%s", m)
 	}
 }
+
+// A client that declares a body and stalls holds its connection and its buffer
+// only for body_read_timeout, then gets 400; before, it held them forever.
+func TestE2ESlowBodyIsCutOff(t *testing.T) {
+	skipShort(t)
+	up := newUpstream(t)
+	p := start(t, "--upstream", up.URL, "--body-read-timeout", "1s")
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: slow\r\nContent-Length: 1000000\r\n\r\n0123456789")
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body within 15s: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || up.total.Load() != 0 {
+		t.Fatalf("stalled body: %d, upstream calls %d; want 400 and none", resp.StatusCode, up.total.Load())
+	}
+	// A key that was never claimed can be used at once.
+	if r := send(t, p.addr, "/pay", "slow", "x"); r.status != 201 {
+		t.Fatalf("the key after a cut-off body: %+v", r)
+	}
+}
