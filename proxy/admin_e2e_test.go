@@ -1,11 +1,6 @@
 package proxy_test
 
 import (
-	"context"
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,19 +10,14 @@ import (
 
 func TestE2EAdminAndKeysCommand(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL)
-	send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1")
-	send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1")
+	p.Post(t, "/pay", "adm", "x", "Authorization", "Bearer t1")
+	p.Post(t, "/pay", "adm", "x", "Authorization", "Bearer t1")
 
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + p.admin + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		r := testutil.Send(t, p.Admin, testutil.Request{Method: "GET", Target: path})
+		return r.Status, r.Body
 	}
 	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready") {
 		t.Fatalf("/readyz: %d %s", code, body)
@@ -43,18 +33,18 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 	keys := func(args ...string) (int, string) {
 		return runBin(t, append([]string{"keys"}, args...)...)
 	}
-	code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1")
+	code, out := keys("get", "adm", "--admin", p.Admin, "--host", "api.example", "--header", "Authorization: Bearer t1")
 	if code != 0 || !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"status": 201`) {
 		t.Fatalf("keys get: exit %d\n%s", code, out)
 	}
-	if code, out := keys("get", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer other"); code != 1 || !strings.Contains(out, "not found") ||
+	if code, out := keys("get", "adm", "--admin", p.Admin, "--host", "api.example", "--header", "Authorization: Bearer other"); code != 1 || !strings.Contains(out, "not found") ||
 		!strings.Contains(out, `"host": "api.example"`) || !strings.Contains(out, `"Authorization"`) || strings.Contains(out, "Bearer other") {
 		t.Fatalf("keys get with another scope: exit %d\n%s", code, out)
 	}
-	if code, out := keys("delete", "adm", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer t1"); code != 0 || !strings.Contains(out, `"deleted": true`) {
+	if code, out := keys("delete", "adm", "--admin", p.Admin, "--host", "api.example", "--header", "Authorization: Bearer t1"); code != 0 || !strings.Contains(out, `"deleted": true`) {
 		t.Fatalf("keys delete: exit %d\n%s", code, out)
 	}
-	if r := send(t, p.addr, "/pay", "adm", "x", "Authorization", "Bearer t1"); r.replayed || up.count("adm") != 2 {
+	if r := p.Post(t, "/pay", "adm", "x", "Authorization", "Bearer t1"); r.Replayed || up.Count("adm") != 2 {
 		t.Fatalf("after purge the key runs again: %+v", r)
 	}
 	if code, _ := keys("get"); code != 2 {
@@ -70,31 +60,26 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 // none, and an admin bound beyond loopback without a token is warned about.
 func TestE2EAdminTokenAndMetricsListener(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	metrics := testutil.FreeAddr(t)
 	p := start(t, "--upstream", up.URL, "--metrics", metrics, "--admin-token", "s3cret")
-	send(t, p.addr, "/pay", "tok", "x", "Authorization", "Bearer client")
+	p.Post(t, "/pay", "tok", "x", "Authorization", "Bearer client")
 	get := func(addr, path, auth string) int {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		q := testutil.Request{Method: "GET", Target: path}
 		if auth != "" {
-			req.Header.Set("Authorization", auth)
+			q.Header = testutil.Headers("Authorization", auth)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return testutil.Send(t, addr, q).Status
 	}
 	for path, want := range map[string]int{"/healthz": 200, "/metrics": 401, "/readyz": 401, "/keys/tok": 401, "/debug/pprof/": 401} {
-		if got := get(p.admin, path, ""); got != want {
+		if got := get(p.Admin, path, ""); got != want {
 			t.Errorf("admin %s without a token: %d, want %d", path, got, want)
 		}
-		if got := get(p.admin, path, "Bearer wrong"); path != "/healthz" && got != 401 {
+		if got := get(p.Admin, path, "Bearer wrong"); path != "/healthz" && got != 401 {
 			t.Errorf("admin %s with a wrong token: %d", path, got)
 		}
 	}
-	if got := get(p.admin, "/metrics", "Bearer s3cret"); got != 200 {
+	if got := get(p.Admin, "/metrics", "Bearer s3cret"); got != 200 {
 		t.Errorf("admin /metrics with the token: %d", got)
 	}
 	if got := get(metrics, "/metrics", ""); got != 200 {
@@ -103,26 +88,18 @@ func TestE2EAdminTokenAndMetricsListener(t *testing.T) {
 	if got := get(metrics, "/keys/tok", ""); got != 404 {
 		t.Errorf("the metrics listener serves /keys: %d", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, "keys", "get", "tok", "--admin", p.admin, "--host", "api.example", "--header", "Authorization: Bearer client")
-	cmd.Env = append(os.Environ(), "IDEMPROXY_ADMIN_TOKEN=s3cret")
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `"state": "completed"`) {
-		t.Fatalf("keys get with the token: %v\n%s", err, out)
+	code, out := testutil.Run(t, binary(t), []string{"keys", "get", "tok", "--admin", p.Admin, "--host", "api.example", "--header", "Authorization: Bearer client"},
+		"IDEMPROXY_ADMIN_TOKEN=s3cret")
+	if code != 0 || !strings.Contains(out, `"state": "completed"`) {
+		t.Fatalf("keys get with the token: exit %d\n%s", code, out)
 	}
-	if strings.Contains(p.stderr.String(), "s3cret") {
+	if strings.Contains(p.Logs.String(), "s3cret") {
 		t.Fatal("the admin token was logged")
 	}
 	// An admin listener beyond loopback without a token is warned about.
 	_, port, _ := strings.Cut(testutil.FreeAddr(t), ":")
-	open := exec.CommandContext(ctx, binPath, "--upstream", up.URL, "--listen", testutil.FreeAddr(t), "--admin", "0.0.0.0:"+port)
-	log := &syncBuffer{}
-	open.Stderr, open.Stdout = log, log
-	if err := open.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { open.Process.Kill(); open.Wait() }()
+	open := testutil.Start(t, binary(t), []string{"--upstream", up.URL, "--listen", testutil.FreeAddr(t), "--admin", "0.0.0.0:" + port})
 	testutil.Eventually(t, 10*time.Second, "the warning for an open admin listener", func() bool {
-		return strings.Contains(log.String(), "has no token")
+		return strings.Contains(open.Logs.String(), "has no token")
 	})
 }

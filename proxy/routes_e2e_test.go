@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 func TestE2ERoutesAndWebhooks(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t, testutil.CountBy(testutil.ByHeader("Idempotency-Key", "X-GitHub-Delivery")))
 	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
 routes:
@@ -32,65 +34,65 @@ routes:
 	p := start(t, "--config", cfg)
 	// Keys in the body: a JSON field, a form field.
 	for i := 0; i < 2; i++ {
-		r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":"sq-1","amount":5}`)
-		if r.status != 201 || r.replayed != (i > 0) {
+		r := p.Post(t, "/square/payments", "", `{"idempotency_key":"sq-1","amount":5}`)
+		if r.Status != 201 || r.Replayed != (i > 0) {
 			t.Fatalf("json key %d: %+v", i, r)
 		}
-		r = send(t, p.addr, "/form", "", "amount=5&idempotency_key=f-1", "Content-Type", "application/x-www-form-urlencoded")
-		if r.status != 201 || r.replayed != (i > 0) {
+		r = p.Post(t, "/form", "", "amount=5&idempotency_key=f-1", "Content-Type", "application/x-www-form-urlencoded")
+		if r.Status != 201 || r.Replayed != (i > 0) {
 			t.Fatalf("form key %d: %+v", i, r)
 		}
 	}
-	if r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":5}`); r.status != 400 || !strings.Contains(r.body, "a string at /idempotency_key in its JSON body") {
+	if r := p.Post(t, "/square/payments", "", `{"idempotency_key":5}`); r.Status != 400 || !strings.Contains(r.Body, "a string at /idempotency_key in its JSON body") {
 		t.Fatalf("non-string json key, required: %+v", r)
 	}
-	if r := send(t, p.addr, "/square/payments", "", `{"idempotency_key":"sq-1","amount":6}`); r.status != 422 {
+	if r := p.Post(t, "/square/payments", "", `{"idempotency_key":"sq-1","amount":6}`); r.Status != 422 {
 		t.Fatalf("json key reused with another body: %+v", r)
 	}
 	for i := 0; i < 3; i++ {
-		r := send(t, p.addr, "/webhooks/github", "", `{"action":"opened"}`, "X-GitHub-Delivery", "d-1", "Authorization", fmt.Sprint("sig-", i))
-		if r.status != 201 || r.replayed != (i > 0) {
+		r := p.Post(t, "/webhooks/github", "", `{"action":"opened"}`, "X-GitHub-Delivery", "d-1", "Authorization", fmt.Sprint("sig-", i))
+		if r.Status != 201 || r.Replayed != (i > 0) {
 			t.Fatalf("delivery %d: %+v", i, r)
 		}
 	}
-	if up.count("d-1") != 1 {
-		t.Fatalf("webhook executions = %d, want 1", up.count("d-1"))
+	if up.Count("d-1") != 1 {
+		t.Fatalf("webhook executions = %d, want 1", up.Count("d-1"))
 	}
-	if r := send(t, p.addr, "/strict/x", "", ""); r.status != 400 {
+	if r := p.Post(t, "/strict/x", "", ""); r.Status != 400 {
 		t.Fatalf("/strict without key: %+v", r)
 	}
-	if r := send(t, p.addr, "/strictly", "", ""); r.status != 201 {
+	if r := p.Post(t, "/strictly", "", ""); r.Status != 201 {
 		t.Fatalf("/strictly is not under /strict: %+v", r)
 	}
-	send(t, p.addr, "/internal/job", "i1", "")
-	if r := send(t, p.addr, "/internal/job", "i1", ""); r.replayed || up.count("i1") != 2 {
-		t.Fatalf("disabled route: %+v, executions %d", r, up.count("i1"))
+	p.Post(t, "/internal/job", "i1", "")
+	if r := p.Post(t, "/internal/job", "i1", ""); r.Replayed || up.Count("i1") != 2 {
+		t.Fatalf("disabled route: %+v, executions %d", r, up.Count("i1"))
 	}
 }
 
 func TestE2EWaitAndInFlightOnly(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--wait", "10s")
-	done := make(chan result, 1)
-	go func() { done <- send(t, p.addr, "/slow?ms=400", "wait", "x") }()
-	<-up.started
-	if r := send(t, p.addr, "/slow?ms=400", "wait", "x"); r.status != 201 || !r.replayed || up.count("wait") != 1 {
-		t.Fatalf("waiting duplicate: %+v, executions %d; want the replay", r, up.count("wait"))
+	done := make(chan testutil.Response, 1)
+	go func() { done <- p.Post(t, "/slow?ms=400", "wait", "x") }()
+	<-up.Started
+	if r := p.Post(t, "/slow?ms=400", "wait", "x"); r.Status != 201 || !r.Replayed || up.Count("wait") != 1 {
+		t.Fatalf("waiting duplicate: %+v, executions %d; want the replay", r, up.Count("wait"))
 	}
 	<-done
 
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(cfg, []byte("upstream: "+up.URL+"\nroutes:\n  - path: /private\n    in_flight_only: true\n"), 0o600)
 	q := start(t, "--config", cfg)
-	send(t, q.addr, "/private", "ifo", "x")
-	if r := send(t, q.addr, "/private", "ifo", "x"); r.replayed || up.count("ifo") != 2 {
+	q.Post(t, "/private", "ifo", "x")
+	if r := q.Post(t, "/private", "ifo", "x"); r.Replayed || up.Count("ifo") != 2 {
 		t.Fatalf("in_flight_only route stored a result: %+v", r)
 	}
-	if r := send(t, q.addr, "/pay", "ifo2", "x"); r.status != 201 {
+	if r := q.Post(t, "/pay", "ifo2", "x"); r.Status != 201 {
 		t.Fatal(r)
 	}
-	if r := send(t, q.addr, "/pay", "ifo2", "x"); !r.replayed {
+	if r := q.Post(t, "/pay", "ifo2", "x"); !r.Replayed {
 		t.Fatalf("other routes still store: %+v", r)
 	}
 }
@@ -99,27 +101,27 @@ func TestE2EWaitAndInFlightOnly(t *testing.T) {
 // under a top-level wait of 5s answers a duplicate 409 at once.
 func TestE2ERouteWaitZero(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nwait: 5s\nroutes:\n  - path: /block\n    wait: 0s\n", up.URL)), 0o600)
 	p := start(t, "--config", cfg)
-	first := make(chan result, 1)
+	first := make(chan testutil.Response, 1)
 	go func() {
-		r, _ := sendErr(context.Background(), p.addr, "/block", "w0", "")
+		r, _ := testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/block", "w0", ""))
 		first <- r
 	}()
-	<-up.started
+	<-up.Started
 	// Should the duplicate wait (the bug), release the first after 3s: the
 	// duplicate then gets a replay instead of the 409 asserted below.
-	safety := time.AfterFunc(3*time.Second, func() { close(up.release) })
-	dup := send(t, p.addr, "/block", "w0", "")
+	safety := time.AfterFunc(3*time.Second, func() { close(up.Release) })
+	dup := p.Post(t, "/block", "w0", "")
 	if safety.Stop() {
-		close(up.release)
+		close(up.Release)
 	}
-	if dup.status != 409 {
-		t.Fatalf("duplicate on a wait: 0s route: %d %s, want an immediate 409", dup.status, dup.body)
+	if dup.Status != 409 {
+		t.Fatalf("duplicate on a wait: 0s route: %d %s, want an immediate 409", dup.Status, dup.Body)
 	}
-	if r := <-first; r.status != 201 {
+	if r := <-first; r.Status != 201 {
 		t.Fatalf("first: %+v", r)
 	}
 }
@@ -129,24 +131,24 @@ func TestE2ERouteWaitZero(t *testing.T) {
 // reach /charges unprotected, without its required key.
 func TestE2ENonCanonicalPaths(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nroutes:\n  - path: /charges\n    require_key: true\n  - path: /internal\n    enabled: false\n", up.URL)), 0o600)
 	p := start(t, "--config", cfg)
 	for _, path := range []string{"/internal/../charges", "//charges", "/charges/./", "/internal/%2e%2e/charges", "/charges/x/.."} {
-		r := send(t, p.addr, path, "", "")
-		if r.status != 400 || !strings.Contains(r.body, "non-canonical-path") {
-			t.Errorf("POST %s: %d %s; want 400 non-canonical-path", path, r.status, r.body)
+		r := p.Post(t, path, "", "")
+		if r.Status != 400 || !strings.Contains(r.Body, "non-canonical-path") {
+			t.Errorf("POST %s: %d %s; want 400 non-canonical-path", path, r.Status, r.Body)
 		}
 	}
-	if n := up.total.Load(); n != 0 {
+	if n := up.Total(); n != 0 {
 		t.Fatalf("%d non-canonical requests reached the upstream", n)
 	}
 	// Canonical paths, a trailing slash included, are served as before.
-	if r := send(t, p.addr, "/charges/", "", ""); r.status != 400 || !strings.Contains(r.body, "missing-key") {
+	if r := p.Post(t, "/charges/", "", ""); r.Status != 400 || !strings.Contains(r.Body, "missing-key") {
 		t.Fatalf("/charges/ without a key: %+v", r)
 	}
-	if r := send(t, p.addr, "/internal/job", "", ""); r.status != 201 {
+	if r := p.Post(t, "/internal/job", "", ""); r.Status != 201 {
 		t.Fatalf("/internal/job: %+v", r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // SIGTERM lets the in-flight request finish and stores its response: a new
@@ -14,30 +15,22 @@ import (
 func TestE2ESigtermDrainsAndStores(t *testing.T) {
 	skipShort(t)
 	rs := redistest.Start(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--store", rs.URL())
-	done := make(chan result, 1)
-	go func() { done <- send(t, p.addr, "/slow?ms=500", "drain", "x") }()
-	<-up.started
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	done := make(chan testutil.Response, 1)
+	go func() { done <- p.Post(t, "/slow?ms=500", "drain", "x") }()
+	<-up.Started
+	p.Signal(t, syscall.SIGTERM)
 	r := <-done
-	if r.status != 201 {
+	if r.Status != 201 {
 		t.Fatalf("in-flight request during SIGTERM: %+v", r)
 	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
-		}
-		p.done <- nil // for the cleanup
-	case <-time.After(10 * time.Second):
-		t.Fatal("idemproxy did not exit after SIGTERM")
+	if err := p.Exit(t, 10*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	q := start(t, "--upstream", up.URL, "--store", rs.URL())
-	if r := send(t, q.addr, "/slow?ms=500", "drain", "x"); !r.replayed || up.count("drain") != 1 {
-		t.Fatalf("after restart: %+v, executions %d", r, up.count("drain"))
+	if r := q.Post(t, "/slow?ms=500", "drain", "x"); !r.Replayed || up.Count("drain") != 1 {
+		t.Fatalf("after restart: %+v, executions %d", r, up.Count("drain"))
 	}
 }
 
@@ -46,13 +39,13 @@ func TestE2ESigtermDrainsAndStores(t *testing.T) {
 func TestE2ESigkillLeaseLapses(t *testing.T) {
 	skipShort(t)
 	rs := redistest.Start(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
-	go func() { _, _ = sendErr(context.Background(), p.addr, "/block", "kill", "x") }()
-	<-up.started
-	_ = p.cmd.Process.Kill()
+	go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/block", "kill", "x")) }()
+	<-up.Started
+	p.Kill()
 	q := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
-	if r := send(t, q.addr, "/pay", "kill", "x"); r.status != 422 {
+	if r := q.Post(t, "/pay", "kill", "x"); r.Status != 422 {
 		// /pay differs from /block: a different request under the same key.
 		t.Fatalf("other request, same key: %+v", r)
 	}
@@ -62,9 +55,9 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 		defer close(exited)
 		for {
 			select {
-			case <-up.started:
+			case <-up.Started:
 				select {
-				case up.release <- struct{}{}:
+				case up.Release <- struct{}{}:
 				case <-stop:
 					return
 				}
@@ -76,15 +69,15 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 	saw409 := false
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := send(t, q.addr, "/slow?ms=0", "kill2", "x") // an unrelated key keeps working
-		if r.status != 201 {
+		r := q.Post(t, "/slow?ms=0", "kill2", "x") // an unrelated key keeps working
+		if r.Status != 201 {
 			t.Fatalf("unrelated key: %+v", r)
 		}
-		r = send(t, q.addr, "/block", "kill", "x")
-		if r.status == 409 {
+		r = q.Post(t, "/block", "kill", "x")
+		if r.Status == 409 {
 			saw409 = true
 		}
-		if r.status == 201 || time.Now().After(deadline) {
+		if r.Status == 201 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -92,10 +85,10 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 	if !saw409 {
 		t.Fatal("no 409 while the killed instance's lease was live")
 	}
-	if up.count("kill") != 2 {
-		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.count("kill"))
+	if up.Count("kill") != 2 {
+		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.Count("kill"))
 	}
-	if r := send(t, q.addr, "/block", "kill", "x"); !r.replayed {
+	if r := q.Post(t, "/block", "kill", "x"); !r.Replayed {
 		t.Fatalf("after the retry ran: %+v", r)
 	}
 }

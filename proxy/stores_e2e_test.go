@@ -21,26 +21,26 @@ func TestE2ETwoProxiesShareAStore(t *testing.T) {
 }
 
 func twoProxies(t *testing.T, store string) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	a := start(t, "--upstream", up.URL, "--store", store)
 	b := start(t, "--upstream", up.URL, "--store", store)
 	const n = 200
 	var wg sync.WaitGroup
 	codes := make(chan int, n)
 	for i := 0; i < n; i++ {
-		addr := a.addr
+		addr := a.Addr
 		if i%2 == 1 {
-			addr = b.addr
+			addr = b.Addr
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := sendErr(context.Background(), addr, "/slow?ms=300", "dup", "x")
+			r, err := testutil.Do(context.Background(), addr, testutil.KeyedPost("/slow?ms=300", "dup", "x"))
 			if err != nil {
 				codes <- -1
 				return
 			}
-			codes <- r.status
+			codes <- r.Status
 		}()
 	}
 	wg.Wait()
@@ -49,12 +49,12 @@ func twoProxies(t *testing.T, store string) {
 	for c := range codes {
 		got[c]++
 	}
-	if up.count("dup") != 1 || got[201]+got[409] != n || got[201] < 1 {
-		t.Fatalf("executions %d, statuses %v; want one execution and only 201/409", up.count("dup"), got)
+	if up.Count("dup") != 1 || got[201]+got[409] != n || got[201] < 1 {
+		t.Fatalf("executions %d, statuses %v; want one execution and only 201/409", up.Count("dup"), got)
 	}
-	for _, p := range []*proc{a, b} {
-		if r := send(t, p.addr, "/slow?ms=300", "dup", "x"); !r.replayed {
-			t.Fatalf("%s did not replay: %+v", p.addr, r)
+	for _, p := range []*testutil.Proc{a, b} {
+		if r := p.Post(t, "/slow?ms=300", "dup", "x"); !r.Replayed {
+			t.Fatalf("%s did not replay: %+v", p.Addr, r)
 		}
 	}
 }
@@ -66,7 +66,7 @@ func twoProxies(t *testing.T, store string) {
 func TestE2EPostgresMigrateAndWait(t *testing.T) {
 	skipShort(t)
 	pg := pgtest.Start(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	code, out := runBin(t, "--upstream", up.URL, "--store", pg.URL(), "--postgres-table", "ops.idem", "--postgres-create-schema=false")
 	if code != 1 || !strings.Contains(out, "idemproxy migrate") || strings.Count(strings.TrimSpace(out), "\n") > 0 {
 		t.Fatalf("start without the table: exit %d, %q; want exit 1 and one line naming idemproxy migrate", code, out)
@@ -85,18 +85,18 @@ func TestE2EPostgresMigrateAndWait(t *testing.T) {
 	}
 	flags := []string{"--upstream", up.URL, "--store", pg.URL(), "--postgres-table", "ops.idem", "--postgres-create-schema=false", "--wait", "10s"}
 	a, b := start(t, flags...), start(t, flags...)
-	first := make(chan result, 1)
-	go func() { first <- send(t, a.addr, "/slow?ms=700", "w", "x") }()
-	testutil.Eventually(t, 10*time.Second, "the first execution to start", func() bool { return up.count("w") == 1 })
+	first := make(chan testutil.Response, 1)
+	go func() { first <- a.Post(t, "/slow?ms=700", "w", "x") }()
+	testutil.Eventually(t, 10*time.Second, "the first execution to start", func() bool { return up.Count("w") == 1 })
 	began := time.Now()
-	if r := send(t, b.addr, "/slow?ms=700", "w", "x"); r.status != 201 || !r.replayed {
+	if r := b.Post(t, "/slow?ms=700", "w", "x"); r.Status != 201 || !r.Replayed {
 		t.Fatalf("duplicate on the other instance: %+v, want the first's replay", r)
 	}
 	if d := time.Since(began); d > 5*time.Second {
 		t.Fatalf("the waiting duplicate took %v", d)
 	}
-	if r := <-first; r.status != 201 || up.count("w") != 1 {
-		t.Fatalf("first: %+v, upstream ran %d times", r, up.count("w"))
+	if r := <-first; r.Status != 201 || up.Count("w") != 1 {
+		t.Fatalf("first: %+v, upstream ran %d times", r, up.Count("w"))
 	}
 }
 
@@ -116,7 +116,7 @@ func TestE2EEvictingRedisRefused(t *testing.T) {
 		t.Fatalf("exit %d, output %q; want exit 1 and one line naming the policy", code, out)
 	}
 	p := start(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--redis-allow-eviction")
-	if !strings.Contains(p.stderr.String(), "eviction allowed by configuration") {
-		t.Fatalf("no warning when eviction is allowed:\n%s", p.stderr)
+	if !strings.Contains(p.Logs.String(), "eviction allowed by configuration") {
+		t.Fatalf("no warning when eviction is allowed:\n%s", p.Logs)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,10 +55,10 @@ func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
 	p := start(t, "--upstream", up.URL)
 
 	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	first := send(t, p.addr, "/pay", "k1", "a", "Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
-	again := send(t, p.addr, "/pay", "k1", "a")
-	reuse := send(t, p.addr, "/pay", "k1", "b")
-	if first.status != 201 || !again.replayed || reuse.status != 422 {
+	first := p.Post(t, "/pay", "k1", "a", "Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
+	again := p.Post(t, "/pay", "k1", "a")
+	reuse := p.Post(t, "/pay", "k1", "b")
+	if first.Status != 201 || !again.Replayed || reuse.Status != 422 {
 		t.Fatalf("first %+v again %+v reuse %+v", first, again, reuse)
 	}
 	var server []*tracepb.Span
@@ -141,7 +140,7 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 			p := start(t, "--upstream", up.URL, "--store", store.url())
-			if r := send(t, p.addr, "/pay", "s1", "a"); r.status != 201 {
+			if r := p.Post(t, "/pay", "s1", "a"); r.Status != 201 {
 				t.Fatalf("%+v", r)
 			}
 			var server *tracepb.Span
@@ -168,23 +167,6 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit (the cleanup then finds it done).
-func stop(t *testing.T, p *proc) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
-		}
-		p.done <- nil // for the cleanup
-	case <-time.After(15 * time.Second):
-		t.Fatal("idemproxy did not exit after SIGTERM")
 	}
 }
 
@@ -218,8 +200,8 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 		t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // only the shutdown exports
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "f1", "a")
-		stop(t, p)
+		p.Post(t, "/pay", "f1", "a")
+		p.Stop(t)
 		if n := serverSpans(rc); n != 1 {
 			t.Fatalf("%d server spans exported by the time the process exited, want 1", n)
 		}
@@ -229,8 +211,8 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 		t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "s1", "a")
-		stop(t, p)
+		p.Post(t, "/pay", "s1", "a")
+		p.Stop(t)
 		if n := len(rc.Spans()); n != 0 {
 			t.Fatalf("always_off exported %d spans", n)
 		}
@@ -242,11 +224,11 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "o1", "a")
+		p.Post(t, "/pay", "o1", "a")
 		if tp := lastTP(); tp != "" {
 			t.Fatalf("traceparent %q sent upstream with tracing off", tp)
 		}
-		if strings.Contains(p.stderr.String(), "tracing on") {
+		if strings.Contains(p.Logs.String(), "tracing on") {
 			t.Fatal("tracing on without an endpoint")
 		}
 	})
