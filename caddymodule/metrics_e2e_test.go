@@ -33,9 +33,8 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(caddyfile("")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runCaddy(t, bin, dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
+	p := runCaddy(t, bin, dir, path, site, "/healthz")
+	base := "http://" + p.Addr
 
 	scrape := func() *metricstest.Surface {
 		t.Helper()
@@ -55,9 +54,9 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 
-	postKey(t, base+"/charges", "m1", "x")
-	postKey(t, base+"/charges", "m1", "x")
-	postKey(t, base+"/charges", "m1", "other")
+	p.Post(t, "/charges", "m1", "x")
+	p.Post(t, "/charges", "m1", "x")
+	p.Post(t, "/charges", "m1", "other")
 	if resp, err := http.Get(base + "/charges"); err == nil {
 		resp.Body.Close()
 	}
@@ -90,9 +89,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(caddyfile("header X-Reloaded yes")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := caddyShort(bin, "reload", "--config", path, "--adapter", "caddyfile", "--address", admin); err != nil {
-		t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
+	reload(t, bin, path, admin)
 	if resp, err := http.Get(base + "/healthz"); err != nil || resp.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect: %v", err)
 	}
