@@ -3,6 +3,7 @@ package hostile_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -148,7 +149,9 @@ func TestHostileEncodingAndParameters(t *testing.T) {
 		default:
 			t.Fatalf("POST %s with the first request's key: %d %q; want the replay or 422", path, a.Status, a.Body)
 		}
-		if !strings.ContainsAny(path, ";ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !a.Replayed {
+		// An escape may hide a capital (caseOf, then encodeSome: %52 is R):
+		// look at the path unescaped.
+		if plain, _ := url.PathUnescape(path); !strings.ContainsAny(plain, ";ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !a.Replayed {
 			t.Fatalf("POST %s (only escapes differ): %d %q; want the replay", path, a.Status, a.Body)
 		}
 	}
