@@ -181,30 +181,3 @@ func AnswerThenClose(t testing.TB, conn net.Conn, deadline time.Time) (*http.Res
 	}
 	return resp, string(body), time.Now()
 }
-
-// Answer is what PostWith got back.
-type Answer struct {
-	Status   int
-	Replayed bool // Idempotent-Replayed: true
-	Body     string
-}
-
-// PostWith POSTs body to url with the headers (a JSON Content-Type unless they
-// set one), over a real socket, within 10 s.
-func PostWith(t testing.TB, url, body string, headers map[string]string) Answer {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return Answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b)}
-}
