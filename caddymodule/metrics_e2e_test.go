@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // Caddy's /metrics (its admin endpoint) inside real Caddy exports the proxy's
@@ -38,16 +38,11 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 
 	scrape := func() *metricstest.Surface {
 		t.Helper()
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			t.Fatalf("GET /metrics on Caddy's admin endpoint: %v", err)
+		r := testutil.Send(t, admin, testutil.Request{Method: "GET", Target: "/metrics"})
+		if r.Status != 200 {
+			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", r.Status, r.Body)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", resp.StatusCode, b)
-		}
-		return metricstest.Read(t, "Caddy", string(b))
+		return metricstest.Read(t, "Caddy", r.Body)
 	}
 	s := scrape()
 	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/errformat"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -141,7 +142,7 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 	// request holding all but 100 KiB, a declared megabyte is refused before it
 	// is read, and one of unknown length once it outgrows the 100 KiB.
 	fits := `{"id":"fits","pad":"` + strings.Repeat("p", 1<<19) + `"}`
-	if r := result(serve(b, req{Body: fits})); r.Status != 201 {
+	if r := testutil.ResultOf(serve(b, req{Body: fits})); r.Status != 201 {
 		t.Fatalf("a body that fits beside the holder: %+v", r)
 	}
 	for _, chunked := range []bool{false, true} {
@@ -182,7 +183,7 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 		done <- w.Code
 	}()
 	<-stall.reading
-	if r := result(serve(a, req{Key: "whole", Body: strings.Repeat("w", 2<<20)})); r.Status != 201 {
+	if r := testutil.ResultOf(serve(a, req{Key: "whole", Body: strings.Repeat("w", 2<<20)})); r.Status != 201 {
 		t.Fatalf("after the holders left: %+v", r)
 	}
 	close(stall.release)

@@ -17,17 +17,15 @@ import (
 	"github.com/idemproxy/idemproxy/webhook"
 )
 
-// The in-process helpers every package's tests share (internal/testutil).
+// The in-process helpers every package's tests share (internal/testutil): a
+// counting handler, a request and serving it, the observer's events.
 type (
 	counter = testutil.Counter
 	req     = testutil.Req
 	events  = coretest.Events
 )
 
-var (
-	serve  = testutil.Serve
-	result = testutil.ResultOf
-)
+var serve = testutil.Serve
 
 func newMem(t testing.TB, opts ...memstore.Option) *memstore.Store {
 	t.Helper()

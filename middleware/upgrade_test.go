@@ -1,10 +1,8 @@
 package middleware_test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,22 +18,8 @@ import (
 // answer's status and Idempotency-Problem, and whether it was a replay.
 func exchange(t *testing.T, addr, request string) (int, string, bool) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(middleware.ProblemHeader), resp.Header.Get("Idempotent-Replayed") == "true"
+	a := testutil.RawExchange(t, addr, request)
+	return a.Status, a.Header.Get(middleware.ProblemHeader), a.Replayed
 }
 
 // A first execution that switches protocols or takes the connection over left

@@ -38,7 +38,7 @@ func duplicates(t *testing.T, h http.Handler, store *subscriptions, n int, while
 		go func() {
 			defer wg.Done()
 			w := serve(h, req{Key: "w"})
-			out <- result(w)
+			out <- testutil.ResultOf(w)
 		}()
 	}
 	testutil.Eventually(t, 5*time.Second, "every duplicate to wait", func() bool { return store.n.Load() >= int64(n) })

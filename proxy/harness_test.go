@@ -1,8 +1,6 @@
 package proxy_test
 
 import (
-	"io"
-	"net/http"
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/testutil"
@@ -42,11 +40,11 @@ func skipShort(t *testing.T) {
 // metricsOf reads the admin listener's /metrics.
 func metricsOf(t *testing.T, admin string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return testutil.Send(t, admin, testutil.Request{Method: "GET", Target: "/metrics"}).Body
+}
+
+// startConfig runs the binary on a config file with the text config, and args.
+func startConfig(t *testing.T, config string, args ...string) *testutil.Proc {
+	t.Helper()
+	return start(t, append([]string{"--config", testutil.TempFile(t, "idemproxy.yaml", config)}, args...)...)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,8 +65,7 @@ func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
 func TestE2EBodyBudget(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
+	p := startConfig(t, fmt.Sprintf(`upstream: %s
 max_request_body: 1MiB
 body_budget: 1536KiB
 retry_after: 3s
@@ -77,8 +74,7 @@ routes:
     body_read_timeout: 1m
   - path: /cut
     body_read_timeout: 2s
-`, up.URL)), 0o600)
-	p := start(t, "--config", cfg)
+`, up.URL))
 
 	// A holds 1 MiB of the budget: it declared it, sent 10 bytes and stalls.
 	holder := testutil.RawConn(t, p.Addr, "POST /hold HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: hold\r\nContent-Length: 1048576\r\n\r\n0123456789")

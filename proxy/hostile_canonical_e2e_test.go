@@ -1,8 +1,6 @@
 package proxy_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +17,7 @@ import (
 // unprotected, verifies GitHub and Standard Webhooks deliveries, and has a plain
 // /notes route.
 func hostileConfig(t *testing.T, upstream string) string {
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(`upstream: `+upstream+`
+	cfg := testutil.TempFile(t, "idemproxy.yaml", `upstream: `+upstream+`
 routes:
   - path: /charges
     require_key: true
@@ -38,7 +35,7 @@ routes:
     webhook_secrets: [env:HOSTILE_STD_SECRET]
     require_key: true
     scope_headers: []
-`), 0o600)
+`)
 	t.Setenv("HOSTILE_GH_SECRET", "gh-secret")
 	t.Setenv("HOSTILE_STD_SECRET", webhooktest.StandardSecret)
 	return cfg
@@ -197,8 +194,8 @@ func TestHostilePreClaimAcrossRoutes(t *testing.T) {
 func TestHostileUnsignedContentType(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(`upstream: `+up.URL+`
+	t.Setenv("HOSTILE_ACME_SECRET", "acme-secret")
+	p := startConfig(t, `upstream: `+up.URL+`
 routes:
   - path: /webhooks/acme
     webhook: hmac
@@ -206,9 +203,7 @@ routes:
     webhook_secrets: [env:HOSTILE_ACME_SECRET]
     key_source: form:event_id
     scope_headers: []
-`), 0o600)
-	t.Setenv("HOSTILE_ACME_SECRET", "acme-secret")
-	p := start(t, "--config", cfg)
+`)
 	body := "event_id=ev_5&amount=100"
 	sig := webhooktest.HMAC("acme-secret", "X-Signature", "", false, body)
 	for i, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "", "application/json", "application/x-www-form-urlencoded; charset=utf-8"} {

@@ -3,8 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +13,7 @@ import (
 func TestE2ERoutesAndWebhooks(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t, testutil.CountBy(testutil.ByHeader("Idempotency-Key", "X-GitHub-Delivery")))
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
+	p := startConfig(t, fmt.Sprintf(`upstream: %s
 routes:
   - path: /webhooks/github
     key_header: X-GitHub-Delivery
@@ -30,8 +27,7 @@ routes:
     require_key: true
   - path: /form
     key_source: form:idempotency_key
-`, up.URL)), 0o600)
-	p := start(t, "--config", cfg)
+`, up.URL))
 	// Keys in the body: a JSON field, a form field.
 	for i := 0; i < 2; i++ {
 		r := p.Post(t, "/square/payments", "", `{"idempotency_key":"sq-1","amount":5}`)
@@ -82,9 +78,7 @@ func TestE2EWaitAndInFlightOnly(t *testing.T) {
 	}
 	<-done
 
-	cfg := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(cfg, []byte("upstream: "+up.URL+"\nroutes:\n  - path: /private\n    in_flight_only: true\n"), 0o600)
-	q := start(t, "--config", cfg)
+	q := startConfig(t, "upstream: "+up.URL+"\nroutes:\n  - path: /private\n    in_flight_only: true\n")
 	q.Post(t, "/private", "ifo", "x")
 	if r := q.Post(t, "/private", "ifo", "x"); r.Replayed || up.Count("ifo") != 2 {
 		t.Fatalf("in_flight_only route stored a result: %+v", r)
@@ -102,9 +96,7 @@ func TestE2EWaitAndInFlightOnly(t *testing.T) {
 func TestE2ERouteWaitZero(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nwait: 5s\nroutes:\n  - path: /block\n    wait: 0s\n", up.URL)), 0o600)
-	p := start(t, "--config", cfg)
+	p := startConfig(t, fmt.Sprintf("upstream: %s\nwait: 5s\nroutes:\n  - path: /block\n    wait: 0s\n", up.URL))
 	first := make(chan testutil.Response, 1)
 	go func() {
 		r, _ := testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/block", "w0", ""))
@@ -132,9 +124,7 @@ func TestE2ERouteWaitZero(t *testing.T) {
 func TestE2ENonCanonicalPaths(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("upstream: %s\nroutes:\n  - path: /charges\n    require_key: true\n  - path: /internal\n    enabled: false\n", up.URL)), 0o600)
-	p := start(t, "--config", cfg)
+	p := startConfig(t, fmt.Sprintf("upstream: %s\nroutes:\n  - path: /charges\n    require_key: true\n  - path: /internal\n    enabled: false\n", up.URL))
 	for _, path := range []string{"/internal/../charges", "//charges", "/charges/./", "/internal/%2e%2e/charges", "/charges/x/.."} {
 		r := p.Post(t, path, "", "")
 		if r.Status != 400 || !strings.Contains(r.Body, "non-canonical-path") {

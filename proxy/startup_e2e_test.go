@@ -2,8 +2,6 @@ package proxy_test
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,8 +10,7 @@ import (
 
 func TestE2EBadStartup(t *testing.T) {
 	skipShort(t)
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(bad, []byte("upstream: http://x\nttl: [\n"), 0o600)
+	bad := testutil.TempFile(t, "bad.yaml", "upstream: http://x\nttl: [\n")
 	// A port this test holds, so --listen on it must fail whoever runs the
 	// test (root may bind any port, so a "privileged" port proves nothing).
 	taken, err := net.Listen("tcp", "127.0.0.1:0")

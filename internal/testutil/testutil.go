@@ -15,6 +15,8 @@ package testutil
 import (
 	"bytes"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -66,3 +68,14 @@ func (s *SyncBuffer) Write(p []byte) (int, error) {
 
 // String returns what was written so far.
 func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TempFile writes text to a file called name in a folder of its own, removed
+// when the test ends, and returns the file's path.
+func TempFile(t testing.TB, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -51,11 +50,7 @@ func newUpstream(t *testing.T) *testutil.Upstream {
 // flags) and the environment, and waits until it answers.
 func start(t *testing.T, up *testutil.Upstream, config string, env ...string) *testutil.Proc {
 	t.Helper()
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--config", cfg, "--log-level", "warn"}
+	args := []string{"--config", testutil.TempFile(t, "idemproxy.yaml", config), "--log-level", "warn"}
 	if up != nil {
 		args = append(args, "--upstream", up.URL)
 	}
