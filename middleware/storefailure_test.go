@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,28 +66,55 @@ func TestStoreFailure(t *testing.T) {
 	}
 }
 
+// completeDown is a first execution of key "k" whose response the store
+// refuses to complete (a lease of 60 ms): storing it goes on in the background.
+type completeDown struct {
+	store *flaky
+	core  *middleware.Handler
+	h     http.Handler
+	c     *counter
+	first *httptest.ResponseRecorder
+}
+
+func newCompleteDown(t *testing.T, opts ...middleware.Option) *completeDown {
+	d := &completeDown{store: &flaky{Store: newMem(t)}, c: &counter{}}
+	d.store.failComplete.Store(true)
+	d.core = newHandler(t, d.store, append([]middleware.Option{func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond }}, opts...)...)
+	d.h = d.core.Wrap(d.c)
+	d.first = serve(d.h, req{Key: "k"})
+	return d
+}
+
+// wait waits up to 5 s for the background completion to end (it did not
+// finish, or did not give up: what).
+func (d *completeDown) wait(t *testing.T, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.core.Wait(ctx); err != nil {
+		t.Fatalf("the background completion did not %s: %v", what, err)
+	}
+}
+
+// replaysTheOneRun checks that a retry of "k" is the replay of the first
+// execution, the only one.
+func (d *completeDown) replaysTheOneRun(t *testing.T, retry string) {
+	t.Helper()
+	if w := serve(d.h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != d.first.Body.String() || d.c.Calls.Load() != 1 {
+		t.Fatalf("%s: %d replayed=%q, %d runs; want the replay of the one run", retry, w.Code, w.Header().Get("Idempotent-Replayed"), d.c.Calls.Load())
+	}
+}
+
 // A store outage longer than the lease no longer makes a second run: the
 // finished response is kept and stored once the store answers, the lease having
 // lapsed, because nobody claimed the key meanwhile. (It used to give up at the
 // lease's end, and the retry ran again.)
 func TestCompleteRetryOutlivesTheLease(t *testing.T) {
-	store := &flaky{Store: newMem(t)}
-	store.failComplete.Store(true)
-	c := &counter{}
-	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
-	h := core.Wrap(c)
-	first := serve(h, req{Key: "k"})
+	d := newCompleteDown(t)
 	time.Sleep(200 * time.Millisecond) // the outage lasts over three leases
-	store.failComplete.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := core.Wait(ctx); err != nil {
-		t.Fatalf("the background completion did not finish: %v", err)
-	}
-	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
-		t.Fatalf("retry after an outage past the lease: %d replayed=%q, %d runs; want the replay of the one run",
-			w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
-	}
+	d.store.failComplete.Store(false)
+	d.wait(t, "finish")
+	d.replaysTheOneRun(t, "retry after an outage past the lease")
 }
 
 // A pending completion that finds another request's claim on the free key keeps
@@ -94,76 +122,44 @@ func TestCompleteRetryOutlivesTheLease(t *testing.T) {
 // acknowledged; found by the soak's failover phase, where the completion gave up
 // and the key ran again), or released. It lands once the key is free.
 func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
-	mem := newMem(t)
-	store := &flaky{Store: mem}
-	store.failComplete.Store(true)
-	c := &counter{}
-	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
-	h := core.Wrap(c)
-	first := serve(h, req{Key: "k"})
-	key := core.StoreKey(req{Key: "k"}.Build(), "k")
+	d := newCompleteDown(t)
+	mem := d.store.Store
+	key := d.core.StoreKey(req{Key: "k"}.Build(), "k")
 	time.Sleep(100 * time.Millisecond) // the outage outlasts the lease
 	if _, loaded, err := mem.LockOrGet(context.Background(), key, cache.Lock{Token: "other", Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
 		t.Fatalf("another claim on the lapsed key: loaded=%v err=%v", loaded, err)
 	}
-	tries := store.completes.Load()
-	store.failComplete.Store(false)
-	testutil.Eventually(t, 5*time.Second, "the pending completion to meet the other claim", func() bool { return store.completes.Load() > tries })
+	tries := d.store.completes.Load()
+	d.store.failComplete.Store(false)
+	testutil.Eventually(t, 5*time.Second, "the pending completion to meet the other claim", func() bool { return d.store.completes.Load() > tries })
 	if err := mem.Release(context.Background(), key, "other"); err != nil { // refused and undone
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := core.Wait(ctx); err != nil {
-		t.Fatalf("the background completion did not finish: %v", err)
-	}
-	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
-		t.Fatalf("retry after the other claim was undone: %d replayed=%q, %d runs; want the replay of the one run",
-			w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
-	}
+	d.wait(t, "finish")
+	d.replaysTheOneRun(t, "retry after the other claim was undone")
 }
 
 // The other claim may be gone by the time the pending completion reads the
 // key: a free key is no reason to give up either (seen in the soak's waited
 // failover round, with the first version of the fix above).
 func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
-	store := &flaky{Store: newMem(t)}
-	store.failComplete.Store(true)
-	c := &counter{}
-	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond })
-	h := core.Wrap(c)
-	first := serve(h, req{Key: "k"})
+	d := newCompleteDown(t)
 	time.Sleep(100 * time.Millisecond) // the lease lapses: the key reads as free
-	store.lockLostOnce.Store(true)
-	store.failComplete.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := core.Wait(ctx); err != nil {
-		t.Fatalf("the background completion did not finish: %v", err)
-	}
-	if w := serve(h, req{Key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() || c.Calls.Load() != 1 {
-		t.Fatalf("retry: %d replayed=%q, %d runs; want the replay of the one run", w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
-	}
+	d.store.lockLostOnce.Store(true)
+	d.store.failComplete.Store(false)
+	d.wait(t, "finish")
+	d.replaysTheOneRun(t, "retry")
 }
 
 // complete_retry bounds the background completion; past it the lock lapses and a
 // retry runs again (the documented limit).
 func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
-	store := &flaky{Store: newMem(t)}
-	store.failComplete.Store(true)
-	c := &counter{}
-	core := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond }, func(s *middleware.Settings) { s.CompleteRetry = 300 * time.Millisecond })
-	h := core.Wrap(c)
-	serve(h, req{Key: "k"})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := core.Wait(ctx); err != nil {
-		t.Fatalf("the background completion did not give up: %v", err)
-	}
-	store.failComplete.Store(false)
-	testutil.Eventually(t, 5*time.Second, "the lease to lapse", func() bool { return serve(h, req{Key: "k"}).Code == 201 })
-	if c.Calls.Load() != 2 {
-		t.Fatalf("calls = %d, want 2", c.Calls.Load())
+	d := newCompleteDown(t, func(s *middleware.Settings) { s.CompleteRetry = 300 * time.Millisecond })
+	d.wait(t, "give up")
+	d.store.failComplete.Store(false)
+	testutil.Eventually(t, 5*time.Second, "the lease to lapse", func() bool { return serve(d.h, req{Key: "k"}).Code == 201 })
+	if d.c.Calls.Load() != 2 {
+		t.Fatalf("calls = %d, want 2", d.c.Calls.Load())
 	}
 }
 

@@ -39,17 +39,36 @@ func TestE2ETracingOTLP(t *testing.T) {
 	})
 }
 
-func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
-	var mu sync.Mutex
-	var upstreamTP []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
-		mu.Unlock()
+// traceparents is an upstream that answers 201 "created" and records the
+// Traceparent of every request.
+type traceparents struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newTraceparents(t *testing.T) *traceparents {
+	u := &traceparents{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, r.Header.Get("Traceparent"))
+		u.mu.Unlock()
 		w.WriteHeader(201)
 		fmt.Fprint(w, "created")
 	}))
-	defer up.Close()
+	t.Cleanup(u.Close)
+	return u
+}
+
+// all is every Traceparent seen so far.
+func (u *traceparents) all() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
+func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
+	up := newTraceparents(t)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	t.Setenv("OTEL_SERVICE_NAME", "idemproxy-e2e")
 	p := start(t, "--upstream", up.URL)
@@ -110,9 +129,7 @@ func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
 	if !bytes.Equal(client.ParentSpanId, stored.SpanId) || !bytes.Equal(client.TraceId, stored.TraceId) {
 		t.Errorf("client span parent %x trace %x, want %x %x", client.ParentSpanId, client.TraceId, stored.SpanId, stored.TraceId)
 	}
-	mu.Lock()
-	tps := append([]string(nil), upstreamTP...)
-	mu.Unlock()
+	tps := up.all()
 	want := "00-" + clientTrace + "-" + hex.EncodeToString(client.SpanId) + "-01"
 	if len(tps) != 1 || tps[0] != want {
 		t.Errorf("traceparent upstream %q, want [%s]", tps, want)
@@ -175,16 +192,8 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 // no tracing at all (nothing is added to what goes upstream).
 func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 	skipShort(t)
-	var mu sync.Mutex
-	var upstreamTP []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
-		mu.Unlock()
-		w.WriteHeader(201)
-	}))
-	defer up.Close()
-	lastTP := func() string { mu.Lock(); defer mu.Unlock(); return upstreamTP[len(upstreamTP)-1] }
+	up := newTraceparents(t)
+	lastTP := func() string { all := up.all(); return all[len(all)-1] }
 	serverSpans := func(rc *otlptest.Receiver) int {
 		n := 0
 		for _, s := range rc.Spans() {
