@@ -1,6 +1,7 @@
 // Package testutil is the one home of the helpers the project's tests share:
 //
-//   - free loopback ports (FreeAddr) and polling for a condition (Eventually);
+//   - free loopback ports (FreeAddr), polling for a condition (Eventually), a
+//     file with the text given (TempFile);
 //   - a request served in process (Req, Serve, Post, Counter, Result);
 //   - a counting upstream over real sockets (Upstream, NewUpstream,
 //     NewDeliveries) and one that fails the ways a real one does (RawUpstream);
