@@ -24,11 +24,11 @@ func TestCaddyTLSHandshakeFailureReleases(t *testing.T) {
 	}))
 	defer up.Close()
 	// Caddy does not trust the test server's certificate: the handshake fails.
-	base := caddySite(t, fmt.Sprintf("\thandle /tls* {\n\t\treverse_proxy https://%s\n\t}\n", strings.TrimPrefix(up.URL, "https://")))
+	p := caddySite(t, fmt.Sprintf("\thandle /tls* {\n\t\treverse_proxy https://%s\n\t}\n", strings.TrimPrefix(up.URL, "https://")))
 	for i := range 2 {
-		code, body, replayed := postKey(t, base+"/tls", "tls-1", "x")
-		if code != 502 || replayed || strings.Contains(body, "outcome-unknown") {
-			t.Fatalf("answer %d to a request whose TLS handshake failed: %d %q replayed=%v; want Caddy's 502, the key released", i, code, body, replayed)
+		r := p.Post(t, "/tls", "tls-1", "x")
+		if r.Status != 502 || r.Replayed || strings.Contains(r.Body, "outcome-unknown") {
+			t.Fatalf("answer %d to a request whose TLS handshake failed: %d %q replayed=%v; want Caddy's 502, the key released", i, r.Status, r.Body, r.Replayed)
 		}
 	}
 	if n := got.Load(); n != 0 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/dynamotest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // Two Caddy processes on one DynamoDB table (DynamoDB Local, reached through
@@ -46,7 +47,7 @@ func TestCaddyDynamoDB(t *testing.T) {
 	defer upstream.Close()
 	// caddy writes a Caddyfile with the store and returns its path and the
 	// site's base URL.
-	caddy := func(store string) (string, string) {
+	caddy := func(store string) (string, string, string) {
 		dir := t.TempDir()
 		site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 		cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\trespond /healthz 200\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 10s\n\t}\n\treverse_proxy %s\n}\n",
@@ -55,20 +56,20 @@ func TestCaddyDynamoDB(t *testing.T) {
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return path, "http://127.0.0.1:" + site
+		return path, "http://127.0.0.1:" + site, site
 	}
 
 	// With creation off, a missing table fails provisioning with one reason.
-	missing, _ := caddy("dynamodb caddy_missing {\n\t\t\tcreate_table false\n\t\t}")
-	out, err := caddyShort(bin, "validate", "--config", missing, "--adapter", "caddyfile")
-	if err == nil || !strings.Contains(string(out), "idemproxy migrate") {
-		t.Fatalf("caddy validate with a missing table: %v\n%s", err, out)
+	missing, _, _ := caddy("dynamodb caddy_missing {\n\t\t\tcreate_table false\n\t\t}")
+	code, out := testutil.Run(t, bin, []string{"validate", "--config", missing, "--adapter", "caddyfile"})
+	if code == 0 || !strings.Contains(out, "idemproxy migrate") {
+		t.Fatalf("caddy validate with a missing table: exit %d\n%s", code, out)
 	}
 
 	var bases []string
 	for _, store := range []string{"dynamodb caddy_idem {\n\t\t\tinline_limit 1KiB\n\t\t}", "dynamodb://caddy_idem {\n\t\t\tinline_limit 1KiB\n\t\t}"} {
-		path, base := caddy(store)
-		runCaddy(t, bin, filepath.Dir(path), path)
+		path, base, site := caddy(store)
+		runCaddy(t, bin, filepath.Dir(path), path, site, "/healthz")
 		bases = append(bases, base)
 	}
 	a, b := bases[0], bases[1]
@@ -87,8 +88,6 @@ func TestCaddyDynamoDB(t *testing.T) {
 		got, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(got), resp.Header.Get("Idempotent-Replayed") == "true"
 	}
-	waitHTTP(t, a+"/healthz")
-	waitHTTP(t, b+"/healthz")
 
 	code, first, replayed := post(a+"/pay", "k1", "x")
 	if code != 201 || replayed {

@@ -1,17 +1,12 @@
 package caddymodule
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,11 +26,10 @@ func TestCaddyEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := caddyBinary(t)
-	short := func(args ...string) ([]byte, error) { return caddyShort(bin, args...) }
-	out, err := short("list-modules")
+	code, out := testutil.Run(t, bin, []string{"list-modules"})
 	for _, id := range []string{"http.handlers.idempotency", "http.handlers.idempotency.stores.memory", "http.handlers.idempotency.stores.redis"} {
-		if err != nil || !strings.Contains(string(out), id+"\n") {
-			t.Fatalf("list-modules lacks %s (err %v):\n%s", id, err, out)
+		if code != 0 || !strings.Contains(out, id+"\n") {
+			t.Fatalf("list-modules lacks %s (exit %d):\n%s", id, code, out)
 		}
 	}
 
@@ -73,50 +67,28 @@ func TestCaddyEndToEnd(t *testing.T) {
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
-	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("caddy log:\n%s", logs.String())
-		}
-	}()
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/")
+	p := runCaddy(t, bin, dir, cfgPath, site, "/")
 
-	post := func(path, key, body string) (*http.Response, string) {
-		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+	post := func(path, key, body string) testutil.Response {
+		return p.Send(t, testutil.Request{Target: path, Key: key, Body: body})
 	}
-	r1, b1 := post("/pay", "e2e", "x")
-	r2, b2 := post("/pay", "e2e", "x")
-	if r1.StatusCode != 201 || r2.StatusCode != 201 || b1 != b2 || r2.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
-		t.Fatalf("replay through Caddy: %d %q / %d %q replayed=%q calls=%d", r1.StatusCode, b1, r2.StatusCode, b2, r2.Header.Get("Idempotent-Replayed"), calls.Load())
+	r1 := post("/pay", "e2e", "x")
+	r2 := post("/pay", "e2e", "x")
+	b1, b2 := r1.Body, r2.Body
+	if r1.Status != 201 || r2.Status != 201 || b1 != b2 || r2.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
+		t.Fatalf("replay through Caddy: %d %q / %d %q replayed=%q calls=%d", r1.Status, b1, r2.Status, b2, r2.Header.Get("Idempotent-Replayed"), calls.Load())
 	}
 	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "executing,replayed" {
 		t.Fatalf("result placeholder: %q, want executing,replayed", got)
 	}
-	if r, _ := post("/pay", "e2e", "other"); r.StatusCode != 422 {
-		t.Fatalf("mismatch through Caddy: %d", r.StatusCode)
+	if r := post("/pay", "e2e", "other"); r.Status != 422 {
+		t.Fatalf("mismatch through Caddy: %d", r.Status)
 	}
 	done := make(chan int)
-	go func() { r, _ := post("/slow", "slow", ""); done <- r.StatusCode }()
+	go func() { done <- post("/slow", "slow", "").Status }()
 	time.Sleep(200 * time.Millisecond)
-	if r, _ := post("/slow", "slow", ""); r.StatusCode != 409 {
-		t.Fatalf("in flight through Caddy: %d", r.StatusCode)
+	if r := post("/slow", "slow", ""); r.Status != 409 {
+		t.Fatalf("in flight through Caddy: %d", r.Status)
 	}
 	if code := <-done; code != 201 {
 		t.Fatalf("slow first: %d", code)
@@ -127,10 +99,9 @@ func TestCaddyEndToEnd(t *testing.T) {
 	// store), so the stored response is still replayed.
 	reloaded := strings.Replace(caddyfile("header X-Reloaded yes"), "store memory", "store memory {\n\t\t\tmax_records 5000\n\t\t}", 1)
 	os.WriteFile(cfgPath, []byte(reloaded), 0o644)
-	if out, err := short("reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin); err != nil {
-		t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
-	r3, b3 := post("/pay", "e2e", "x")
+	reload(t, bin, cfgPath, admin)
+	r3 := post("/pay", "e2e", "x")
+	b3 := r3.Body
 	if r3.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect: %v", r3.Header)
 	}
@@ -139,70 +110,36 @@ func TestCaddyEndToEnd(t *testing.T) {
 	}
 }
 
-var (
-	caddyOnce  sync.Once
-	caddyBin   string
-	caddyBuild error
-)
+func TestMain(m *testing.M) { testutil.Main(m) }
 
-// caddyBinary builds the example Caddy (standard modules plus this one) once per
-// test binary.
+// caddyBinary is the example Caddy (standard modules plus this one), built once
+// for the package.
 func caddyBinary(t *testing.T) string {
 	t.Helper()
-	caddyOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "idemproxy-caddy")
-		if err != nil {
-			caddyBuild = err
-			return
-		}
-		caddyBin = filepath.Join(dir, "caddy")
-		if out, err := exec.Command("go", "build", "-o", caddyBin, "../examples/caddy").CombinedOutput(); err != nil {
-			caddyBuild = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if caddyBuild != nil {
-		t.Fatalf("building Caddy: %v", caddyBuild)
-	}
-	return caddyBin
+	return testutil.Build(t, "../examples/caddy")
 }
 
-// caddyShort runs a short-lived Caddy command with a deadline: a hang fails the
-// test in a minute rather than holding the package until go test's timeout.
-func caddyShort(bin string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c := exec.CommandContext(ctx, bin, args...)
-	c.WaitDelay = 5 * time.Second
-	return c.CombinedOutput()
-}
-
-// runCaddy runs `caddy run` on the Caddyfile at path until the test ends.
-func runCaddy(t *testing.T, bin, dir, path string) *syncLog {
+// runCaddy runs `caddy run` on the Caddyfile at path (its home in dir) until the
+// test ends, and returns once the page wait on its site (port site) answers;
+// the Proc's Post and Send go to that site.
+func runCaddy(t *testing.T, bin, dir, path, site, wait string) *testutil.Proc {
 	t.Helper()
-	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	logs := &syncLog{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p := testutil.Start(t, bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
+		"HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	p.Addr = "127.0.0.1:" + site
+	p.WaitHTTP(t, "http://"+p.Addr+wait)
+	return p
+}
+
+// reload runs `caddy reload` with the Caddyfile at path (and its flags), against
+// the admin endpoint admin.
+func reload(t *testing.T, bin, path, admin string, flags ...string) {
+	t.Helper()
+	args := append([]string{"reload"}, flags...)
+	if code, out := testutil.Run(t, bin, append(args, "--config", path, "--adapter", "caddyfile", "--address", admin)); code != 0 {
+		t.Fatalf("caddy reload: exit %d\n%s", code, out)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("caddy log:\n%s", logs.String())
-		}
-	})
-	return logs
 }
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // A reload while a first execution runs on a shared store (Redis, PostgreSQL):
 // the old config's store stays open until that request is done, so its response
@@ -240,35 +177,23 @@ func reloadWhileRunning(t *testing.T, bin, store string) {
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
-	runCaddy(t, bin, dir, cfgPath)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
-	post := func() (*http.Response, string) {
-		req, _ := http.NewRequest("POST", base+"/charge", strings.NewReader("x"))
-		req.Header.Set("Idempotency-Key", "reload-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST: %v", err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+	p := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	post := func() testutil.Response {
+		return p.Send(t, testutil.Request{Target: "/charge", Key: "reload-1", Body: "x"})
 	}
 	first := make(chan string, 1)
-	go func() { r, b := post(); first <- fmt.Sprint(r.StatusCode, " ", b) }()
+	go func() { r := post(); first <- fmt.Sprint(r.Status, " ", r.Body) }()
 	<-started
 	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
-	if out, err := caddyShort(bin, "reload", "--config", cfgPath, "--adapter", "caddyfile", "--address", admin); err != nil {
-		t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
+	reload(t, bin, cfgPath, admin)
 	if got := <-first; got != `201 {"charge":1}` {
 		t.Fatalf("first: %s", got)
 	}
 	time.Sleep(2500 * time.Millisecond) // past the 2s lease: a lock left behind would have lapsed
-	r, b := post()
-	if r.StatusCode != 201 || r.Header.Get("Idempotent-Replayed") != "true" || b != `{"charge":1}` || calls.Load() != 1 {
+	r := post()
+	if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"charge":1}` || calls.Load() != 1 {
 		t.Fatalf("retry after a reload: %d %q replayed %q, upstream ran %d times; want a replay of the first",
-			r.StatusCode, b, r.Header.Get("Idempotent-Replayed"), calls.Load())
+			r.Status, r.Body, r.Header.Get("Idempotent-Replayed"), calls.Load())
 	}
 	if r.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect")
@@ -281,22 +206,6 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // reverse_proxy's failures classified inside real Caddy: an upstream that resets
 // after reading the request is held (every retry gets the outcome-unknown answer,
 // the upstream runs once); a dial error releases the key (a retry runs when the
@@ -307,24 +216,23 @@ func TestCaddyUnknownOutcomes(t *testing.T) {
 	}
 	reset := testutil.NewRawUpstream(t, "reset")
 	downAddr := testutil.FreeAddr(t)
-	base := caddySite(t, fmt.Sprintf("\thandle /held* {\n\t\treverse_proxy %s\n\t}\n\thandle /down* {\n\t\treverse_proxy %s\n\t}\n",
+	p := caddySite(t, fmt.Sprintf("\thandle /held* {\n\t\treverse_proxy %s\n\t}\n\thandle /down* {\n\t\treverse_proxy %s\n\t}\n",
 		reset.Addr(), downAddr))
-	post := func(p, key string) (int, string, bool) { return postKey(t, base+p, key, "x") }
 	for i := range 3 {
-		code, body, replayed := post("/held", "h1")
-		if code != 502 || !strings.Contains(body, "outcome-unknown") || replayed != (i > 0) {
-			t.Fatalf("reset answer %d: %d %q replayed=%v", i, code, body, replayed)
+		r := p.Post(t, "/held", "h1", "x")
+		if r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") || r.Replayed != (i > 0) {
+			t.Fatalf("reset answer %d: %d %q replayed=%v", i, r.Status, r.Body, r.Replayed)
 		}
 	}
 	if n := reset.Count.Load(); n != 1 {
 		t.Fatalf("the reset upstream got %d requests, want 1", n)
 	}
-	if code, body, _ := post("/down", "d1"); code != 502 || strings.Contains(body, "outcome-unknown") {
-		t.Fatalf("dial error: %d %q; want Caddy's 502, the key released", code, body)
+	if r := p.Post(t, "/down", "d1", "x"); r.Status != 502 || strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("dial error: %d %q; want Caddy's 502, the key released", r.Status, r.Body)
 	}
 	up := testutil.NewRawUpstreamAt(t, downAddr, "ok")
-	if code, _, replayed := post("/down", "d1"); code != 201 || replayed || up.Count.Load() != 1 {
-		t.Fatalf("retry once the upstream is up: %d replayed=%v upstream %d", code, replayed, up.Count.Load())
+	if r := p.Post(t, "/down", "d1", "x"); r.Status != 201 || r.Replayed || up.Count.Load() != 1 {
+		t.Fatalf("retry once the upstream is up: %d replayed=%v upstream %d", r.Status, r.Replayed, up.Count.Load())
 	}
 }
 
@@ -337,15 +245,12 @@ func TestCaddyNoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
 	up := testutil.NewRawUpstream(t, "reset-reused")
-	base := caddySite(t, fmt.Sprintf("\thandle /charges* {\n\t\treverse_proxy %s\n\t}\n", up.Addr()))
-	post := func(key, body string) (int, string) {
-		code, b, _ := postKey(t, base+"/charges", key, body)
-		return code, b
+	p := caddySite(t, fmt.Sprintf("\thandle /charges* {\n\t\treverse_proxy %s\n\t}\n", up.Addr()))
+	if r := p.Post(t, "/charges", "first", "x"); r.Status != 201 {
+		t.Fatalf("first request: %d %s", r.Status, r.Body)
 	}
-	if code, body := post("first", "x"); code != 201 {
-		t.Fatalf("first request: %d %s", code, body)
-	}
-	code, body := post("second", "y") // on the reused connection: reset after read
+	r := p.Post(t, "/charges", "second", "y") // on the reused connection: reset after read
+	code, body := r.Status, r.Body
 	if n := up.Count.Load(); n != 2 {
 		t.Fatalf("the upstream got %d requests, want 2: the reset request was re-sent (%d %s)", n, code, body)
 	}
@@ -355,8 +260,8 @@ func TestCaddyNoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 }
 
 // caddySite runs Caddy with one site: the idempotency handler, routes (Caddyfile
-// lines), and /healthz; it returns the site's base URL once it answers.
-func caddySite(t *testing.T, routes string) string {
+// lines), and /healthz; it returns once the site answers.
+func caddySite(t *testing.T, routes string) *testutil.Proc {
 	t.Helper()
 	bin := caddyBinary(t)
 	dir := t.TempDir()
@@ -367,23 +272,5 @@ func caddySite(t *testing.T, routes string) string {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runCaddy(t, bin, dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
-	return base
-}
-
-// postKey POSTs body with an Idempotency-Key and returns the status, the body
-// and whether the answer was a replay.
-func postKey(t *testing.T, url, key, body string) (int, string, bool) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed") == "true"
+	return runCaddy(t, bin, dir, path, site, "/healthz")
 }

@@ -92,6 +92,19 @@ func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
+// blocking is a counting next whose run closes started, waits for release,
+// and answers status.
+func blocking(status int) (slow *counting, release, started chan struct{}) {
+	release, started = make(chan struct{}), make(chan struct{})
+	slow = &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
+		close(started)
+		<-release
+		w.WriteHeader(status)
+		return nil
+	}}
+	return slow, release, started
+}
+
 func TestHandlerProtocol(t *testing.T) {
 	h, _, _ := provision(t, `{"store":{"type":"memory","max_records":1000}}`)
 	next := &counting{}
@@ -111,13 +124,7 @@ func TestHandlerProtocol(t *testing.T) {
 	}
 
 	// 409 while in flight.
-	release, started := make(chan struct{}), make(chan struct{})
-	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
-		close(started)
-		<-release
-		w.WriteHeader(200)
-		return nil
-	}}
+	slow, release, started := blocking(200)
 	done := make(chan answer)
 	go func() { done <- serve(h, call{key: "slow"}, slow) }()
 	<-started
@@ -195,13 +202,7 @@ func TestReloadKeepsStore(t *testing.T) {
 	old, _, cancelOld := provision(t, cfg)
 	next := &counting{}
 	serve(old, call{key: "kept"}, next)
-	release, started := make(chan struct{}), make(chan struct{})
-	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
-		close(started)
-		<-release
-		w.WriteHeader(200)
-		return nil
-	}}
+	slow, release, started := blocking(200)
 	done := make(chan answer)
 	go func() { done <- serve(old, call{key: "inflight"}, slow) }()
 	<-started
@@ -303,13 +304,7 @@ func TestPostgresStoreModule(t *testing.T) {
 
 func TestHandlerWaitAndInFlightOnly(t *testing.T) {
 	h, _, _ := provision(t, `{"wait":10000000000}`)
-	release, started := make(chan struct{}), make(chan struct{})
-	slow := &counting{fn: func(w http.ResponseWriter, r *http.Request) error {
-		close(started)
-		<-release
-		w.WriteHeader(201)
-		return nil
-	}}
+	slow, release, started := blocking(201)
 	done := make(chan answer)
 	go func() { done <- serve(h, call{key: "w"}, slow) }()
 	<-started

@@ -1,17 +1,14 @@
 package caddymodule
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // caddyIdempotencySite runs Caddy with one plain-HTTP site whose idempotency
@@ -28,9 +25,7 @@ func caddyIdempotencySite(t *testing.T, block, upstream string) string {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runCaddy(t, bin, dir, path)
-	waitHTTP(t, "http://127.0.0.1:"+site+"/healthz")
-	return "127.0.0.1:" + site
+	return runCaddy(t, bin, dir, path, site, "/healthz").Addr
 }
 
 // A client that declares a body and stalls, inside real Caddy: answered at
@@ -43,7 +38,7 @@ func TestCaddyStalledBodyAnsweredAndClosed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	up, calls := countingUpstream(t)
+	up := testutil.NewDeliveries(t)
 	const timeout = time.Second
 	addr := caddyIdempotencySite(t, "\t\tbody_read_timeout 1s\n", up.URL)
 	for _, tc := range []struct{ name, head, first string }{
@@ -51,42 +46,21 @@ func TestCaddyStalledBodyAnsweredAndClosed(t *testing.T) {
 		{"chunked", "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: s2\r\nTransfer-Encoding: chunked", "a\r\n0123456789\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
 			began := time.Now()
-			if _, err := io.WriteString(conn, tc.head+"\r\n\r\n"+tc.first); err != nil {
-				t.Fatal(err)
-			}
-			_ = conn.SetReadDeadline(began.Add(timeout + 4*time.Second))
-			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer by the deadline: %v", err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 400 || !strings.Contains(string(body), "body-unreadable") {
+			conn := testutil.RawConn(t, addr, tc.head+"\r\n\r\n"+tc.first)
+			resp, body, closed := testutil.AnswerThenClose(t, conn, began.Add(timeout+4*time.Second))
+			if resp.StatusCode != 400 || !strings.Contains(body, "body-unreadable") {
 				t.Fatalf("stalled body: %d %q, want 400 body-unreadable", resp.StatusCode, body)
 			}
 			if !resp.Close {
 				t.Errorf("the answer does not say Connection: close")
 			}
-			rest, err := io.ReadAll(br)
-			switch {
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				t.Fatalf("answered, but the connection was still open at the deadline (%d more bytes)", len(rest))
-			case err != nil && !strings.Contains(err.Error(), "connection reset"):
-				t.Fatalf("after the answer: %v", err)
-			}
-			if took := time.Since(began); took < timeout-100*time.Millisecond {
+			if took := closed.Sub(began); took < timeout-100*time.Millisecond {
 				t.Fatalf("answered and closed after %v, before body_read_timeout", took)
 			}
 		})
 	}
-	if n := calls.Load(); n != 0 {
+	if n := up.Count("POST"); n != 0 {
 		t.Fatalf("the upstream got %d requests, want none", n)
 	}
 }

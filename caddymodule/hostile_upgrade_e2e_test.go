@@ -1,12 +1,7 @@
 package caddymodule
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,23 +16,10 @@ func TestCaddyUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
 	up := testutil.NewRawUpstream(t, "upgrade")
-	base := caddySite(t, fmt.Sprintf("\treverse_proxy %s\n", up.Addr()))
-	addr := strings.TrimPrefix(base, "http://")
+	addr := caddySite(t, fmt.Sprintf("\treverse_proxy %s\n", up.Addr())).Addr
 	exchange := func(extra string) (int, string) {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "POST /charges HTTP/1.1\r\nHost: %s\r\n%sContent-Length: 1\r\n\r\nx", addr, extra)
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("reading the answer: %v", err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, resp.Header.Get("Idempotency-Problem")
+		a := testutil.RawExchange(t, addr, fmt.Sprintf("POST /charges HTTP/1.1\r\nHost: %s\r\n%sContent-Length: 1\r\n\r\nx", addr, extra))
+		return a.Status, a.Header.Get("Idempotency-Problem")
 	}
 	var got []string
 	for range 2 { // the request and its retry, once the first has settled

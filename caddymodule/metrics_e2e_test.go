@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // Caddy's /metrics (its admin endpoint) inside real Caddy exports the proxy's
@@ -33,31 +33,25 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(caddyfile("")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runCaddy(t, bin, dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
+	p := runCaddy(t, bin, dir, path, site, "/healthz")
+	base := "http://" + p.Addr
 
 	scrape := func() *metricstest.Surface {
 		t.Helper()
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			t.Fatalf("GET /metrics on Caddy's admin endpoint: %v", err)
+		r := testutil.Send(t, admin, testutil.Request{Method: "GET", Target: "/metrics"})
+		if r.Status != 200 {
+			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", r.Status, r.Body)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", resp.StatusCode, b)
-		}
-		return metricstest.Read(t, "Caddy", string(b))
+		return metricstest.Read(t, "Caddy", r.Body)
 	}
 	s := scrape()
 	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 
-	postKey(t, base+"/charges", "m1", "x")
-	postKey(t, base+"/charges", "m1", "x")
-	postKey(t, base+"/charges", "m1", "other")
+	p.Post(t, "/charges", "m1", "x")
+	p.Post(t, "/charges", "m1", "x")
+	p.Post(t, "/charges", "m1", "other")
 	if resp, err := http.Get(base + "/charges"); err == nil {
 		resp.Body.Close()
 	}
@@ -90,9 +84,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(caddyfile("header X-Reloaded yes")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := caddyShort(bin, "reload", "--config", path, "--adapter", "caddyfile", "--address", admin); err != nil {
-		t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
+	reload(t, bin, path, admin)
 	if resp, err := http.Get(base + "/healthz"); err != nil || resp.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect: %v", err)
 	}

@@ -39,12 +39,10 @@ func TestCaddyTracingDirective(t *testing.T) {
 		admin, site, strings.TrimPrefix(up.URL, "http://"))
 	path := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(path, []byte(cfg), 0o644)
-	runCaddy(t, caddyBinary(t), dir, path)
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/healthz")
+	p := runCaddy(t, caddyBinary(t), dir, path, site, "/healthz")
 
-	code, first, _ := postKey(t, base+"/pay", "k1", "a")
-	code2, again, replayed := postKey(t, base+"/pay", "k1", "a")
+	a, b := p.Post(t, "/pay", "k1", "a"), p.Post(t, "/pay", "k1", "a")
+	code, first, code2, again, replayed := a.Status, a.Body, b.Status, b.Body, b.Replayed
 	if code != 201 || code2 != 201 || !replayed || again != first || !strings.HasPrefix(first, "00-") {
 		t.Fatalf("first %d %q, again %d %q replayed=%v", code, first, code2, again, replayed)
 	}

@@ -2,12 +2,9 @@ package caddymodule
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +19,7 @@ func TestCaddyWebhookExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	up, forwarded := countingUpstream(t)
+	up := testutil.NewDeliveries(t)
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "acme")
 	os.WriteFile(secrets, []byte("acme-secret\n"), 0o600)
@@ -35,13 +32,11 @@ func TestCaddyWebhookExamples(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	runCaddy(t, caddyBinary(t), dir, "../examples/webhooks/Caddyfile")
-	base := "http://127.0.0.1:" + site
-	waitHTTP(t, base+"/webhooks/standard")
+	p := runCaddy(t, caddyBinary(t), dir, "../examples/webhooks/Caddyfile", site, "/webhooks/standard")
 
 	post := func(path, body string, h map[string]string) (int, string, bool) {
 		t.Helper()
-		a := testutil.PostWith(t, base+path, body, h)
+		a := p.Send(t, testutil.Delivery(path, body, h))
 		return a.Status, a.Body, a.Replayed
 	}
 	now := time.Now()
@@ -81,7 +76,7 @@ func TestCaddyWebhookExamples(t *testing.T) {
 			t.Errorf("%s tampered: %d", c.path, code)
 		}
 	}
-	if n := forwarded.Load(); n != int64(len(cases)) {
+	if n := up.Count("POST"); n != len(cases) {
 		t.Fatalf("forwarded %d deliveries, want %d", n, len(cases))
 	}
 }
@@ -94,7 +89,7 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	up, forwarded := countingUpstream(t)
+	up := testutil.NewDeliveries(t)
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "secrets")
 	os.WriteFile(secrets, []byte("old-secret\n"), 0o600)
@@ -104,19 +99,15 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	path := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(path, []byte(cfg), 0o644)
 	bin := caddyBinary(t)
-	runCaddy(t, bin, dir, path)
-	url := "http://127.0.0.1:" + site + "/hook"
-	waitHTTP(t, url)
-	deliver := func(secret, body string) testutil.Answer {
-		return testutil.PostWith(t, url, body, webhooktest.GitHub(secret, "d", body))
+	p := runCaddy(t, bin, dir, path, site, "/hook")
+	deliver := func(secret, body string) testutil.Response {
+		return p.Send(t, testutil.Delivery("/hook", body, webhooktest.GitHub(secret, "d", body)))
 	}
 	if a := deliver("old-secret", `{"n":1}`); a.Status != 200 || a.Replayed {
 		t.Fatalf("before the rotation: %+v", a)
 	}
 	os.WriteFile(secrets, []byte("new-secret\n"), 0o600)
-	if out, err := caddyShort(bin, "reload", "--force", "--config", path, "--adapter", "caddyfile", "--address", admin); err != nil {
-		t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
+	reload(t, bin, path, admin, "--force")
 	if a := deliver("new-secret", `{"n":2}`); a.Status != 200 || a.Replayed {
 		t.Fatalf("signed with the new secret: %+v", a)
 	}
@@ -126,19 +117,7 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	if a := deliver("new-secret", `{"n":1}`); a.Status != 200 || !a.Replayed || a.Body != "processed #1" {
 		t.Fatalf("a redelivery of what ran before the reload: %+v", a)
 	}
-	if n := forwarded.Load(); n != 2 {
+	if n := up.Count("POST"); n != 2 {
 		t.Fatalf("forwarded %d, want 2", n)
 	}
-}
-
-// countingUpstream answers each POST "processed #N" and counts them.
-func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	forwarded := new(atomic.Int64)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			fmt.Fprintf(w, "processed #%d", forwarded.Add(1))
-		}
-	}))
-	t.Cleanup(up.Close)
-	return up, forwarded
 }

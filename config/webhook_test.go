@@ -5,13 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/internal/testutil/coretest"
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -44,30 +44,11 @@ func configured(t *testing.T, c config.Config, opts ...middleware.Option) *middl
 	return h
 }
 
-// events collects observer events.
-type events struct {
-	mu  sync.Mutex
-	all []middleware.Event
-}
-
-func (e *events) observe(ev middleware.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) outcomes() []middleware.Outcome {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]middleware.Outcome, len(e.all))
-	for i, ev := range e.all {
-		out[i] = ev.Outcome
-	}
-	return out
-}
-
-type counter = testutil.Counter
-type req = testutil.Req
+type (
+	events  = coretest.Events
+	counter = testutil.Counter
+	req     = testutil.Req
+)
 
 var (
 	serve  = testutil.Serve
@@ -82,7 +63,7 @@ func TestWebhookStripe(t *testing.T) {
 	var ev events
 	c := &counter{}
 	h := configured(t, cfg(func(c *config.Config) { c.Webhook = "stripe"; c.WebhookSecrets = []string{"env:TEST_STRIPE_SECRET"} }),
-		func(s *middleware.Settings) { s.Observer = ev.observe }).Wrap(c)
+		func(s *middleware.Settings) { s.Observer = ev.Observe }).Wrap(c)
 	deliver := func(body string, at time.Time, secret string) testutil.Result {
 		return result(serve(h, req{Body: body, Header: webhooktest.Header(webhooktest.Stripe(secret, at, body))}))
 	}
@@ -116,13 +97,13 @@ func TestWebhookStripe(t *testing.T) {
 		t.Fatalf("executions = %d, want 2 (evt_1, evt_4)", n)
 	}
 	var invalid int
-	for _, o := range ev.outcomes() {
+	for _, o := range ev.Outcomes() {
 		if o == middleware.OutcomeInvalidSignature {
 			invalid++
 		}
 	}
 	if invalid != 3 {
-		t.Fatalf("invalid_signature outcomes = %d, want 3: %v", invalid, ev.outcomes())
+		t.Fatalf("invalid_signature outcomes = %d, want 3: %v", invalid, ev.Outcomes())
 	}
 	// A signed delivery without an id passes through unprotected, as a request
 	// without a key does; with require_key it is 400.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/errformat"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -80,7 +81,7 @@ func TestStalledBodyOverHTTP2EndsTheStreamOnly(t *testing.T) {
 	if resp.StatusCode != 201 || !reused {
 		t.Fatalf("next request: %d, reused connection %v", resp.StatusCode, reused)
 	}
-	if n := c.calls.Load(); n != 1 {
+	if n := c.Calls.Load(); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -120,9 +121,9 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 	store := newMem(t)
 	var ev events
 	c := &counter{}
-	a := newHandler(t, store, func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = 2 << 20 }, func(s *middleware.Settings) { s.Observer = ev.observe }).Wrap(c)
+	a := newHandler(t, store, func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = 2 << 20 }, func(s *middleware.Settings) { s.Observer = ev.Observe }).Wrap(c)
 	b := newHandler(t, store, func(s *middleware.Settings) { s.BodyBudget = budget }, func(s *middleware.Settings) { s.MaxRequestBody = 1 << 20 }, keySourceOpt("json:/id"),
-		func(s *middleware.Settings) { s.RetryAfter = 2 * time.Second }, func(s *middleware.Settings) { s.Observer = ev.observe }).Wrap(c)
+		func(s *middleware.Settings) { s.RetryAfter = 2 * time.Second }, func(s *middleware.Settings) { s.Observer = ev.Observe }).Wrap(c)
 
 	// A holds 2 MiB (declared) while it stalls.
 	stall := newStallingBody("{")
@@ -141,7 +142,7 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 	// request holding all but 100 KiB, a declared megabyte is refused before it
 	// is read, and one of unknown length once it outgrows the 100 KiB.
 	fits := `{"id":"fits","pad":"` + strings.Repeat("p", 1<<19) + `"}`
-	if r := result(serve(b, req{body: fits})); r.status != 201 {
+	if r := testutil.ResultOf(serve(b, req{Body: fits})); r.Status != 201 {
 		t.Fatalf("a body that fits beside the holder: %+v", r)
 	}
 	for _, chunked := range []bool{false, true} {
@@ -182,22 +183,22 @@ func TestBodyBudgetSharedAndReturned(t *testing.T) {
 		done <- w.Code
 	}()
 	<-stall.reading
-	if r := result(serve(a, req{key: "whole", body: strings.Repeat("w", 2<<20)})); r.status != 201 {
+	if r := testutil.ResultOf(serve(a, req{Key: "whole", Body: strings.Repeat("w", 2<<20)})); r.Status != 201 {
 		t.Fatalf("after the holders left: %+v", r)
 	}
 	close(stall.release)
 	<-done
-	if n := c.calls.Load(); n != 2 {
+	if n := c.Calls.Load(); n != 2 {
 		t.Fatalf("executions %d, want 2 (nothing refused ran)", n)
 	}
 	overloaded := 0
-	for _, o := range ev.outcomes() {
+	for _, o := range ev.Outcomes() {
 		if o == middleware.OutcomeOverloaded {
 			overloaded++
 		}
 	}
 	if overloaded != 2 {
-		t.Fatalf("outcomes %v: want 2 overloaded", ev.outcomes())
+		t.Fatalf("outcomes %v: want 2 overloaded", ev.Outcomes())
 	}
 }
 
@@ -237,7 +238,7 @@ func TestOverloadedInStripeFormat(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.ServeHTTP(httptest.NewRecorder(), held); close(done) }()
 	<-stall.reading
-	w := serve(h, req{key: "k", body: "x"})
+	w := serve(h, req{Key: "k", Body: "x"})
 	close(stall.release)
 	<-done
 	if w.Code != 503 || w.Header().Get("Stripe-Should-Retry") != "true" || w.Header().Get("Retry-After") != "1" ||

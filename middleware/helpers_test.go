@@ -3,12 +3,6 @@ package middleware_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,31 +11,21 @@ import (
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/internal/testutil/coretest"
 	"github.com/idemproxy/idemproxy/keysource"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/webhook"
 )
 
-// counter is a handler that counts its executions and answers as told.
-type counter struct {
-	calls atomic.Int64
-	fn    func(w http.ResponseWriter, r *http.Request)
-}
+// The in-process helpers every package's tests share (internal/testutil): a
+// counting handler, a request and serving it, the observer's events.
+type (
+	counter = testutil.Counter
+	req     = testutil.Req
+	events  = coretest.Events
+)
 
-func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	n := c.calls.Add(1)
-	if c.fn != nil {
-		c.fn(w, r)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	w.Header().Set("Content-Type", "text/plain")
-	w.Header().Set("X-Call", itoa(n))
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write([]byte("call " + itoa(n) + " body " + string(body)))
-}
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+var serve = testutil.Serve
 
 func newMem(t testing.TB, opts ...memstore.Option) *memstore.Store {
 	t.Helper()
@@ -60,58 +44,6 @@ func newHandler(t testing.TB, store cache.Store, opts ...middleware.Option) *mid
 		t.Fatal(err)
 	}
 	return h
-}
-
-type req struct {
-	method, target, key, body string
-	header                    http.Header
-}
-
-func (q req) build() *http.Request {
-	m := q.method
-	if m == "" {
-		m = http.MethodPost
-	}
-	target := q.target
-	if target == "" {
-		target = "/charge"
-	}
-	r := httptest.NewRequest(m, target, strings.NewReader(q.body))
-	if q.key != "" {
-		r.Header.Set("Idempotency-Key", q.key)
-	}
-	for k, v := range q.header {
-		r.Header[k] = v
-	}
-	return r
-}
-
-func serve(h http.Handler, q req) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, q.build())
-	return w
-}
-
-// events collects observer events.
-type events struct {
-	mu  sync.Mutex
-	all []middleware.Event
-}
-
-func (e *events) observe(ev middleware.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) outcomes() []middleware.Outcome {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]middleware.Outcome, len(e.all))
-	for i, ev := range e.all {
-		out[i] = ev.Outcome
-	}
-	return out
 }
 
 // flaky wraps a store and fails chosen operations.
@@ -163,11 +95,6 @@ func (f *flaky) Extend(ctx context.Context, key, tok string, lease time.Duration
 	return err
 }
 
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	testutil.Eventually(t, 5*time.Second, what, cond)
-}
-
 // errorFormatOpt, keySourceOpt and webhookOpt build what plugs into the core
 // from its configuration string, as package config does.
 func errorFormatOpt(spec string) middleware.Option {
@@ -195,14 +122,4 @@ func webhookOpt(w webhook.Webhook) middleware.Option {
 		panic(err)
 	}
 	return func(s *middleware.Settings) { s.Verifier, s.KeySource = v, v.KeySource() }
-}
-
-type httptestResult struct {
-	status   int
-	replayed bool
-	body     string
-}
-
-func result(w *httptest.ResponseRecorder) *httptestResult {
-	return &httptestResult{w.Code, w.Header().Get("Idempotent-Replayed") == "true", w.Body.String()}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -31,13 +32,13 @@ func TestFullStoreRefusedEvenWhenFailOpen(t *testing.T) {
 	}
 	var evs events
 	c := &counter{}
-	h := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
-	w := serve(h, req{key: "k1", header: http.Header{"Authorization": {"Bearer newcomer"}}})
-	if w.Code != http.StatusServiceUnavailable || c.calls.Load() != 0 {
-		t.Fatalf("a full store under fail_open: %d, %d calls upstream; want 503 and none", w.Code, c.calls.Load())
+	h := newHandler(t, store, func(s *middleware.Settings) { s.FailOpen = true }, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
+	w := serve(h, req{Key: "k1", Header: http.Header{"Authorization": {"Bearer newcomer"}}})
+	if w.Code != http.StatusServiceUnavailable || c.Calls.Load() != 0 {
+		t.Fatalf("a full store under fail_open: %d, %d calls upstream; want 503 and none", w.Code, c.Calls.Load())
 	}
 	checkProblem(t, w.Header(), w.Body.Bytes(), http.StatusServiceUnavailable, middleware.ProblemStoreUnavailable)
-	if o := evs.outcomes(); len(o) != 1 || o[0] != middleware.OutcomeStoreError {
+	if o := evs.Outcomes(); len(o) != 1 || o[0] != middleware.OutcomeStoreError {
 		t.Fatalf("outcomes %v, want store_error", o)
 	}
 }
@@ -69,7 +70,7 @@ func (o *owners) last() string {
 func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 	store := &owners{Store: newMem(t)}
 	release := make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/block" {
 			<-release
 		}
@@ -79,11 +80,11 @@ func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 	alice := http.Header{"Authorization": {"Bearer alice-secret"}}
 	bob := http.Header{"Authorization": {"Bearer bob-secret"}}
 
-	serve(h, req{key: "a1", header: alice})
+	serve(h, req{Key: "a1", Header: alice})
 	a1 := store.last()
-	serve(h, req{key: "a2", header: alice})
+	serve(h, req{Key: "a2", Header: alice})
 	a2 := store.last()
-	serve(h, req{key: "a1", header: bob})
+	serve(h, req{Key: "a1", Header: bob})
 	b1 := store.last()
 	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(a1) || strings.Contains(a1, "alice") {
 		t.Fatalf("owner %q: want 16 hex digits, never the credential", a1)
@@ -91,18 +92,18 @@ func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 	if a1 != a2 || a1 == b1 {
 		t.Fatalf("owners: alice %q and %q, bob %q; want alice's equal and bob's apart", a1, a2, b1)
 	}
-	serve(h, req{key: "a1", header: alice, target: "http://other.example/charge"})
+	serve(h, req{Key: "a1", Header: alice, Target: "http://other.example/charge"})
 	if store.last() == a1 {
 		t.Fatal("another Host is another scope, and another owner")
 	}
 
 	// A duplicate that waits re-claims with the same owner.
 	done := make(chan struct{})
-	go func() { serve(h, req{target: "/block", key: "slow", header: alice}); close(done) }()
-	waitFor(t, "the first request running", func() bool { return c.calls.Load() == 5 })
+	go func() { serve(h, req{Target: "/block", Key: "slow", Header: alice}); close(done) }()
+	testutil.Eventually(t, 5*time.Second, "the first request running", func() bool { return c.Calls.Load() == 5 })
 	dup := make(chan struct{})
-	go func() { serve(h, req{target: "/block", key: "slow", header: alice}); close(dup) }()
-	waitFor(t, "the duplicate polling", func() bool {
+	go func() { serve(h, req{Target: "/block", Key: "slow", Header: alice}); close(dup) }()
+	testutil.Eventually(t, 5*time.Second, "the duplicate polling", func() bool {
 		store.mu.Lock()
 		defer store.mu.Unlock()
 		return len(store.seen) >= 8
@@ -124,7 +125,7 @@ func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 func TestAnotherClientsFloodDoesNotEvict(t *testing.T) {
 	store := newMem(t, memstore.WithMaxBytes(256<<10))
 	big := strings.Repeat("x", 8<<10)
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) {
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		if r.URL.Path == "/big" {
 			_, _ = w.Write([]byte(big))
@@ -133,18 +134,18 @@ func TestAnotherClientsFloodDoesNotEvict(t *testing.T) {
 	h := newHandler(t, store).Wrap(c)
 	victim := http.Header{"Authorization": {"Bearer victim"}}
 	flooder := http.Header{"Authorization": {"Bearer flooder"}}
-	if w := serve(h, req{key: "charge", header: victim}); w.Code != http.StatusCreated {
+	if w := serve(h, req{Key: "charge", Header: victim}); w.Code != http.StatusCreated {
 		t.Fatalf("victim: %d", w.Code)
 	}
 	for i := range 140 {
-		if w := serve(h, req{target: "/big", key: fmt.Sprint("f", i), header: flooder}); w.Code != http.StatusCreated {
+		if w := serve(h, req{Target: "/big", Key: fmt.Sprint("f", i), Header: flooder}); w.Code != http.StatusCreated {
 			t.Fatalf("flood %d: %d", i, w.Code)
 		}
 	}
-	calls := c.calls.Load()
-	w := serve(h, req{key: "charge", header: victim})
-	if w.Header().Get("Idempotent-Replayed") != "true" || c.calls.Load() != calls {
+	calls := c.Calls.Load()
+	w := serve(h, req{Key: "charge", Header: victim})
+	if w.Header().Get("Idempotent-Replayed") != "true" || c.Calls.Load() != calls {
 		t.Fatalf("the victim's retry after another client's flood: %d, replayed=%q, ran again=%v",
-			w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load() != calls)
+			w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load() != calls)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // key (as the request q sends it) holds s.
 func storedHolds(t *testing.T, h *middleware.Handler, store cache.Store, q req, s string) bool {
 	t.Helper()
-	rec, err := store.Get(context.Background(), h.StoreKey(q.build(), q.key))
+	rec, err := store.Get(context.Background(), h.StoreKey(q.Build(), q.Key))
 	if err != nil {
 		t.Fatalf("reading the record: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestStoredAnswersHoldNoRawKey(t *testing.T) {
 		{"other", "RAW-other-1", "the-upstream's-own"},
 	} {
 		mode = c.mode
-		q := req{key: c.key, body: "x"}
+		q := req{Key: c.key, Body: "x"}
 		first := serve(handler, q)
 		again := serve(handler, q)
 		if again.Header().Get("Idempotent-Replayed") != "true" || again.Header().Get("Idempotency-Key") != c.wantEcho ||
@@ -70,17 +70,17 @@ func TestStoredAnswersHoldNoRawKey(t *testing.T) {
 	}
 	// A resolution that names the key header: stored as the echo marker.
 	mode = "unknown"
-	q := req{key: "RAW-resolved-1", body: "x"}
+	q := req{Key: "RAW-resolved-1", Body: "x"}
 	serve(handler, q)
-	err := h.Resolve(context.Background(), h.StoreKey(q.build(), q.key), &middleware.Resolution{
+	err := h.Resolve(context.Background(), h.StoreKey(q.Build(), q.Key), &middleware.Resolution{
 		Status: 201, Header: http.Header{"Idempotency-Key": {"RAW-resolved-1"}, "Location": {"/charges/1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if storedHolds(t, h, store, q, q.key) {
+	if storedHolds(t, h, store, q, q.Key) {
 		t.Fatal("resolved: the raw key is in the stored answer")
 	}
-	if w := serve(handler, q); w.Code != 201 || w.Header().Get("Idempotency-Key") != q.key || w.Header().Get("Location") != "/charges/1" {
+	if w := serve(handler, q); w.Code != 201 || w.Header().Get("Idempotency-Key") != q.Key || w.Header().Get("Location") != "/charges/1" {
 		t.Fatalf("resolved replay: %d %v", w.Code, w.Header())
 	}
 }

@@ -40,7 +40,7 @@ func handle(t *testing.T, h *middleware.Handler, next middleware.Next, key strin
 // runs again.
 func TestUnknownOutcomeHoldsTheKey(t *testing.T) {
 	var ev events
-	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = ev.observe })
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Observer = ev.Observe })
 	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
 		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
 	}}
@@ -53,7 +53,7 @@ func TestUnknownOutcomeHoldsTheKey(t *testing.T) {
 	if reset.runs.Load() != 1 {
 		t.Fatalf("ran %d times, want once", reset.runs.Load())
 	}
-	if got := ev.outcomes(); got[0] != middleware.OutcomeUnknown || got[1] != middleware.OutcomeReplayed {
+	if got := ev.Outcomes(); got[0] != middleware.OutcomeUnknown || got[1] != middleware.OutcomeReplayed {
 		t.Fatalf("outcomes %v", got)
 	}
 	// A timeout is 504.

@@ -30,42 +30,42 @@ func TestProtocol(t *testing.T) {
 		{
 			name: "first runs, repeat replays",
 			steps: []step{
-				{req: req{key: "k1", body: "a"}, wantStatus: 201, wantBody: "call 1 body a"},
-				{req: req{key: "k1", body: "a"}, wantStatus: 201, wantReplay: true, wantBody: "call 1 body a"},
-				{req: req{key: "k1", body: "a"}, wantStatus: 201, wantReplay: true, wantBody: "call 1 body a"},
+				{req: req{Key: "k1", Body: "a"}, wantStatus: 201, wantBody: "call 1 body a"},
+				{req: req{Key: "k1", Body: "a"}, wantStatus: 201, wantReplay: true, wantBody: "call 1 body a"},
+				{req: req{Key: "k1", Body: "a"}, wantStatus: 201, wantReplay: true, wantBody: "call 1 body a"},
 			},
 			wantCalls: 1, wantLast: middleware.OutcomeReplayed,
 		},
 		{
 			name: "quoted sf-string and bare key are the same key",
 			steps: []step{
-				{req: req{key: `"k\"1"`}, wantStatus: 201},
-				{req: req{key: `k"1`}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: `"k\"1"`}, wantStatus: 201},
+				{req: req{Key: `k"1`}, wantStatus: 201, wantReplay: true},
 			},
 			wantCalls: 1,
 		},
 		{
 			name: "PATCH is tracked",
 			steps: []step{
-				{req: req{method: "PATCH", key: "k"}, wantStatus: 201},
-				{req: req{method: "PATCH", key: "k"}, wantStatus: 201, wantReplay: true},
+				{req: req{Method: "PATCH", Key: "k"}, wantStatus: 201},
+				{req: req{Method: "PATCH", Key: "k"}, wantStatus: 201, wantReplay: true},
 			},
 			wantCalls: 1,
 		},
 		{
 			name: "untracked method passes through, key or not",
 			steps: []step{
-				{req: req{method: "GET", key: "k"}, wantStatus: 201},
-				{req: req{method: "GET", key: "k"}, wantStatus: 201},
-				{req: req{method: "PUT", key: "k"}, wantStatus: 201},
-				{req: req{method: "DELETE", key: ""}, wantStatus: 201},
+				{req: req{Method: "GET", Key: "k"}, wantStatus: 201},
+				{req: req{Method: "GET", Key: "k"}, wantStatus: 201},
+				{req: req{Method: "PUT", Key: "k"}, wantStatus: 201},
+				{req: req{Method: "DELETE", Key: ""}, wantStatus: 201},
 			},
 			wantCalls: 4,
 		},
 		{
 			name:      "configured methods",
 			opts:      []middleware.Option{func(s *middleware.Settings) { s.Methods = []string{"PUT"} }},
-			steps:     []step{{req: req{method: "PUT", key: "k"}, wantStatus: 201}, {req: req{method: "PUT", key: "k"}, wantStatus: 201, wantReplay: true}, {req: req{key: "k"}, wantStatus: 201}},
+			steps:     []step{{req: req{Method: "PUT", Key: "k"}, wantStatus: 201}, {req: req{Method: "PUT", Key: "k"}, wantStatus: 201, wantReplay: true}, {req: req{Key: "k"}, wantStatus: 201}},
 			wantCalls: 2,
 		},
 		{
@@ -76,64 +76,64 @@ func TestProtocol(t *testing.T) {
 		{
 			name:      "missing key when required",
 			opts:      []middleware.Option{func(s *middleware.Settings) { s.RequireKey = true }},
-			steps:     []step{{req: req{}, wantStatus: 400, wantType: middleware.ProblemMissingKey}, {req: req{method: "GET"}, wantStatus: 201}},
+			steps:     []step{{req: req{}, wantStatus: 400, wantType: middleware.ProblemMissingKey}, {req: req{Method: "GET"}, wantStatus: 201}},
 			wantCalls: 1,
 		},
 		{
 			name: "invalid keys",
 			opts: []middleware.Option{func(s *middleware.Settings) { s.RequireKey = true }},
 			steps: []step{
-				{req: req{header: http.Header{"Idempotency-Key": {""}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{header: http.Header{"Idempotency-Key": {"a", "b"}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: "a,b"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: long}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: "ключ"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: "a\tb"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: `"unterminated`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: `""`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
-				{req: req{key: `"a";p=1`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Header: http.Header{"Idempotency-Key": {""}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Header: http.Header{"Idempotency-Key": {"a", "b"}}}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: "a,b"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: long}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: "ключ"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: "a\tb"}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: `"unterminated`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: `""`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: `"a";p=1`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
 			},
 			wantCalls: 0, wantLast: middleware.OutcomeInvalid,
 		},
 		{
 			name:      "255-character key is fine",
-			steps:     []step{{req: req{key: long[:255]}, wantStatus: 201}, {req: req{key: long[:255]}, wantStatus: 201, wantReplay: true}},
+			steps:     []step{{req: req{Key: long[:255]}, wantStatus: 201}, {req: req{Key: long[:255]}, wantStatus: 201, wantReplay: true}},
 			wantCalls: 1,
 		},
 		{
 			name: "mismatch: body, path, query, method",
 			steps: []step{
-				{req: req{key: "k", body: "a"}, wantStatus: 201},
-				{req: req{key: "k", body: "b"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
-				{req: req{key: "k", body: "a", target: "/other"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
-				{req: req{key: "k", body: "a", target: "/charge?x=1"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
-				{req: req{key: "k", body: "a", method: "PATCH"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
-				{req: req{key: "k", body: "a"}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: "k", Body: "a"}, wantStatus: 201},
+				{req: req{Key: "k", Body: "b"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
+				{req: req{Key: "k", Body: "a", Target: "/other"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
+				{req: req{Key: "k", Body: "a", Target: "/charge?x=1"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
+				{req: req{Key: "k", Body: "a", Method: "PATCH"}, wantStatus: 422, wantType: middleware.ProblemMismatch},
+				{req: req{Key: "k", Body: "a"}, wantStatus: 201, wantReplay: true},
 			},
 			wantCalls: 1,
 		},
 		{
 			name:      "5xx is not stored",
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) },
-			steps:     []step{{req: req{key: "k"}, wantStatus: 503}, {req: req{key: "k"}, wantStatus: 503}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 503}, {req: req{Key: "k"}, wantStatus: 503}},
 			wantCalls: 2, wantLast: middleware.OutcomeNotStored,
 		},
 		{
 			name:      "408 is not stored",
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(408) },
-			steps:     []step{{req: req{key: "k"}, wantStatus: 408}, {req: req{key: "k"}, wantStatus: 408}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 408}, {req: req{Key: "k"}, wantStatus: 408}},
 			wantCalls: 2,
 		},
 		{
 			name:      "425 is not stored",
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(425) },
-			steps:     []step{{req: req{key: "k"}, wantStatus: 425}, {req: req{key: "k"}, wantStatus: 425}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 425}, {req: req{Key: "k"}, wantStatus: 425}},
 			wantCalls: 2,
 		},
 		{
 			name:      "429 is not stored",
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(429) },
-			steps:     []step{{req: req{key: "k"}, wantStatus: 429}, {req: req{key: "k"}, wantStatus: 429}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 429}, {req: req{Key: "k"}, wantStatus: 429}},
 			wantCalls: 2,
 		},
 		{
@@ -142,26 +142,26 @@ func TestProtocol(t *testing.T) {
 				w.WriteHeader(404)
 				_, _ = w.Write([]byte("no such card"))
 			},
-			steps:     []step{{req: req{key: "k"}, wantStatus: 404}, {req: req{key: "k"}, wantStatus: 404, wantReplay: true, wantBody: "no such card"}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 404}, {req: req{Key: "k"}, wantStatus: 404, wantReplay: true, wantBody: "no such card"}},
 			wantCalls: 1,
 		},
 		{
 			name:      "handler that writes nothing stores 200",
 			answer:    func(w http.ResponseWriter, r *http.Request) {},
-			steps:     []step{{req: req{key: "k"}, wantStatus: 200}, {req: req{key: "k"}, wantStatus: 200, wantReplay: true}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 200}, {req: req{Key: "k"}, wantStatus: 200, wantReplay: true}},
 			wantCalls: 1,
 		},
 		{
 			name:      "configured statuses",
 			opts:      []middleware.Option{func(s *middleware.Settings) { s.StoreStatuses = mustStatuses(t, "2xx") }},
 			answer:    func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) },
-			steps:     []step{{req: req{key: "k"}, wantStatus: 404}, {req: req{key: "k"}, wantStatus: 404}},
+			steps:     []step{{req: req{Key: "k"}, wantStatus: 404}, {req: req{Key: "k"}, wantStatus: 404}},
 			wantCalls: 2,
 		},
 		{
 			name:      "request body too large",
 			opts:      []middleware.Option{func(s *middleware.Settings) { s.MaxRequestBody = 4 }},
-			steps:     []step{{req: req{key: "k", body: "12345"}, wantStatus: 413, wantType: middleware.ProblemBodyTooLarge}, {req: req{key: "k2", body: "1234"}, wantStatus: 201}},
+			steps:     []step{{req: req{Key: "k", Body: "12345"}, wantStatus: 413, wantType: middleware.ProblemBodyTooLarge}, {req: req{Key: "k2", Body: "1234"}, wantStatus: 201}},
 			wantCalls: 1,
 		},
 		{
@@ -172,26 +172,26 @@ func TestProtocol(t *testing.T) {
 				_, _ = w.Write([]byte("0123456789"))
 			},
 			steps: []step{
-				{req: req{key: "k"}, wantStatus: 200, wantBody: "0123456789"},
-				{req: req{key: "k"}, wantStatus: 409, wantType: middleware.ProblemNotReplayable, wantBody: `"original_status":200`},
+				{req: req{Key: "k"}, wantStatus: 200, wantBody: "0123456789"},
+				{req: req{Key: "k"}, wantStatus: 409, wantType: middleware.ProblemNotReplayable, wantBody: `"original_status":200`},
 			},
 			wantCalls: 1, wantLast: middleware.OutcomeNotReplayable,
 		},
 		{
 			name: "scope: Authorization separates clients",
 			steps: []step{
-				{req: req{key: "k", header: http.Header{"Authorization": {"Bearer alice"}}}, wantStatus: 201, wantBody: "call 1"},
-				{req: req{key: "k", header: http.Header{"Authorization": {"Bearer bob"}}}, wantStatus: 201, wantBody: "call 2"},
-				{req: req{key: "k", header: http.Header{"Authorization": {"Bearer alice"}}}, wantStatus: 201, wantReplay: true, wantBody: "call 1"},
-				{req: req{key: "k"}, wantStatus: 201, wantBody: "call 3"},
+				{req: req{Key: "k", Header: http.Header{"Authorization": {"Bearer alice"}}}, wantStatus: 201, wantBody: "call 1"},
+				{req: req{Key: "k", Header: http.Header{"Authorization": {"Bearer bob"}}}, wantStatus: 201, wantBody: "call 2"},
+				{req: req{Key: "k", Header: http.Header{"Authorization": {"Bearer alice"}}}, wantStatus: 201, wantReplay: true, wantBody: "call 1"},
+				{req: req{Key: "k"}, wantStatus: 201, wantBody: "call 3"},
 			},
 			wantCalls: 3,
 		},
 		{
 			name: "scope: Host separates sites",
 			steps: []step{
-				{req: req{key: "k", target: "http://a.example/charge"}, wantStatus: 201},
-				{req: req{key: "k", target: "http://b.example/charge"}, wantStatus: 201, wantBody: "call 2"},
+				{req: req{Key: "k", Target: "http://a.example/charge"}, wantStatus: 201},
+				{req: req{Key: "k", Target: "http://b.example/charge"}, wantStatus: 201, wantBody: "call 2"},
 			},
 			wantCalls: 2,
 		},
@@ -199,9 +199,9 @@ func TestProtocol(t *testing.T) {
 			name: "scope: configured headers",
 			opts: []middleware.Option{func(s *middleware.Settings) { s.ScopeHeaders = []string{"X-Tenant"} }},
 			steps: []step{
-				{req: req{key: "k", header: http.Header{"X-Tenant": {"a"}, "Authorization": {"x"}}}, wantStatus: 201},
-				{req: req{key: "k", header: http.Header{"X-Tenant": {"a"}, "Authorization": {"y"}}}, wantStatus: 201, wantReplay: true},
-				{req: req{key: "k", header: http.Header{"X-Tenant": {"b"}}}, wantStatus: 201, wantBody: "call 2"},
+				{req: req{Key: "k", Header: http.Header{"X-Tenant": {"a"}, "Authorization": {"x"}}}, wantStatus: 201},
+				{req: req{Key: "k", Header: http.Header{"X-Tenant": {"a"}, "Authorization": {"y"}}}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: "k", Header: http.Header{"X-Tenant": {"b"}}}, wantStatus: 201, wantBody: "call 2"},
 			},
 			wantCalls: 2,
 		},
@@ -211,8 +211,8 @@ func TestProtocol(t *testing.T) {
 				s.ScopeFunc = func(r *http.Request) string { return r.Header.Get("X-Org") }
 			}},
 			steps: []step{
-				{req: req{key: "k", target: "http://a.example/charge", header: http.Header{"X-Org": {"1"}}}, wantStatus: 201},
-				{req: req{key: "k", target: "http://b.example/charge", header: http.Header{"X-Org": {"1"}}}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: "k", Target: "http://a.example/charge", Header: http.Header{"X-Org": {"1"}}}, wantStatus: 201},
+				{req: req{Key: "k", Target: "http://b.example/charge", Header: http.Header{"X-Org": {"1"}}}, wantStatus: 201, wantReplay: true},
 			},
 			wantCalls: 1,
 		},
@@ -220,8 +220,8 @@ func TestProtocol(t *testing.T) {
 			name: "fingerprint headers",
 			opts: []middleware.Option{func(s *middleware.Settings) { s.FingerprintHeaders = []string{"X-Amount-Currency"} }},
 			steps: []step{
-				{req: req{key: "k", header: http.Header{"X-Amount-Currency": {"EUR"}}}, wantStatus: 201},
-				{req: req{key: "k", header: http.Header{"X-Amount-Currency": {"USD"}}}, wantStatus: 422, wantType: middleware.ProblemMismatch},
+				{req: req{Key: "k", Header: http.Header{"X-Amount-Currency": {"EUR"}}}, wantStatus: 201},
+				{req: req{Key: "k", Header: http.Header{"X-Amount-Currency": {"USD"}}}, wantStatus: 422, wantType: middleware.ProblemMismatch},
 			},
 			wantCalls: 1,
 		},
@@ -231,8 +231,8 @@ func TestProtocol(t *testing.T) {
 				s.FingerprintFunc = func(r *http.Request, body []byte) string { return r.URL.Path }
 			}},
 			steps: []step{
-				{req: req{key: "k", body: "a"}, wantStatus: 201},
-				{req: req{key: "k", body: "b"}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: "k", Body: "a"}, wantStatus: 201},
+				{req: req{Key: "k", Body: "b"}, wantStatus: 201, wantReplay: true},
 			},
 			wantCalls: 1,
 		},
@@ -240,18 +240,18 @@ func TestProtocol(t *testing.T) {
 			name: "key header name",
 			opts: []middleware.Option{func(s *middleware.Settings) { s.KeyHeader = "X-Request-Id" }},
 			steps: []step{
-				{req: req{header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201},
-				{req: req{header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201, wantReplay: true},
-				{req: req{key: "r1"}, wantStatus: 201, wantBody: "call 2"},
+				{req: req{Header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201},
+				{req: req{Header: http.Header{"X-Request-Id": {"r1"}}}, wantStatus: 201, wantReplay: true},
+				{req: req{Key: "r1"}, wantStatus: 201, wantBody: "call 2"},
 			},
 			wantCalls: 2,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &counter{fn: tc.answer}
+			c := &counter{Fn: tc.answer}
 			var evs events
-			h := newHandler(t, newMem(t), append(tc.opts, func(s *middleware.Settings) { s.Observer = evs.observe })...).Wrap(c)
+			h := newHandler(t, newMem(t), append(tc.opts, func(s *middleware.Settings) { s.Observer = evs.Observe })...).Wrap(c)
 			for i, s := range tc.steps {
 				w := serve(h, s.req)
 				if w.Code != s.wantStatus {
@@ -267,11 +267,11 @@ func TestProtocol(t *testing.T) {
 					checkProblem(t, w.Header(), w.Body.Bytes(), s.wantStatus, s.wantType)
 				}
 			}
-			if got := c.calls.Load(); got != tc.wantCalls {
+			if got := c.Calls.Load(); got != tc.wantCalls {
 				t.Fatalf("next ran %d times, want %d", got, tc.wantCalls)
 			}
 			if tc.wantLast != "" {
-				o := evs.outcomes()
+				o := evs.Outcomes()
 				if len(o) == 0 || o[len(o)-1] != tc.wantLast {
 					t.Fatalf("outcomes %v, want last %q", o, tc.wantLast)
 				}

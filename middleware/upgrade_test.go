@@ -1,10 +1,8 @@
 package middleware_test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -19,22 +18,8 @@ import (
 // answer's status and Idempotency-Problem, and whether it was a replay.
 func exchange(t *testing.T, addr, request string) (int, string, bool) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(middleware.ProblemHeader), resp.Header.Get("Idempotent-Replayed") == "true"
+	a := testutil.RawExchange(t, addr, request)
+	return a.Status, a.Header.Get(middleware.ProblemHeader), a.Replayed
 }
 
 // A first execution that switches protocols or takes the connection over left
@@ -78,7 +63,7 @@ func TestSwitchedOrHijackedFirstExecutionIsHeld(t *testing.T) {
 			var status int
 			var problem string
 			var replayed bool
-			waitFor(t, "the first execution to settle", func() bool {
+			testutil.Eventually(t, 5*time.Second, "the first execution to settle", func() bool {
 				status, problem, replayed = exchange(t, addr, req)
 				return status != http.StatusConflict
 			})
@@ -110,22 +95,22 @@ func TestUpgradeWithAKeyIsRefused(t *testing.T) {
 		} {
 			cnt := &counter{}
 			h := newHandler(t, newMem(t), errorFormatOpt(c.format), keySourceOpt(c.source))
-			w := serve(h.Wrap(cnt), req{key: c.key, body: c.body, header: up})
+			w := serve(h.Wrap(cnt), req{Key: c.key, Body: c.body, Header: up})
 			if w.Code != 400 || w.Header().Get(middleware.ProblemHeader) != middleware.ProblemUpgradeRefused ||
-				!strings.Contains(w.Body.String(), c.want) || cnt.calls.Load() != 0 {
-				t.Fatalf("%s %v: %d %v %s (ran %d)", c.format, up, w.Code, w.Header(), w.Body, cnt.calls.Load())
+				!strings.Contains(w.Body.String(), c.want) || cnt.Calls.Load() != 0 {
+				t.Fatalf("%s %v: %d %v %s (ran %d)", c.format, up, w.Code, w.Header(), w.Body, cnt.Calls.Load())
 			}
 			if c.key != "" && w.Header().Get("Idempotency-Key") != c.key {
 				t.Fatalf("%s: the key is not echoed: %v", c.format, w.Header())
 			}
-			if w := serve(h.Wrap(cnt), req{key: c.key, body: c.body}); w.Code != 201 || cnt.calls.Load() != 1 {
-				t.Fatalf("%s: the same request without the upgrade: %d (ran %d); nothing may have been claimed", c.format, w.Code, cnt.calls.Load())
+			if w := serve(h.Wrap(cnt), req{Key: c.key, Body: c.body}); w.Code != 201 || cnt.Calls.Load() != 1 {
+				t.Fatalf("%s: the same request without the upgrade: %d (ran %d); nothing may have been claimed", c.format, w.Code, cnt.Calls.Load())
 			}
 		}
 	}
 	cnt := &counter{}
 	h := newHandler(t, newMem(t))
-	if w := serve(h.Wrap(cnt), req{body: "x", header: http.Header{"Upgrade": {"websocket"}, "Connection": {"Upgrade"}}}); w.Code != 201 || cnt.calls.Load() != 1 {
-		t.Fatalf("an upgrade without a key: %d (ran %d), want it passed through", w.Code, cnt.calls.Load())
+	if w := serve(h.Wrap(cnt), req{Body: "x", Header: http.Header{"Upgrade": {"websocket"}, "Connection": {"Upgrade"}}}); w.Code != 201 || cnt.Calls.Load() != 1 {
+		t.Fatalf("an upgrade without a key: %d (ran %d), want it passed through", w.Code, cnt.Calls.Load())
 	}
 }

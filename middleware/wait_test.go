@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -28,33 +29,27 @@ func (s *subscriptions) Subscribe(key string) (<-chan struct{}, func()) {
 
 // duplicates sends n concurrent duplicates and returns their answers once all are
 // back, after calling whileWaiting when every one of them has subscribed.
-func duplicates(t *testing.T, h http.Handler, store *subscriptions, n int, whileWaiting func()) []*httpAnswer {
+func duplicates(t *testing.T, h http.Handler, store *subscriptions, n int, whileWaiting func()) []testutil.Result {
 	t.Helper()
-	out := make(chan *httpAnswer, n)
+	out := make(chan testutil.Result, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := serve(h, req{key: "w"})
-			out <- &httpAnswer{w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed") == "true"}
+			w := serve(h, req{Key: "w"})
+			out <- testutil.ResultOf(w)
 		}()
 	}
-	waitFor(t, "every duplicate to wait", func() bool { return store.n.Load() >= int64(n) })
+	testutil.Eventually(t, 5*time.Second, "every duplicate to wait", func() bool { return store.n.Load() >= int64(n) })
 	whileWaiting()
 	wg.Wait()
 	close(out)
-	var all []*httpAnswer
+	var all []testutil.Result
 	for a := range out {
 		all = append(all, a)
 	}
 	return all
-}
-
-type httpAnswer struct {
-	code     int
-	body     string
-	replayed bool
 }
 
 // gated is a counter whose first call closes started and blocks until gate closes,
@@ -62,8 +57,8 @@ type httpAnswer struct {
 func gated(first, later func(w http.ResponseWriter)) (c *counter, gate, started chan struct{}) {
 	gate, started = make(chan struct{}), make(chan struct{})
 	c = &counter{}
-	c.fn = func(w http.ResponseWriter, r *http.Request) {
-		if c.calls.Load() == 1 {
+	c.Fn = func(w http.ResponseWriter, r *http.Request) {
+		if c.Calls.Load() == 1 {
 			close(started)
 			<-gate
 			first(w)
@@ -83,7 +78,7 @@ func created(body string) func(w http.ResponseWriter) {
 
 func blockedFirst(t *testing.T, h http.Handler) (release func()) {
 	done := make(chan struct{})
-	go func() { defer close(done); serve(h, req{key: "w"}) }()
+	go func() { defer close(done); serve(h, req{Key: "w"}) }()
 	return func() { <-done }
 }
 
@@ -97,23 +92,23 @@ func TestWaitThenReplayWithoutPolling(t *testing.T) {
 	answers := duplicates(t, h, store, 50, func() { close(gate) })
 	finished()
 	for _, a := range answers {
-		if a.code != 201 || !a.replayed || a.body != "paid" {
+		if a.Status != 201 || !a.Replayed || a.Body != "paid" {
 			t.Fatalf("waiter got %+v, want the replay", a)
 		}
 	}
-	if c.calls.Load() != 1 {
-		t.Fatalf("calls = %d, want 1", c.calls.Load())
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.Calls.Load())
 	}
 }
 
 func TestWaitTimesOutWith409(t *testing.T) {
 	store := &subscriptions{Store: newMem(t)}
 	gate, started := make(chan struct{}), make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate; w.WriteHeader(200) }}
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate; w.WriteHeader(200) }}
 	h := newHandler(t, store, func(s *middleware.Settings) { s.Wait = 30 * time.Millisecond }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
-	w := serve(h, req{key: "w"})
+	w := serve(h, req{Key: "w"})
 	if w.Code != 409 || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("after the wait: %d, want 409 with Retry-After", w.Code)
 	}
@@ -134,16 +129,16 @@ func TestWaitReleaseOneWaiterRuns(t *testing.T) {
 	ran, replayed := 0, 0
 	for _, a := range answers {
 		switch {
-		case a.code == 201 && !a.replayed:
+		case a.Status == 201 && !a.Replayed:
 			ran++
-		case a.code == 201 && a.replayed && a.body == "second try":
+		case a.Status == 201 && a.Replayed && a.Body == "second try":
 			replayed++
 		default:
 			t.Fatalf("waiter got %+v", a)
 		}
 	}
-	if c.calls.Load() != 2 || ran != 1 || replayed != 19 {
-		t.Fatalf("calls %d, ran %d, replayed %d; want 2 calls (the failed first, one waiter), 1 run, 19 replays", c.calls.Load(), ran, replayed)
+	if c.Calls.Load() != 2 || ran != 1 || replayed != 19 {
+		t.Fatalf("calls %d, ran %d, replayed %d; want 2 calls (the failed first, one waiter), 1 run, 19 replays", c.Calls.Load(), ran, replayed)
 	}
 }
 
@@ -157,22 +152,22 @@ func TestWaitSurvivesLostNotifications(t *testing.T) {
 	answers := duplicates(t, h, store, 10, func() { close(gate) })
 	finished()
 	for _, a := range answers {
-		if a.code != 201 || !a.replayed {
+		if a.Status != 201 || !a.Replayed {
 			t.Fatalf("waiter got %+v", a)
 		}
 	}
-	if c.calls.Load() != 1 {
-		t.Fatalf("calls = %d", c.calls.Load())
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d", c.Calls.Load())
 	}
 }
 
 func TestWaitDoesNotDelayMismatch(t *testing.T) {
 	gate, started := make(chan struct{}), make(chan struct{})
-	c := &counter{fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate }}
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-gate }}
 	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.Wait = time.Hour }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
-	if w := serve(h, req{key: "w", body: "different"}); w.Code != 422 {
+	if w := serve(h, req{Key: "w", Body: "different"}); w.Code != 422 {
 		t.Fatalf("mismatch while waiting is configured: %d", w.Code)
 	}
 	close(gate)
@@ -184,10 +179,10 @@ func TestInFlightOnly(t *testing.T) {
 	c, gate, started := gated(ok, ok)
 	var evs events
 	store := newMem(t)
-	h := newHandler(t, store, func(s *middleware.Settings) { s.InFlightOnly = true }, func(s *middleware.Settings) { s.Observer = evs.observe }).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.InFlightOnly = true }, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
 	finished := blockedFirst(t, h)
 	<-started
-	if w := serve(h, req{key: "w"}); w.Code != 409 {
+	if w := serve(h, req{Key: "w"}); w.Code != 409 {
 		t.Fatalf("concurrent duplicate: %d, want 409", w.Code)
 	}
 	close(gate)
@@ -195,8 +190,8 @@ func TestInFlightOnly(t *testing.T) {
 	if store.Len() != 0 {
 		t.Fatalf("%d records kept; in-flight-only keeps none", store.Len())
 	}
-	if w := serve(h, req{key: "w"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" || c.calls.Load() != 2 {
-		t.Fatalf("later retry: %d replayed=%q calls=%d; want a second run", w.Code, w.Header().Get("Idempotent-Replayed"), c.calls.Load())
+	if w := serve(h, req{Key: "w"}); w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" || c.Calls.Load() != 2 {
+		t.Fatalf("later retry: %d replayed=%q calls=%d; want a second run", w.Code, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
 	}
 	if _, err := middleware.New(store, func(s *middleware.Settings) { s.InFlightOnly = true }, func(s *middleware.Settings) { s.Wait = time.Second }); err == nil {
 		t.Fatal("wait with in-flight-only accepted")

@@ -40,39 +40,39 @@ func TestE2EDynamoDB(t *testing.T) {
 // run once, replay, 422, 409, the readiness check, and a record gone after
 // --ttl whatever DynamoDB's own deletion (which can lag for days) has done.
 func dynamoProtocol(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--config", "../examples/dynamodb.yaml", "--upstream", up.URL, "--ttl", "2s", "--wait", "0s")
-	resp, err := http.Get("http://" + p.admin + "/readyz")
+	resp, err := http.Get("http://" + p.Admin + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %v %v", resp, err)
 	}
 	resp.Body.Close()
 
-	first := send(t, p.addr, "/pay", "k1", "a")
-	again := send(t, p.addr, "/pay", "k1", "a")
-	if first.status != 201 || first.replayed || !again.replayed || again.body != first.body || up.count("k1") != 1 {
-		t.Fatalf("replay: first %+v again %+v, executions %d", first, again, up.count("k1"))
+	first := p.Post(t, "/pay", "k1", "a")
+	again := p.Post(t, "/pay", "k1", "a")
+	if first.Status != 201 || first.Replayed || !again.Replayed || again.Body != first.Body || up.Count("k1") != 1 {
+		t.Fatalf("replay: first %+v again %+v, executions %d", first, again, up.Count("k1"))
 	}
-	if r := send(t, p.addr, "/pay", "k1", "b"); r.status != 422 || !strings.Contains(r.body, "mismatch") {
+	if r := p.Post(t, "/pay", "k1", "b"); r.Status != 422 || !strings.Contains(r.Body, "mismatch") {
 		t.Fatalf("mismatch: %+v", r)
 	}
-	done := make(chan result)
-	go func() { done <- send(t, p.addr, "/block", "k409", "") }()
-	<-up.started
-	if r := send(t, p.addr, "/block", "k409", ""); r.status != 409 || r.header.Get("Retry-After") == "" {
+	done := make(chan testutil.Response)
+	go func() { done <- p.Post(t, "/block", "k409", "") }()
+	<-up.Started
+	if r := p.Post(t, "/block", "k409", ""); r.Status != 409 || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("in flight: %+v", r)
 	}
-	up.release <- struct{}{}
-	if r := <-done; r.status != 201 {
+	up.Release <- struct{}{}
+	if r := <-done; r.Status != 201 {
 		t.Fatalf("blocked first: %+v", r)
 	}
 	testutil.Eventually(t, 10*time.Second, "the record to expire after its 2s TTL", func() bool {
-		return !send(t, p.addr, "/pay", "k1", "a").replayed
+		return !p.Post(t, "/pay", "k1", "a").Replayed
 	})
-	if up.count("k1") != 2 {
-		t.Fatalf("k1 executions = %d, want 2 (once, then once after expiry)", up.count("k1"))
+	if up.Count("k1") != 2 {
+		t.Fatalf("k1 executions = %d, want 2 (once, then once after expiry)", up.Count("k1"))
 	}
-	if logs := p.stderr.String(); strings.Contains(logs, "SDK ") || strings.Contains(logs, `"level":"ERROR"`) {
+	if logs := p.Logs.String(); strings.Contains(logs, "SDK ") || strings.Contains(logs, `"level":"ERROR"`) {
 		t.Fatalf("the log has lines of the AWS SDK's own, or errors:\n%s", logs)
 	}
 }
@@ -80,23 +80,23 @@ func dynamoProtocol(t *testing.T) {
 // A 4 MiB response (over chunk items) is replayed byte for byte, by another
 // instance too, and the upstream ran once. The store comes from IDEMPROXY_STORE.
 func dynamoLarge(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	t.Setenv("IDEMPROXY_STORE", "dynamodb://e2e_large")
 	args := []string{"--upstream", up.URL, "--max-request-body", "5MiB"}
 	a, b := start(t, args...), start(t, args...)
 	body := make([]byte, 4<<20)
 	rand.Read(body)
-	first := send(t, a.addr, "/pay", "big", string(body))
-	if first.status != 201 || len(first.body) < 4<<20 || !strings.HasSuffix(first.body, string(body)) {
-		t.Fatalf("first: %d, %d bytes", first.status, len(first.body))
+	first := a.Post(t, "/pay", "big", string(body))
+	if first.Status != 201 || len(first.Body) < 4<<20 || !strings.HasSuffix(first.Body, string(body)) {
+		t.Fatalf("first: %d, %d bytes", first.Status, len(first.Body))
 	}
-	for _, p := range []*proc{a, b} {
-		r := send(t, p.addr, "/pay", "big", string(body))
-		if r.status != 201 || !r.replayed || r.body != first.body || r.header.Get("X-Execution") != "1" {
-			t.Fatalf("replay on %s: %d, %d bytes, identical %v, replayed %v", p.addr, r.status, len(r.body), r.body == first.body, r.replayed)
+	for _, p := range []*testutil.Proc{a, b} {
+		r := p.Post(t, "/pay", "big", string(body))
+		if r.Status != 201 || !r.Replayed || r.Body != first.Body || r.Header.Get("X-Execution") != "1" {
+			t.Fatalf("replay on %s: %d, %d bytes, identical %v, replayed %v", p.Addr, r.Status, len(r.Body), r.Body == first.Body, r.Replayed)
 		}
 	}
-	if n := up.count("big"); n != 1 {
+	if n := up.Count("big"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -104,20 +104,20 @@ func dynamoLarge(t *testing.T) {
 // Two instances on one table: 50 concurrent requests with one key, split
 // across both, run once; every other answer is 409 (in flight) or the replay.
 func dynamoTwoInstances(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	a := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_shared")
 	b := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_shared")
 	const n = 50
 	var wg sync.WaitGroup
-	results := make(chan result, n)
+	results := make(chan testutil.Response, n)
 	errs := make(chan error, n)
 	for i := range n {
-		addr := a.addr
+		addr := a.Addr
 		if i%2 == 1 {
-			addr = b.addr
+			addr = b.Addr
 		}
 		wg.Go(func() {
-			r, err := sendErr(context.Background(), addr, "/slow?ms=500", "dup", "x")
+			r, err := testutil.Do(context.Background(), addr, testutil.KeyedPost("/slow?ms=500", "dup", "x"))
 			if err != nil {
 				errs <- err
 				return
@@ -134,17 +134,17 @@ func dynamoTwoInstances(t *testing.T) {
 	got := map[int]int{}
 	executed := 0
 	for r := range results {
-		got[r.status]++
-		if r.status == 201 && !r.replayed {
+		got[r.Status]++
+		if r.Status == 201 && !r.Replayed {
 			executed++
 		}
 	}
-	if up.count("dup") != 1 || executed != 1 || got[201]+got[409] != n {
-		t.Fatalf("executions %d (answered as executed %d), statuses %v; want one execution and only 201/409", up.count("dup"), executed, got)
+	if up.Count("dup") != 1 || executed != 1 || got[201]+got[409] != n {
+		t.Fatalf("executions %d (answered as executed %d), statuses %v; want one execution and only 201/409", up.Count("dup"), executed, got)
 	}
-	for _, p := range []*proc{a, b} {
-		if r := send(t, p.addr, "/slow?ms=500", "dup", "x"); !r.replayed {
-			t.Fatalf("%s did not replay: %+v", p.addr, r)
+	for _, p := range []*testutil.Proc{a, b} {
+		if r := p.Post(t, "/slow?ms=500", "dup", "x"); !r.Replayed {
+			t.Fatalf("%s did not replay: %+v", p.Addr, r)
 		}
 	}
 }
@@ -152,15 +152,15 @@ func dynamoTwoInstances(t *testing.T) {
 // SIGKILL mid-flight: the lock outlives the process until its lease lapses; a
 // retry on another instance gets 409 until then, and runs exactly once after.
 func dynamoSigkill(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	args := []string{"--upstream", up.URL, "--store", "dynamodb://e2e_kill", "--lock-ttl", "1500ms"}
 	p := start(t, args...)
-	go func() { _, _ = sendErr(context.Background(), p.addr, "/block", "kill", "x") }()
-	<-up.started
+	go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/block", "kill", "x")) }()
+	<-up.Started
 	killedAt := time.Now()
-	_ = p.cmd.Process.Kill()
+	_ = p.Cmd.Process.Kill()
 	q := start(t, args...)
-	if r := send(t, q.addr, "/pay", "kill", "x"); r.status != 422 {
+	if r := q.Post(t, "/pay", "kill", "x"); r.Status != 422 {
 		t.Fatalf("other request, same key: %+v", r)
 	}
 	stop, exited := make(chan struct{}), make(chan struct{})
@@ -169,9 +169,9 @@ func dynamoSigkill(t *testing.T) {
 		defer close(exited)
 		for {
 			select {
-			case <-up.started:
+			case <-up.Started:
 				select {
-				case up.release <- struct{}{}:
+				case up.Release <- struct{}{}:
 				case <-stop:
 					return
 				}
@@ -184,11 +184,11 @@ func dynamoSigkill(t *testing.T) {
 	var ranAt time.Time
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		r := send(t, q.addr, "/block", "kill", "x")
-		if r.status == 409 {
+		r := q.Post(t, "/block", "kill", "x")
+		if r.Status == 409 {
 			saw409 = true
 		}
-		if r.status == 201 {
+		if r.Status == 201 {
 			ranAt = time.Now()
 			break
 		}
@@ -203,10 +203,10 @@ func dynamoSigkill(t *testing.T) {
 	if ranAt.Sub(killedAt) < time.Second {
 		t.Fatalf("the retry ran %v after the kill, before the 1.5s lease could lapse", ranAt.Sub(killedAt))
 	}
-	if up.count("kill") != 2 {
-		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.count("kill"))
+	if up.Count("kill") != 2 {
+		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.Count("kill"))
 	}
-	if r := send(t, q.addr, "/block", "kill", "x"); !r.replayed {
+	if r := q.Post(t, "/block", "kill", "x"); !r.Replayed {
 		t.Fatalf("after the retry ran: %+v", r)
 	}
 }
@@ -215,7 +215,7 @@ func dynamoSigkill(t *testing.T) {
 // idemproxy migrate; migrate prints the table's definition and, with --apply,
 // creates it; then the proxy starts with creation off.
 func dynamoTableManagement(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	flags := []string{"--upstream", up.URL, "--store", "dynamodb://e2e_managed", "--dynamodb-create-table=false"}
 	code, out := runBin(t, flags...)
 	if s := strings.TrimSpace(out); code != 1 || !strings.Contains(s, "idemproxy migrate") || strings.Contains(s, "\n") {
@@ -240,14 +240,14 @@ func dynamoTableManagement(t *testing.T) {
 		t.Fatalf("migrate --apply again: exit %d: %s", code, out)
 	}
 	p := start(t, flags...)
-	if r := send(t, p.addr, "/pay", "m1", "a"); r.status != 201 {
+	if r := p.Post(t, "/pay", "m1", "a"); r.Status != 201 {
 		t.Fatalf("on the migrated table: %+v", r)
 	}
-	if r := send(t, p.addr, "/pay", "m1", "a"); !r.replayed {
+	if r := p.Post(t, "/pay", "m1", "a"); !r.Replayed {
 		t.Fatalf("replay on the migrated table: %+v", r)
 	}
-	if strings.Contains(p.stderr.String(), "time to live is off") {
-		t.Fatalf("the migrated table has no time to live:\n%s", p.stderr)
+	if strings.Contains(p.Logs.String(), "time to live is off") {
+		t.Fatalf("the migrated table has no time to live:\n%s", p.Logs)
 	}
 }
 
@@ -283,9 +283,9 @@ func dynamoTracing(t *testing.T) {
 	rc := otlptest.NewReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_traced")
-	if r := send(t, p.addr, "/pay", "s1", "a"); r.status != 201 {
+	if r := p.Post(t, "/pay", "s1", "a"); r.Status != 201 {
 		t.Fatalf("%+v", r)
 	}
 	var names []string
@@ -314,20 +314,20 @@ func dynamoTracing(t *testing.T) {
 // DynamoDB gone: /readyz says so, and a tracked request gets 503
 // store-unavailable within store_timeout, forwarded to nobody.
 func dynamoDown(t *testing.T, srv *dynamotest.Server) {
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--store", "dynamodb://e2e_down", "--store-timeout", "1s")
-	if r := send(t, p.addr, "/pay", "d1", "a"); r.status != 201 {
+	if r := p.Post(t, "/pay", "d1", "a"); r.Status != 201 {
 		t.Fatalf("before: %+v", r)
 	}
 	srv.Stop(t)
-	resp, err := http.Get("http://" + p.admin + "/readyz")
+	resp, err := http.Get("http://" + p.Admin + "/readyz")
 	if err != nil || resp.StatusCode != 503 {
 		t.Fatalf("/readyz with DynamoDB down: %v %v", resp, err)
 	}
 	resp.Body.Close()
 	began := time.Now()
-	if r := send(t, p.addr, "/pay", "d2", "a"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") || up.count("d2") != 0 {
-		t.Fatalf("with DynamoDB down: %+v, forwarded %d times", r, up.count("d2"))
+	if r := p.Post(t, "/pay", "d2", "a"); r.Status != 503 || !strings.Contains(r.Body, "store-unavailable") || up.Count("d2") != 0 {
+		t.Fatalf("with DynamoDB down: %+v, forwarded %d times", r, up.Count("d2"))
 	}
 	if d := time.Since(began); d > 5*time.Second {
 		t.Fatalf("the 503 took %v with a 1s store_timeout", d)

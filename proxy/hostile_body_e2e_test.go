@@ -2,13 +2,9 @@ package proxy_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,54 +13,13 @@ import (
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
-// rawRequest opens a connection to addr and writes head (a request line and
-// headers, without the blank line) and then first, the start of the body.
-func rawRequest(t *testing.T, addr, head, first string) net.Conn {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if _, err := io.WriteString(conn, head+"\r\n\r\n"+first); err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
-
-// answerThenEOF reads one response from conn and then expects the server to close
-// the connection, all before deadline. It returns the response (body read) and
-// when the close was seen.
-func answerThenEOF(t *testing.T, conn net.Conn, deadline time.Time) (*http.Response, string, time.Time) {
-	t.Helper()
-	_ = conn.SetReadDeadline(deadline)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer by the deadline: %v", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("reading the answer's body: %v", err)
-	}
-	rest, err := io.ReadAll(br) // until the server closes
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		t.Fatalf("answered %d, but the connection was still open at the deadline (%d more bytes)", resp.StatusCode, len(rest))
-	case err != nil && !strings.Contains(err.Error(), "connection reset"):
-		t.Fatalf("after the answer: %v", err)
-	}
-	return resp, string(body), time.Now()
-}
-
 // A client that declares a body and stalls is answered at body_read_timeout and
 // its connection is closed then, whatever the framing. Before, the 400 was
 // written and net/http then drained the rest of a body below 256 KiB with no
 // deadline: the connection and its goroutine stayed until the client sent it.
 func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	const timeout = time.Second
 	p := start(t, "--upstream", up.URL, "--body-read-timeout", timeout.String())
 	for _, tc := range []struct{ name, head, first string }{
@@ -76,8 +31,8 @@ func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			began := time.Now()
-			conn := rawRequest(t, p.addr, tc.head, tc.first)
-			resp, body, closed := answerThenEOF(t, conn, began.Add(timeout+4*time.Second))
+			conn := testutil.RawConn(t, p.Addr, tc.head+"\r\n\r\n"+tc.first)
+			resp, body, closed := testutil.AnswerThenClose(t, conn, began.Add(timeout+4*time.Second))
 			want := "body-unreadable"
 			if tc.name == "bad key" {
 				want = "invalid-key"
@@ -93,11 +48,11 @@ func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
 			}
 		})
 	}
-	if n := up.total.Load(); n != 0 {
+	if n := up.Total(); n != 0 {
 		t.Fatalf("the upstream got %d requests, want none", n)
 	}
 	// The proxy serves on: a key that was never claimed runs at once.
-	if r := send(t, p.addr, "/pay", "s1", "x"); r.status != 201 {
+	if r := p.Post(t, "/pay", "s1", "x"); r.Status != 201 {
 		t.Fatalf("after the cut-off bodies: %+v", r)
 	}
 }
@@ -109,9 +64,8 @@ func TestE2EStalledBodyAnsweredAndClosed(t *testing.T) {
 // holders are gone, the budget is back.
 func TestE2EBodyBudget(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "idemproxy.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`upstream: %s
+	up := testutil.NewUpstream(t)
+	p := startConfig(t, fmt.Sprintf(`upstream: %s
 max_request_body: 1MiB
 body_budget: 1536KiB
 retry_after: 3s
@@ -120,45 +74,44 @@ routes:
     body_read_timeout: 1m
   - path: /cut
     body_read_timeout: 2s
-`, up.URL)), 0o600)
-	p := start(t, "--config", cfg)
+`, up.URL))
 
 	// A holds 1 MiB of the budget: it declared it, sent 10 bytes and stalls.
-	holder := rawRequest(t, p.addr, "POST /hold HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: hold\r\nContent-Length: 1048576", "0123456789")
+	holder := testutil.RawConn(t, p.Addr, "POST /hold HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: hold\r\nContent-Length: 1048576\r\n\r\n0123456789")
 
 	// 600 KiB declared does not fit beside it: 503 before a byte is read (the
 	// first tries may come before A's handler reserved its share).
 	big := strings.Repeat("b", 600<<10)
-	var over result
+	var over testutil.Response
 	var fitted []string
 	testutil.Eventually(t, 10*time.Second, "a 503 beside the holder", func() bool {
 		key := fmt.Sprint("c-", len(fitted))
-		over = send(t, p.addr, "/pay", key, big)
-		if over.status != 503 {
-			if over.status != 201 {
-				t.Fatalf("600 KiB beside the holder: %d %s", over.status, over.body)
+		over = p.Post(t, "/pay", key, big)
+		if over.Status != 503 {
+			if over.Status != 201 {
+				t.Fatalf("600 KiB beside the holder: %d %s", over.Status, over.Body)
 			}
 			fitted = append(fitted, key)
 			return false
 		}
-		if up.count(key) != 0 {
+		if up.Count(key) != 0 {
 			t.Fatalf("the refused request %s reached the upstream", key)
 		}
 		return true
 	})
-	if over.header.Get("Retry-After") != "3" || over.header.Get("Idempotency-Problem") != "urn:idemproxy:problem:overloaded" ||
-		!strings.HasPrefix(over.header.Get("Content-Type"), "application/problem+json") || !strings.Contains(over.body, `"status":503`) {
+	if over.Header.Get("Retry-After") != "3" || over.Header.Get("Idempotency-Problem") != "urn:idemproxy:problem:overloaded" ||
+		!strings.HasPrefix(over.Header.Get("Content-Type"), "application/problem+json") || !strings.Contains(over.Body, `"status":503`) {
 		t.Fatalf("overloaded answer: %+v", over)
 	}
 	// A small body still fits.
-	if r := send(t, p.addr, "/pay", "small", "tiny"); r.status != 201 {
+	if r := p.Post(t, "/pay", "small", "tiny"); r.Status != 201 {
 		t.Fatalf("a small body beside the holder: %+v", r)
 	}
 
 	// D, chunked on another route, outgrows the rest mid-read: 503, and its
 	// connection is closed (by its route's body_read_timeout at the latest).
 	began := time.Now()
-	d := rawRequest(t, p.addr, "POST /cut HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: chunked\r\nTransfer-Encoding: chunked", "")
+	d := testutil.RawConn(t, p.Addr, "POST /cut HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: chunked\r\nTransfer-Encoding: chunked\r\n\r\n")
 	go func() {
 		chunk := fmt.Sprintf("%x\r\n%s\r\n", 60<<10, strings.Repeat("d", 60<<10))
 		for range 10 {
@@ -167,21 +120,43 @@ routes:
 			}
 		}
 	}()
-	resp, body, _ := answerThenEOF(t, d, began.Add(2*time.Second+4*time.Second))
+	resp, body, _ := testutil.AnswerThenClose(t, d, began.Add(2*time.Second+4*time.Second))
 	if resp.StatusCode != 503 || resp.Header.Get("Idempotency-Problem") != "urn:idemproxy:problem:overloaded" || !resp.Close {
 		t.Fatalf("chunked body past the budget: %d close=%v %s %s", resp.StatusCode, resp.Close, resp.Header, body)
 	}
-	if up.count("chunked") != 0 {
+	if up.Count("chunked") != 0 {
 		t.Fatal("the chunked request past the budget reached the upstream")
 	}
 
 	// A hangs up: its share comes back, and the 600 KiB body fits.
 	holder.Close()
 	testutil.Eventually(t, 10*time.Second, "the budget back after the holder left", func() bool {
-		r := send(t, p.addr, "/pay", "after", big)
-		return r.status == 201
+		r := p.Post(t, "/pay", "after", big)
+		return r.Status == 201
 	})
-	if m := metricsOf(t, p.admin); !regexp.MustCompile(`idemproxy_requests_total\{outcome="overloaded"\} [2-9]`).MatchString(m) {
+	if m := metricsOf(t, p.Admin); !regexp.MustCompile(`idemproxy_requests_total\{outcome="overloaded"\} [2-9]`).MatchString(m) {
 		t.Fatalf("metrics do not count the overloaded answers:\n%s", m)
+	}
+}
+
+// A client that declares a body and stalls holds its connection and its buffer
+// only for body_read_timeout, then gets 400; before, it held them forever.
+func TestE2ESlowBodyIsCutOff(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	p := start(t, "--upstream", up.URL, "--body-read-timeout", "1s")
+	conn := testutil.RawConn(t, p.Addr, "POST /pay HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: slow\r\nContent-Length: 1000000\r\n\r\n0123456789")
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body within 15s: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || up.Total() != 0 {
+		t.Fatalf("stalled body: %d, upstream calls %d; want 400 and none", resp.StatusCode, up.Total())
+	}
+	// A key that was never claimed can be used at once.
+	if r := p.Post(t, "/pay", "slow", "x"); r.Status != 201 {
+		t.Fatalf("the key after a cut-off body: %+v", r)
 	}
 }

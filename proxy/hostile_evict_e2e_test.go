@@ -2,50 +2,11 @@ package proxy_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
-
-// bigUpstream counts executions per Authorization and Idempotency-Key, and
-// answers /big?kib=N with N KiB of body (any other path with a short one).
-type bigUpstream struct {
-	*httptest.Server
-	mu   sync.Mutex
-	runs map[string]int
-}
-
-func newBigUpstream(t *testing.T) *bigUpstream {
-	u := &bigUpstream{runs: map[string]int{}}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("Authorization") + " " + r.Header.Get("Idempotency-Key")
-		u.mu.Lock()
-		u.runs[id]++
-		n := u.runs[id]
-		u.mu.Unlock()
-		w.Header().Set("Content-Type", "text/plain")
-		w.WriteHeader(http.StatusCreated)
-		if r.URL.Path == "/big" {
-			kib, _ := strconv.Atoi(r.URL.Query().Get("kib"))
-			_, _ = io.WriteString(w, strings.Repeat("x", kib<<10))
-			return
-		}
-		fmt.Fprintf(w, "charged %s #%d", id, n)
-	}))
-	t.Cleanup(u.Close)
-	return u
-}
-
-func (u *bigUpstream) count(auth, key string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.runs[auth+" "+key]
-}
 
 // Issue 24, finding 7: on the memory store, one client's large responses must
 // not evict another client's completed record. The victim's charge completes;
@@ -55,28 +16,30 @@ func (u *bigUpstream) count(auth, key string) int {
 // and none of its requests is refused.
 func TestE2EHostileEvictionByAnotherClient(t *testing.T) {
 	skipShort(t)
-	up := newBigUpstream(t)
+	// The upstream counts runs by Authorization and key, and answers /big?kib=N
+	// with N KiB.
+	up := testutil.NewUpstream(t, testutil.CountBy(testutil.ByHeader("Authorization", "Idempotency-Key")))
 	p := start(t, "--upstream", up.URL, "--memory-max-bytes", "256KiB")
 
 	const victim, flooder = "Bearer victim-token", "Bearer flooder-token"
-	first := send(t, p.addr, "/charges", "charge-1", `{"amount":100}`, "Authorization", victim)
-	if first.status != http.StatusCreated || first.replayed {
-		t.Fatalf("victim's first request: %d replayed=%v %q", first.status, first.replayed, first.body)
+	first := p.Post(t, "/charges", "charge-1", `{"amount":100}`, "Authorization", victim)
+	if first.Status != http.StatusCreated || first.Replayed {
+		t.Fatalf("victim's first request: %d replayed=%v %q", first.Status, first.Replayed, first.Body)
 	}
 	for i := range 140 {
-		r := send(t, p.addr, "/big?kib=8", fmt.Sprint("flood-", i), "", "Authorization", flooder)
-		if r.status != http.StatusCreated || len(r.body) != 8<<10 {
-			t.Fatalf("flood request %d: %d with %d bytes: %.200q", i, r.status, len(r.body), r.body)
+		r := p.Post(t, "/big?kib=8", fmt.Sprint("flood-", i), "", "Authorization", flooder)
+		if r.Status != http.StatusCreated || len(r.Body) != 8<<10 {
+			t.Fatalf("flood request %d: %d with %d bytes: %.200q", i, r.Status, len(r.Body), r.Body)
 		}
 	}
-	retry := send(t, p.addr, "/charges", "charge-1", `{"amount":100}`, "Authorization", victim)
-	if n := up.count(victim, "charge-1"); n != 1 || !retry.replayed || retry.body != first.body {
+	retry := p.Post(t, "/charges", "charge-1", `{"amount":100}`, "Authorization", victim)
+	if n := up.Count(victim + " charge-1"); n != 1 || !retry.Replayed || retry.Body != first.Body {
 		t.Fatalf("after another client's flood, the victim's retry ran the charge %d times (status %d, replayed=%v, body %q)",
-			n, retry.status, retry.replayed, retry.body)
+			n, retry.Status, retry.Replayed, retry.Body)
 	}
 	// The flooder's newest record is still there: it evicted its own oldest.
-	last := send(t, p.addr, "/big?kib=8", "flood-139", "", "Authorization", flooder)
-	if !last.replayed || up.count(flooder, "flood-139") != 1 {
-		t.Fatalf("the flooder's newest record: replayed=%v, ran %d times", last.replayed, up.count(flooder, "flood-139"))
+	last := p.Post(t, "/big?kib=8", "flood-139", "", "Authorization", flooder)
+	if !last.Replayed || up.Count(flooder+" flood-139") != 1 {
+		t.Fatalf("the flooder's newest record: replayed=%v, ran %d times", last.Replayed, up.Count(flooder+" flood-139"))
 	}
 }

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,29 +15,6 @@ import (
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
-
-// rawExchange sends one request, written out byte for byte, on a new connection
-// and returns the answer's status, headers and whatever body follows (for a 101,
-// the bytes of the switched connection until it closes).
-func rawExchange(t *testing.T, addr, request string) (int, http.Header, string) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
-}
 
 // A keyed POST that asks to switch protocols is refused before anything is
 // claimed or forwarded: an upstream that acted and answered 101 would leave no
@@ -60,12 +36,12 @@ func TestE2EUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
 		for range 2 { // the request and its retry, once the first has settled
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				status, hdr, _ := rawExchange(t, p.addr, req)
-				if status == 409 && time.Now().Before(deadline) {
+				a := testutil.RawExchange(t, p.Addr, req)
+				if a.Status == 409 && time.Now().Before(deadline) {
 					time.Sleep(20 * time.Millisecond) // the first still holds its switched connection
 					continue
 				}
-				got = append(got, fmt.Sprint(status, " ", hdr.Get("Idempotency-Problem")))
+				got = append(got, fmt.Sprint(a.Status, " ", a.Header.Get("Idempotency-Problem")))
 				break
 			}
 		}
@@ -75,7 +51,7 @@ func TestE2EUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
 		}
 	}
 	// Without a key nothing is promised: the upgrade passes through as before.
-	status, _, _ := rawExchange(t, p.addr, "POST /ws HTTP/1.1\r\nHost: api.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 1\r\n\r\nx")
+	status := testutil.RawExchange(t, p.Addr, "POST /ws HTTP/1.1\r\nHost: api.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 1\r\n\r\nx").Status
 	if status != 101 || up.Count.Load() != 1 {
 		t.Fatalf("an upgrade without a key: %d (upstream %d), want the upstream's 101", status, up.Count.Load())
 	}
@@ -88,7 +64,7 @@ func TestE2EUpgradeOnAKeyedRequestIsRefused(t *testing.T) {
 // response.
 func TestE2ECookieScopeUsesTheRawValue(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--scope-headers", "Cookie:session")
 	var many strings.Builder
 	for i := range 3000 {
@@ -101,15 +77,15 @@ func TestE2ECookieScopeUsesTheRawValue(t *testing.T) {
 		{"plain values", "theme=dark; session=s1", "theme=dark; session=s2"},
 	} {
 		key := "ck-" + strings.ReplaceAll(c.name, " ", "-")
-		first := send(t, p.addr, "/pay", key, "same body", "Cookie", c.a)
-		second := send(t, p.addr, "/pay", key, "same body", "Cookie", c.b)
-		if first.status != 201 || second.status != 201 || second.replayed || up.count(key) != 2 {
+		first := p.Post(t, "/pay", key, "same body", "Cookie", c.a)
+		second := p.Post(t, "/pay", key, "same body", "Cookie", c.b)
+		if first.Status != 201 || second.Status != 201 || second.Replayed || up.Count(key) != 2 {
 			t.Errorf("%s: the second session got %d replayed=%v %q (upstream ran %d); want its own execution, not the first session's answer",
-				c.name, second.status, second.replayed, second.body, up.count(key))
+				c.name, second.Status, second.Replayed, second.Body, up.Count(key))
 		}
 		// Each session's own retry is still replayed.
-		if again := send(t, p.addr, "/pay", key, "same body", "Cookie", c.a); !again.replayed || again.body != first.body {
-			t.Errorf("%s: the first session's retry: replayed=%v %q, want its own answer %q", c.name, again.replayed, again.body, first.body)
+		if again := p.Post(t, "/pay", key, "same body", "Cookie", c.a); !again.Replayed || again.Body != first.Body {
+			t.Errorf("%s: the first session's retry: replayed=%v %q, want its own answer %q", c.name, again.Replayed, again.Body, first.Body)
 		}
 	}
 }
@@ -120,16 +96,16 @@ func TestE2ECookieScopeUsesTheRawValue(t *testing.T) {
 // comes back verbatim.
 func TestE2ETemplateFormatDoesNotRefillValues(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--require-key", "--key-source", "json:/{code}",
 		"--error-format", `{"error":{"code":"{code}","message":"{detail}"}}`)
-	r := send(t, p.addr, "/pay", "", `{"other":1}`, "Content-Type", "application/json")
+	r := p.Post(t, "/pay", "", `{"other":1}`, "Content-Type", "application/json")
 	var got struct {
 		Error struct{ Code, Message string }
 	}
-	_ = json.Unmarshal([]byte(r.body), &got)
-	if r.status != 400 || got.Error.Code != "missing_key" || !strings.Contains(got.Error.Message, "/{code}") {
-		t.Fatalf("missing key in the template format: %d %s; want the detail naming /{code} verbatim", r.status, r.body)
+	_ = json.Unmarshal([]byte(r.Body), &got)
+	if r.Status != 400 || got.Error.Code != "missing_key" || !strings.Contains(got.Error.Message, "/{code}") {
+		t.Fatalf("missing key in the template format: %d %s; want the detail naming /{code} verbatim", r.Status, r.Body)
 	}
 }
 
@@ -185,9 +161,9 @@ func TestE2ENoRawKeyInTheStore(t *testing.T) {
 	p := start(t, "--upstream", "http://"+reset.Addr(), "--store", rs.URL())
 	const held = "RAWKEY-held-7c41e"
 	for i := range 2 {
-		r := send(t, p.addr, "/charges", held, "x")
-		if r.status != 502 || !strings.Contains(r.body, "outcome-unknown") || r.replayed != (i > 0) || r.header.Get("Idempotency-Key") != held {
-			t.Fatalf("held unknown outcome, answer %d: %d replayed=%v key %q %s", i, r.status, r.replayed, r.header.Get("Idempotency-Key"), r.body)
+		r := p.Post(t, "/charges", held, "x")
+		if r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") || r.Replayed != (i > 0) || r.Header.Get("Idempotency-Key") != held {
+			t.Fatalf("held unknown outcome, answer %d: %d replayed=%v key %q %s", i, r.Status, r.Replayed, r.Header.Get("Idempotency-Key"), r.Body)
 		}
 		if where := redisHolding(t, rs, held); where != "" {
 			t.Fatalf("the raw key of a held unknown outcome is in the store: %s", where)
@@ -205,41 +181,14 @@ func TestE2ENoRawKeyInTheStore(t *testing.T) {
 	q := start(t, "--upstream", echo.URL, "--store", rs.URL())
 	const echoed = "RAWKEY-echoed-93b0d"
 	for i := range 2 {
-		r := send(t, q.addr, "/charges", echoed, "x")
-		if r.status != 201 || r.replayed != (i > 0) || r.header.Get("Idempotency-Key") != echoed || r.header.Get("X-Other") != "kept" {
-			t.Fatalf("echoing upstream, answer %d: %d replayed=%v %v", i, r.status, r.replayed, r.header)
+		r := q.Post(t, "/charges", echoed, "x")
+		if r.Status != 201 || r.Replayed != (i > 0) || r.Header.Get("Idempotency-Key") != echoed || r.Header.Get("X-Other") != "kept" {
+			t.Fatalf("echoing upstream, answer %d: %d replayed=%v %v", i, r.Status, r.Replayed, r.Header)
 		}
 		if where := redisHolding(t, rs, echoed); where != "" {
 			t.Fatalf("the raw key an upstream echoed is in the store: %s", where)
 		}
 	}
-}
-
-// adminCall makes one request to an admin or metrics listener with the Host,
-// extra headers and body given, and returns the status and body.
-func adminCall(t *testing.T, method, addr, path, host, body string, hdr ...string) (int, string) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://"+addr+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // Without a token, the admin and metrics listeners still refuse what a browser
@@ -253,10 +202,10 @@ func TestE2EAdminRefusesBrowsers(t *testing.T) {
 	reset := testutil.NewRawUpstream(t, "reset")
 	metricsAddr := testutil.FreeAddr(t)
 	p := start(t, "--upstream", "http://"+reset.Addr(), "--metrics", metricsAddr)
-	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 502 {
-		t.Fatalf("holding a key: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "adm1", "x"); r.Status != 502 {
+		t.Fatalf("holding a key: %d %s", r.Status, r.Body)
 	}
-	_, port, _ := net.SplitHostPort(p.admin)
+	_, port, _ := net.SplitHostPort(p.Admin)
 	_, mport, _ := net.SplitHostPort(metricsAddr)
 	const keys = "/keys/adm1?host=api.example"
 	const html = `{"status":200,"headers":{"Content-Type":["text/html"]},"body":"<script>steal()</script>"}`
@@ -265,39 +214,40 @@ func TestE2EAdminRefusesBrowsers(t *testing.T) {
 		hdr                                  []string
 		want                                 int
 	}{
-		{"Origin on GET /keys", "GET", p.admin, keys, "", "", []string{"Origin", "http://evil.example"}, 403},
-		{"Origin on a JSON release", "POST", p.admin, "/release/adm1?host=api.example", "", "", []string{"Origin", "http://evil.example", "Content-Type", "application/json"}, 403},
-		{"null Origin on /healthz", "GET", p.admin, "/healthz", "", "", []string{"Origin", "null"}, 403},
-		{"foreign Host on GET /keys", "GET", p.admin, keys, "evil.example:" + port, "", nil, 403},
-		{"rebinding Host on GET /keys", "GET", p.admin, keys, "rebind.attacker.example", "", nil, 403},
-		{"rebinding Host on pprof", "GET", p.admin, "/debug/pprof/", "rebind.attacker.example:" + port, "", nil, 403},
-		{"rebinding Host on /metrics", "GET", p.admin, "/metrics", "a.b.example", "", nil, 403},
-		{"text/plain resolve", "POST", p.admin, "/resolve/adm1?host=api.example", "", html, []string{"Content-Type", "text/plain"}, 415},
-		{"form resolve", "POST", p.admin, "/resolve/adm1?host=api.example", "", "status=200", []string{"Content-Type", "application/x-www-form-urlencoded"}, 415},
-		{"release without Content-Type", "POST", p.admin, "/release/adm1?host=api.example", "", "", nil, 415},
+		{"Origin on GET /keys", "GET", p.Admin, keys, "", "", []string{"Origin", "http://evil.example"}, 403},
+		{"Origin on a JSON release", "POST", p.Admin, "/release/adm1?host=api.example", "", "", []string{"Origin", "http://evil.example", "Content-Type", "application/json"}, 403},
+		{"null Origin on /healthz", "GET", p.Admin, "/healthz", "", "", []string{"Origin", "null"}, 403},
+		{"foreign Host on GET /keys", "GET", p.Admin, keys, "evil.example:" + port, "", nil, 403},
+		{"rebinding Host on GET /keys", "GET", p.Admin, keys, "rebind.attacker.example", "", nil, 403},
+		{"rebinding Host on pprof", "GET", p.Admin, "/debug/pprof/", "rebind.attacker.example:" + port, "", nil, 403},
+		{"rebinding Host on /metrics", "GET", p.Admin, "/metrics", "a.b.example", "", nil, 403},
+		{"text/plain resolve", "POST", p.Admin, "/resolve/adm1?host=api.example", "", html, []string{"Content-Type", "text/plain"}, 415},
+		{"form resolve", "POST", p.Admin, "/resolve/adm1?host=api.example", "", "status=200", []string{"Content-Type", "application/x-www-form-urlencoded"}, 415},
+		{"release without Content-Type", "POST", p.Admin, "/release/adm1?host=api.example", "", "", nil, 415},
 		{"metrics listener: Origin", "GET", metricsAddr, "/metrics", "", "", []string{"Origin", "http://evil.example"}, 403},
 		{"metrics listener: any Host (Prometheus scrapes by name; read-only counts)", "GET", metricsAddr, "/metrics", "idemproxy-1.internal:" + mport, "", nil, 200},
-		{"IP-literal Host", "GET", p.admin, keys, "", "", nil, 200},
-		{"another IP-literal Host", "GET", p.admin, keys, "10.1.2.3", "", nil, 200},
-		{"IPv6-literal Host", "GET", p.admin, keys, "[::1]:" + port, "", nil, 200},
-		{"localhost Host", "GET", p.admin, keys, "LocalHost:" + port, "", nil, 200},
+		{"IP-literal Host", "GET", p.Admin, keys, "", "", nil, 200},
+		{"another IP-literal Host", "GET", p.Admin, keys, "10.1.2.3", "", nil, 200},
+		{"IPv6-literal Host", "GET", p.Admin, keys, "[::1]:" + port, "", nil, 200},
+		{"localhost Host", "GET", p.Admin, keys, "LocalHost:" + port, "", nil, 200},
 		{"metrics listener: localhost", "GET", metricsAddr, "/metrics", "localhost", "", nil, 200},
 	} {
-		status, body := adminCall(t, c.method, c.addr, c.path, c.host, c.body, c.hdr...)
+		a := testutil.Send(t, c.addr, testutil.Request{Method: c.method, Target: c.path, Host: c.host, Body: c.body, Header: testutil.Headers(c.hdr...)})
+		status, body := a.Status, a.Body
 		if status != c.want || (c.want >= 400 && !strings.Contains(body, `"error"`)) {
 			t.Errorf("%s: %d %.120s; want %d", c.name, status, body, c.want)
 		}
 	}
 	// Nothing a browser sent settled the key.
-	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 502 || !r.replayed || !strings.Contains(r.body, "outcome-unknown") {
-		t.Errorf("the held key after the refused calls: %d replayed=%v %.100s; want it still held", r.status, r.replayed, r.body)
+	if r := p.Post(t, "/charges", "adm1", "x"); r.Status != 502 || !r.Replayed || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Errorf("the held key after the refused calls: %d replayed=%v %.100s; want it still held", r.Status, r.Replayed, r.Body)
 	}
 	reset.Act.Store("ok")
-	if code, out := runBin(t, "keys", "release", "adm1", "--admin", p.admin, "--host", "api.example"); code != 0 || !strings.Contains(out, `"released": true`) {
+	if code, out := runBin(t, "keys", "release", "adm1", "--admin", p.Admin, "--host", "api.example"); code != 0 || !strings.Contains(out, `"released": true`) {
 		t.Fatalf("idemproxy keys release: exit %d %s", code, out)
 	}
-	if r := send(t, p.addr, "/charges", "adm1", "x"); r.status != 201 || r.replayed {
-		t.Fatalf("after keys release: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "adm1", "x"); r.Status != 201 || r.Replayed {
+		t.Fatalf("after keys release: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -306,9 +256,9 @@ func TestE2EAdminRefusesBrowsers(t *testing.T) {
 // still refused. idemproxy keys sends its --admin host as the Host.
 func TestE2EAdminHosts(t *testing.T) {
 	skipShort(t)
-	up := newUpstream(t)
+	up := testutil.NewUpstream(t)
 	p := start(t, "--upstream", up.URL, "--admin-hosts", "admin.internal,Ops.Example")
-	_, port, _ := net.SplitHostPort(p.admin)
+	_, port, _ := net.SplitHostPort(p.Admin)
 	for host, want := range map[string]int{
 		"admin.internal:" + port: 200,
 		"ADMIN.internal":         200,
@@ -316,11 +266,11 @@ func TestE2EAdminHosts(t *testing.T) {
 		"evil.example:" + port:   403,
 		"internal:" + port:       403,
 	} {
-		if status, body := adminCall(t, "GET", p.admin, "/readyz", host, ""); status != want {
-			t.Errorf("Host %s: %d %.100s; want %d", host, status, body, want)
+		if a := testutil.Send(t, p.Admin, testutil.Request{Method: "GET", Target: "/readyz", Host: host}); a.Status != want {
+			t.Errorf("Host %s: %d %.100s; want %d", host, a.Status, a.Body, want)
 		}
 	}
-	if code, out := runBin(t, "keys", "get", "nothing", "--admin", p.admin); code != 1 || !strings.Contains(out, "not found") {
+	if code, out := runBin(t, "keys", "get", "nothing", "--admin", p.Admin); code != 1 || !strings.Contains(out, "not found") {
 		t.Errorf("idemproxy keys get: exit %d %s; want 1, not found", code, out)
 	}
 }

@@ -53,7 +53,7 @@ func TestE2EStripeSDK(t *testing.T) {
 				return resp, err
 			})}
 			sc := stripe.NewClient("sk_test_123", stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
-				URL: stripe.String("http://" + p.addr), HTTPClient: httpClient, MaxNetworkRetries: stripe.Int64(3),
+				URL: stripe.String("http://" + p.Addr), HTTPClient: httpClient, MaxNetworkRetries: stripe.Int64(3),
 				LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
 			})))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -92,7 +92,7 @@ func TestE2EStripeSDK(t *testing.T) {
 					t.Fatalf("422 headers: %v", h)
 				}
 			}
-			if n := mismatches(t, p.admin); n != tc.wantSent {
+			if n := mismatches(t, p.Admin); n != tc.wantSent {
 				t.Fatalf("the proxy answered %d 422s for one call, want %d", n, tc.wantSent)
 			}
 			if created.Load() != 1 && tc.format == "stripe" {
@@ -109,17 +109,12 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // mismatches reads idemproxy_requests_total{outcome="mismatch"} from the admin listener.
 func mismatches(t *testing.T, admin string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`idemproxy_requests_total\{outcome="mismatch"\} (\d+)`).FindSubmatch(b)
+	b := metricsOf(t, admin)
+	m := regexp.MustCompile(`idemproxy_requests_total\{outcome="mismatch"\} (\d+)`).FindStringSubmatch(b)
 	if m == nil {
 		t.Fatalf("no mismatch counter in:\n%s", b)
 	}
-	n, _ := strconv.Atoi(string(m[1]))
+	n, _ := strconv.Atoi(m[1])
 	return n
 }
 
@@ -128,14 +123,14 @@ func mismatches(t *testing.T, admin string) int {
 func TestE2EProxyProblemsInErrorFormat(t *testing.T) {
 	skipShort(t)
 	p := start(t, "--upstream", "http://"+testutil.FreeAddr(t), "--error-format", "stripe")
-	r := send(t, p.addr, "/pay", "k-down", "x")
-	if r.status != 502 || !strings.Contains(r.body, `"code":"upstream_unavailable"`) || !strings.Contains(r.body, `"type":"api_error"`) ||
-		r.header.Get("Stripe-Should-Retry") != "true" || r.header.Get("Idempotency-Key") != "k-down" ||
-		r.header.Get("Idempotency-Problem") != "urn:idemproxy:problem:upstream-unavailable" {
+	r := p.Post(t, "/pay", "k-down", "x")
+	if r.Status != 502 || !strings.Contains(r.Body, `"code":"upstream_unavailable"`) || !strings.Contains(r.Body, `"type":"api_error"`) ||
+		r.Header.Get("Stripe-Should-Retry") != "true" || r.Header.Get("Idempotency-Key") != "k-down" ||
+		r.Header.Get("Idempotency-Problem") != "urn:idemproxy:problem:upstream-unavailable" {
 		t.Fatalf("upstream down: %+v", r)
 	}
-	r = send(t, p.addr, "/a/../pay", "k-path", "x")
-	if r.status != 400 || !strings.Contains(r.body, `"code":"non_canonical_path"`) || r.header.Get("Stripe-Should-Retry") != "false" {
+	r = p.Post(t, "/a/../pay", "k-path", "x")
+	if r.Status != 400 || !strings.Contains(r.Body, `"code":"non_canonical_path"`) || r.Header.Get("Stripe-Should-Retry") != "false" {
 		t.Fatalf("non-canonical path: %+v", r)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,26 +39,45 @@ func TestE2ETracingOTLP(t *testing.T) {
 	})
 }
 
-func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
-	var mu sync.Mutex
-	var upstreamTP []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
-		mu.Unlock()
+// traceparents is an upstream that answers 201 "created" and records the
+// Traceparent of every request.
+type traceparents struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newTraceparents(t *testing.T) *traceparents {
+	u := &traceparents{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, r.Header.Get("Traceparent"))
+		u.mu.Unlock()
 		w.WriteHeader(201)
 		fmt.Fprint(w, "created")
 	}))
-	defer up.Close()
+	t.Cleanup(u.Close)
+	return u
+}
+
+// all is every Traceparent seen so far.
+func (u *traceparents) all() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
+func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
+	up := newTraceparents(t)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	t.Setenv("OTEL_SERVICE_NAME", "idemproxy-e2e")
 	p := start(t, "--upstream", up.URL)
 
 	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	first := send(t, p.addr, "/pay", "k1", "a", "Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
-	again := send(t, p.addr, "/pay", "k1", "a")
-	reuse := send(t, p.addr, "/pay", "k1", "b")
-	if first.status != 201 || !again.replayed || reuse.status != 422 {
+	first := p.Post(t, "/pay", "k1", "a", "Traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
+	again := p.Post(t, "/pay", "k1", "a")
+	reuse := p.Post(t, "/pay", "k1", "b")
+	if first.Status != 201 || !again.Replayed || reuse.Status != 422 {
 		t.Fatalf("first %+v again %+v reuse %+v", first, again, reuse)
 	}
 	var server []*tracepb.Span
@@ -111,9 +129,7 @@ func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
 	if !bytes.Equal(client.ParentSpanId, stored.SpanId) || !bytes.Equal(client.TraceId, stored.TraceId) {
 		t.Errorf("client span parent %x trace %x, want %x %x", client.ParentSpanId, client.TraceId, stored.SpanId, stored.TraceId)
 	}
-	mu.Lock()
-	tps := append([]string(nil), upstreamTP...)
-	mu.Unlock()
+	tps := up.all()
 	want := "00-" + clientTrace + "-" + hex.EncodeToString(client.SpanId) + "-01"
 	if len(tps) != 1 || tps[0] != want {
 		t.Errorf("traceparent upstream %q, want [%s]", tps, want)
@@ -141,7 +157,7 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 			p := start(t, "--upstream", up.URL, "--store", store.url())
-			if r := send(t, p.addr, "/pay", "s1", "a"); r.status != 201 {
+			if r := p.Post(t, "/pay", "s1", "a"); r.Status != 201 {
 				t.Fatalf("%+v", r)
 			}
 			var server *tracepb.Span
@@ -171,38 +187,13 @@ func TestE2ETracingStoreSpans(t *testing.T) {
 	}
 }
 
-// stop sends SIGTERM and waits for a clean exit (the cleanup then finds it done).
-func stop(t *testing.T, p *proc) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
-		}
-		p.done <- nil // for the cleanup
-	case <-time.After(15 * time.Second):
-		t.Fatal("idemproxy did not exit after SIGTERM")
-	}
-}
-
 // Spans still batched at shutdown are exported before the process exits; the
 // sampler is the SDK's, set by OTEL_TRACES_SAMPLER; and with no endpoint there is
 // no tracing at all (nothing is added to what goes upstream).
 func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 	skipShort(t)
-	var mu sync.Mutex
-	var upstreamTP []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		upstreamTP = append(upstreamTP, r.Header.Get("Traceparent"))
-		mu.Unlock()
-		w.WriteHeader(201)
-	}))
-	defer up.Close()
-	lastTP := func() string { mu.Lock(); defer mu.Unlock(); return upstreamTP[len(upstreamTP)-1] }
+	up := newTraceparents(t)
+	lastTP := func() string { all := up.all(); return all[len(all)-1] }
 	serverSpans := func(rc *otlptest.Receiver) int {
 		n := 0
 		for _, s := range rc.Spans() {
@@ -218,8 +209,8 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 		t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // only the shutdown exports
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "f1", "a")
-		stop(t, p)
+		p.Post(t, "/pay", "f1", "a")
+		p.Stop(t)
 		if n := serverSpans(rc); n != 1 {
 			t.Fatalf("%d server spans exported by the time the process exited, want 1", n)
 		}
@@ -229,8 +220,8 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
 		t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "s1", "a")
-		stop(t, p)
+		p.Post(t, "/pay", "s1", "a")
+		p.Stop(t)
 		if n := len(rc.Spans()); n != 0 {
 			t.Fatalf("always_off exported %d spans", n)
 		}
@@ -242,11 +233,11 @@ func TestE2ETracingShutdownSamplerAndOff(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 		p := start(t, "--upstream", up.URL)
-		send(t, p.addr, "/pay", "o1", "a")
+		p.Post(t, "/pay", "o1", "a")
 		if tp := lastTP(); tp != "" {
 			t.Fatalf("traceparent %q sent upstream with tracing off", tp)
 		}
-		if strings.Contains(p.stderr.String(), "tracing on") {
+		if strings.Contains(p.Logs.String(), "tracing on") {
 			t.Fatal("tracing on without an endpoint")
 		}
 	})

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,29 +19,29 @@ func TestE2EUnknownOutcomeResetIsHeld(t *testing.T) {
 	up := testutil.NewRawUpstream(t, "reset")
 	p := start(t, "--upstream", "http://"+up.Addr())
 	for i := range 3 {
-		r := send(t, p.addr, "/charges", "u1", "x")
-		if r.status != 502 || !strings.Contains(r.body, "outcome-unknown") || r.replayed != (i > 0) {
-			t.Fatalf("answer %d: %d %s replayed=%v", i, r.status, r.body, r.replayed)
+		r := p.Post(t, "/charges", "u1", "x")
+		if r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") || r.Replayed != (i > 0) {
+			t.Fatalf("answer %d: %d %s replayed=%v", i, r.Status, r.Body, r.Replayed)
 		}
 	}
 	if n := up.Count.Load(); n != 1 {
 		t.Fatalf("upstream got the request %d times, want once", n)
 	}
-	code, out := runBin(t, "keys", "get", "u1", "--admin", p.admin, "--host", "api.example")
+	code, out := runBin(t, "keys", "get", "u1", "--admin", p.Admin, "--host", "api.example")
 	if code != 0 || !strings.Contains(out, `"unknown_outcome": true`) {
 		t.Fatalf("keys get: %d %s", code, out)
 	}
 	up.Act.Store("ok")
-	if code, out := runBin(t, "keys", "release", "u1", "--admin", p.admin, "--host", "api.example"); code != 0 || !strings.Contains(out, `"released": true`) {
+	if code, out := runBin(t, "keys", "release", "u1", "--admin", p.Admin, "--host", "api.example"); code != 0 || !strings.Contains(out, `"released": true`) {
 		t.Fatalf("keys release: %d %s", code, out)
 	}
-	if r := send(t, p.addr, "/charges", "u1", "x"); r.status != 201 || r.replayed {
+	if r := p.Post(t, "/charges", "u1", "x"); r.Status != 201 || r.Replayed {
 		t.Fatalf("after release: %+v", r)
 	}
-	if r := send(t, p.addr, "/charges", "u1", "x"); !r.replayed || up.Count.Load() != 2 {
+	if r := p.Post(t, "/charges", "u1", "x"); !r.Replayed || up.Count.Load() != 2 {
 		t.Fatalf("after the released retry ran: %+v, upstream %d", r, up.Count.Load())
 	}
-	if code, _ := runBin(t, "keys", "release", "u1", "--admin", p.admin, "--host", "api.example"); code != 1 {
+	if code, _ := runBin(t, "keys", "release", "u1", "--admin", p.Admin, "--host", "api.example"); code != 1 {
 		t.Fatalf("release of a completed key: exit %d, want 1", code)
 	}
 }
@@ -55,12 +54,12 @@ func TestE2EUnknownOutcomeResolve(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewRawUpstream(t, "reset")
 	p := start(t, "--upstream", "http://"+up.Addr())
-	if r := send(t, p.addr, "/charges", "r1", "x"); r.status != 502 || !strings.Contains(r.body, "outcome-unknown") {
-		t.Fatalf("first answer: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "r1", "x"); r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("first answer: %d %s", r.Status, r.Body)
 	}
 	up.Act.Store("ok")
 	keys := func(args ...string) (int, string) {
-		return runBin(t, append([]string{"keys", "resolve", "r1", "--admin", p.admin, "--host", "api.example"}, args...)...)
+		return runBin(t, append([]string{"keys", "resolve", "r1", "--admin", p.Admin, "--host", "api.example"}, args...)...)
 	}
 	for _, bad := range [][]string{
 		{},                                 // no status
@@ -73,8 +72,8 @@ func TestE2EUnknownOutcomeResolve(t *testing.T) {
 			t.Fatalf("keys resolve %v: exit %d, want 2\n%s", bad, code, out)
 		}
 	}
-	if r := send(t, p.addr, "/charges", "r1", "x"); !strings.Contains(r.body, "outcome-unknown") {
-		t.Fatalf("a refused resolution changed the record: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "r1", "x"); !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("a refused resolution changed the record: %d %s", r.Status, r.Body)
 	}
 	code, out := keys("--status", "201", "--body", `{"id":"ch_42"}`, "--response-header", "Content-Type: application/json",
 		"--response-header", "Location: /charges/ch_42")
@@ -82,14 +81,14 @@ func TestE2EUnknownOutcomeResolve(t *testing.T) {
 		t.Fatalf("keys resolve: %d %s", code, out)
 	}
 	for range 2 {
-		r := send(t, p.addr, "/charges", "r1", "x")
-		if r.status != 201 || !r.replayed || r.body != `{"id":"ch_42"}` || r.header.Get("Location") != "/charges/ch_42" ||
-			r.header.Get("Content-Type") != "application/json" {
-			t.Fatalf("retry after resolve: %d replayed=%v %q %v", r.status, r.replayed, r.body, r.header)
+		r := p.Post(t, "/charges", "r1", "x")
+		if r.Status != 201 || !r.Replayed || r.Body != `{"id":"ch_42"}` || r.Header.Get("Location") != "/charges/ch_42" ||
+			r.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("retry after resolve: %d replayed=%v %q %v", r.Status, r.Replayed, r.Body, r.Header)
 		}
 	}
-	if r := send(t, p.addr, "/charges", "r1", "another payload"); r.status != 422 {
-		t.Fatalf("another payload under a resolved key: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "r1", "another payload"); r.Status != 422 {
+		t.Fatalf("another payload under a resolved key: %d %s", r.Status, r.Body)
 	}
 	if n := up.Count.Load(); n != 1 {
 		t.Fatalf("upstream got the request %d times, want once", n)
@@ -97,10 +96,10 @@ func TestE2EUnknownOutcomeResolve(t *testing.T) {
 	if code, out := keys("--status", "200"); code != 1 || !strings.Contains(out, "not an unknown outcome") {
 		t.Fatalf("second resolve: exit %d %s", code, out)
 	}
-	if code, out := runBin(t, "keys", "resolve", "nobody", "--status", "200", "--admin", p.admin, "--host", "api.example"); code != 1 || !strings.Contains(out, "not found") {
+	if code, out := runBin(t, "keys", "resolve", "nobody", "--status", "200", "--admin", p.Admin, "--host", "api.example"); code != 1 || !strings.Contains(out, "not found") {
 		t.Fatalf("resolve of a missing key: exit %d %s", code, out)
 	}
-	if m := metricsOf(t, p.admin); !strings.Contains(m, "idemproxy_unknown_resolved_total 1") {
+	if m := metricsOf(t, p.Admin); !strings.Contains(m, "idemproxy_unknown_resolved_total 1") {
 		t.Fatalf("metrics do not count the resolution:\n%s", m)
 	}
 }
@@ -111,11 +110,11 @@ func TestE2ENotSentIsReleased(t *testing.T) {
 	skipShort(t)
 	addr := testutil.FreeAddr(t)
 	p := start(t, "--upstream", "http://"+addr)
-	if r := send(t, p.addr, "/charges", "n1", "x"); r.status != 502 || !strings.Contains(r.body, "upstream-unavailable") {
-		t.Fatalf("upstream down: %d %s", r.status, r.body)
+	if r := p.Post(t, "/charges", "n1", "x"); r.Status != 502 || !strings.Contains(r.Body, "upstream-unavailable") {
+		t.Fatalf("upstream down: %d %s", r.Status, r.Body)
 	}
 	up := testutil.NewRawUpstreamAt(t, addr, "ok")
-	if r := send(t, p.addr, "/charges", "n1", "x"); r.status != 201 || r.replayed || up.Count.Load() != 1 {
+	if r := p.Post(t, "/charges", "n1", "x"); r.Status != 201 || r.Replayed || up.Count.Load() != 1 {
 		t.Fatalf("retry once the upstream is up: %+v (upstream %d)", r, up.Count.Load())
 	}
 }
@@ -124,28 +123,28 @@ func TestE2ENotSentIsReleased(t *testing.T) {
 // body cut halfway is held, as 502.
 func TestE2EUnknownOutcomeTimeoutAndCutBody(t *testing.T) {
 	skipShort(t)
-	slow := newUpstream(t)
+	slow := testutil.NewUpstream(t)
 	p := start(t, "--upstream", slow.URL, "--handler-timeout", "500ms")
 	for i := range 2 {
-		r := send(t, p.addr, "/slow?ms=3000", "t1", "")
-		if r.status != 504 || !strings.Contains(r.body, "outcome-unknown") || r.replayed != (i > 0) {
-			t.Fatalf("timeout answer %d: %d %s", i, r.status, r.body)
+		r := p.Post(t, "/slow?ms=3000", "t1", "")
+		if r.Status != 504 || !strings.Contains(r.Body, "outcome-unknown") || r.Replayed != (i > 0) {
+			t.Fatalf("timeout answer %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	if n := slow.count("t1"); n != 1 {
+	if n := slow.Count("t1"); n != 1 {
 		t.Fatalf("timed-out request forwarded %d times", n)
 	}
 
 	cut := testutil.NewRawUpstream(t, "cut")
 	q := start(t, "--upstream", "http://"+cut.Addr())
-	if _, err := sendErr(t.Context(), q.addr, "/charges", "c1", "x"); err == nil {
+	if _, err := testutil.Do(t.Context(), q.Addr, testutil.KeyedPost("/charges", "c1", "x")); err == nil {
 		// The client may or may not see the cut, depending on timing; what
 		// matters is the retry below.
 		_ = err
 	}
 	testutil.Eventually(t, 5*time.Second, "the cut response to be settled", func() bool {
-		r, err := sendErr(t.Context(), q.addr, "/charges", "c1", "x")
-		return err == nil && r.status == 502 && r.replayed && strings.Contains(r.body, "outcome-unknown")
+		r, err := testutil.Do(t.Context(), q.Addr, testutil.KeyedPost("/charges", "c1", "x"))
+		return err == nil && r.Status == 502 && r.Replayed && strings.Contains(r.Body, "outcome-unknown")
 	})
 	if n := cut.Count.Load(); n != 1 {
 		t.Fatalf("cut response: upstream got %d requests, want 1", n)
@@ -160,35 +159,23 @@ func TestE2ENoTransportResendAfterTheRequestWasWritten(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewRawUpstream(t, "reset-reused")
 	p := start(t, "--upstream", "http://"+up.Addr())
-	if r := send(t, p.addr, "/charges", "first", "x"); r.status != 201 {
+	if r := p.Post(t, "/charges", "first", "x"); r.Status != 201 {
 		t.Fatalf("first request: %+v", r)
 	}
-	r := send(t, p.addr, "/charges", "second", "y") // on the reused connection: reset after read
+	r := p.Post(t, "/charges", "second", "y") // on the reused connection: reset after read
 	if n := up.Count.Load(); n != 2 {
-		t.Fatalf("the upstream got %d requests, want 2: the reset request was re-sent (%d %s)", n, r.status, r.body)
+		t.Fatalf("the upstream got %d requests, want 2: the reset request was re-sent (%d %s)", n, r.Status, r.Body)
 	}
-	if r.status != 502 || !strings.Contains(r.body, "outcome-unknown") {
-		t.Fatalf("reset after read on a reused connection: %d %s, want the held outcome-unknown answer", r.status, r.body)
+	if r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("reset after read on a reused connection: %d %s, want the held outcome-unknown answer", r.Status, r.Body)
 	}
 	// An empty body is guarded too.
-	if r := send(t, p.addr, "/charges", "third", ""); r.status != 201 {
+	if r := p.Post(t, "/charges", "third", ""); r.Status != 201 {
 		t.Fatalf("third request: %+v", r)
 	}
-	if r := send(t, p.addr, "/charges", "fourth", ""); up.Count.Load() != 4 || r.status != 502 {
-		t.Fatalf("empty body, reset on a reused connection: %d, upstream %d, want 502 and 4", r.status, up.Count.Load())
+	if r := p.Post(t, "/charges", "fourth", ""); up.Count.Load() != 4 || r.Status != 502 {
+		t.Fatalf("empty body, reset on a reused connection: %d, upstream %d, want 502 and 4", r.Status, up.Count.Load())
 	}
-}
-
-// metricsOf reads the admin listener's /metrics.
-func metricsOf(t *testing.T, admin string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // An upstream whose TLS handshake fails never received the request: the key is
@@ -204,8 +191,8 @@ func TestE2ETLSHandshakeFailureReleases(t *testing.T) {
 	defer up.Close()
 	p := start(t, "--upstream", up.URL) // its certificate is not trusted
 	for i := range 2 {
-		r := send(t, p.addr, "/pay", "tls-1", "x")
-		if r.status != 502 || r.replayed || !strings.Contains(r.body, "upstream-unavailable") {
+		r := p.Post(t, "/pay", "tls-1", "x")
+		if r.Status != 502 || r.Replayed || !strings.Contains(r.Body, "upstream-unavailable") {
 			t.Fatalf("answer %d: %+v; want 502 upstream-unavailable, the key released", i, r)
 		}
 	}

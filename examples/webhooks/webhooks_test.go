@@ -7,14 +7,10 @@ package webhooks_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,101 +18,27 @@ import (
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
 )
 
-var bin string
-
-func TestMain(m *testing.M) {
-	code := func() int {
-		dir, err := os.MkdirTemp("", "idemproxy-webhooks")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "idemproxy")
-		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/idemproxy").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building idemproxy: %v\n%s", err, out)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
-}
-
-// upstream counts the deliveries that reach it.
-type upstream struct {
-	*httptest.Server
-	mu     sync.Mutex
-	bodies []string
-}
-
-func newUpstream(t *testing.T) *upstream {
-	u := &upstream{}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		u.mu.Lock()
-		u.bodies = append(u.bodies, string(b))
-		n := len(u.bodies)
-		u.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-		fmt.Fprintf(w, "processed #%d", n)
-	}))
-	t.Cleanup(u.Close)
-	return u
-}
-
-func (u *upstream) count() int { u.mu.Lock(); defer u.mu.Unlock(); return len(u.bodies) }
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // start runs idemproxy with an example config, its upstream and ports replaced
-// by flags (which override the file), and env for the secrets.
-func start(t *testing.T, config string, up *upstream, env ...string) string {
+// by flags (which override the file), and env for the secrets; it returns the
+// address it serves on.
+func start(t *testing.T, config string, up *testutil.Upstream, env ...string) string {
 	t.Helper()
-	addr, admin := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	cmd := exec.Command(bin, "--config", config, "--upstream", up.URL, "--listen", addr, "--admin", admin, "--log-format", "json")
-	cmd.Env = append(os.Environ(), env...)
-	var logs strings.Builder
-	var mu sync.Mutex
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("idemproxy log:\n%s", logs.String())
-			mu.Unlock()
-		}
-	})
-	testutil.Eventually(t, 10*time.Second, "idemproxy to answer /healthz", func() bool {
-		select {
-		case <-done:
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("idemproxy exited:\n%s", logs.String())
-		default:
-		}
-		resp, err := http.Get("http://" + admin + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
-	return addr
+	return testutil.StartIdemproxy(t, binary(t), []string{"--config", config, "--upstream", up.URL}, env...).Addr
 }
 
-type writerFunc func([]byte) (int, error)
+// binary is idemproxy, built once for the package.
+func binary(t *testing.T) string {
+	t.Helper()
+	return testutil.Build(t, "../../cmd/idemproxy")
+}
 
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-type answer = testutil.Answer
+type answer = testutil.Response
 
 func deliver(t *testing.T, addr, path, body string, headers map[string]string) answer {
 	t.Helper()
-	return testutil.PostWith(t, "http://"+addr+path, body, headers)
+	return testutil.Send(t, addr, testutil.Delivery(path, body, headers))
 }
 
 // The scenarios every preset passes: first → forwarded, again → replayed, bad →
@@ -126,7 +48,7 @@ type scenario struct {
 	bad          map[string]answer
 }
 
-func check(t *testing.T, up *upstream, s scenario, wantForwarded int) {
+func check(t *testing.T, up *testutil.Upstream, s scenario, wantForwarded int) {
 	t.Helper()
 	if s.first.Status != 200 || s.first.Replayed || s.first.Body != "processed #1" {
 		t.Errorf("first delivery: %+v", s.first)
@@ -139,13 +61,13 @@ func check(t *testing.T, up *upstream, s scenario, wantForwarded int) {
 			t.Errorf("%s: %+v, want 401 invalid-signature", name, a)
 		}
 	}
-	if n := up.count(); n != wantForwarded {
+	if n := up.Count("POST"); n != wantForwarded {
 		t.Errorf("the upstream got %d deliveries, want %d", n, wantForwarded)
 	}
 }
 
 func TestStandardWebhooks(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	secret := webhooktest.StandardSecret
 	addr := start(t, "standard.yaml", up, "STANDARD_WEBHOOK_SECRET="+secret)
 	const path = "/webhooks/standard"
@@ -170,7 +92,7 @@ func TestStandardWebhooks(t *testing.T) {
 }
 
 func TestStripe(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	const secret, path = "whsec_test_stripe_endpoint", "/webhooks/stripe"
 	addr := start(t, "stripe.yaml", up, "STRIPE_WEBHOOK_SECRET="+secret)
 	now := time.Now()
@@ -194,13 +116,13 @@ func TestStripe(t *testing.T) {
 	if a := deliver(t, addr, path, `{"object":"event"}`, webhooktest.Stripe(secret, now, `{"object":"event"}`)); a.Status != 400 || !strings.Contains(a.Body, "missing-key") {
 		t.Fatalf("no id: %+v", a)
 	}
-	if n := up.count(); n != 2 {
+	if n := up.Count("POST"); n != 2 {
 		t.Fatalf("forwarded %d, want 2", n)
 	}
 }
 
 func TestGitHub(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	const secret, path = "gh webhook secret", "/webhooks/github"
 	addr := start(t, "github.yaml", up, "GITHUB_WEBHOOK_SECRET="+secret)
 	body := `{"action":"opened","pull_request":{"number":7}}`
@@ -219,7 +141,7 @@ func TestGitHub(t *testing.T) {
 	}
 	check(t, up, s, 1)
 	// The published example: GitHub's documented secret, body and signature.
-	up2 := newUpstream(t)
+	up2 := testutil.NewDeliveries(t)
 	addr2 := start(t, "github.yaml", up2, "GITHUB_WEBHOOK_SECRET="+webhooktest.GitHubSecret)
 	if a := deliver(t, addr2, path, webhooktest.GitHubBody, map[string]string{"X-Hub-Signature-256": webhooktest.GitHubSignature}); a.Status != 200 {
 		t.Fatalf("GitHub's documented example: %+v", a)
@@ -238,7 +160,7 @@ func TestGenericHMAC(t *testing.T) {
 	}
 	config := filepath.Join(dir, "hmac.yaml")
 	os.WriteFile(config, []byte(strings.Replace(string(src), "/etc/idemproxy/acme-webhook-secrets", secrets, 1)), 0o600)
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	addr := start(t, config, up)
 	const path = "/webhooks/acme"
 	body := `{"event":{"id":"ev_1","kind":"order.paid"}}`
@@ -256,20 +178,19 @@ func TestGenericHMAC(t *testing.T) {
 // A config whose secret is missing does not start: one line naming the setting,
 // exit 2, and never the value of another secret.
 func TestMissingSecretStopsStartUp(t *testing.T) {
-	out, err := exec.Command(bin, "--config", "stripe.yaml", "--listen", testutil.FreeAddr(t)).CombinedOutput()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "routes[0] (/webhooks/stripe): webhook_secrets: env:STRIPE_WEBHOOK_SECRET: the variable is not set or empty") {
-		t.Fatalf("exit %v:\n%s", err, out)
+	code, out := testutil.Run(t, binary(t), []string{"--config", "stripe.yaml", "--listen", testutil.FreeAddr(t)})
+	if code != 2 || !strings.Contains(out, "routes[0] (/webhooks/stripe): webhook_secrets: env:STRIPE_WEBHOOK_SECRET: the variable is not set or empty") {
+		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
 
 // idemproxy sign prints headers the route accepts.
 func TestSignCommand(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	const secret = "whsec_c2lnbi1jb21tYW5k"
 	addr := start(t, "standard.yaml", up, "STANDARD_WEBHOOK_SECRET="+secret)
 	body := `{"type":"ping"}`
-	cmd := exec.Command(bin, "sign", "--webhook", "standard", "--secret", "env:SIGN_SECRET", "--id", "msg_sign", "--body", body)
+	cmd := exec.Command(binary(t), "sign", "--webhook", "standard", "--secret", "env:SIGN_SECRET", "--id", "msg_sign", "--body", body)
 	cmd.Env = append(os.Environ(), "SIGN_SECRET="+secret)
 	out, err := cmd.Output()
 	if err != nil {
@@ -285,14 +206,14 @@ func TestSignCommand(t *testing.T) {
 			t.Fatalf("signed by idemproxy sign, delivery %d: %+v (headers %v)", i, a, headers)
 		}
 	}
-	if code := exec.Command(bin, "sign", "--webhook", "standard").Run(); code == nil {
+	if code := exec.Command(binary(t), "sign", "--webhook", "standard").Run(); code == nil {
 		t.Fatal("sign without a secret exited 0")
 	}
 }
 
 // The other example configurations that use webhooks start with their secrets set.
 func TestOtherExampleConfigsLoad(t *testing.T) {
-	up := newUpstream(t)
+	up := testutil.NewDeliveries(t)
 	start(t, "../idemproxy.yaml", up, "GITHUB_WEBHOOK_SECRET=x", "STANDARD_WEBHOOK_SECRET="+webhooktest.StandardSecret)
 	start(t, "../demo.yaml", up, "DEMO_WEBHOOK_SECRET="+webhooktest.StandardSecret)
 }

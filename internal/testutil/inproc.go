@@ -62,6 +62,11 @@ func Serve(h http.Handler, q Req) *httptest.ResponseRecorder {
 	return w
 }
 
+// Post serves a keyed POST /charge with body through h, in process.
+func Post(h http.Handler, key, body string) *httptest.ResponseRecorder {
+	return Serve(h, Req{Key: key, Body: body})
+}
+
 // Result is what a served request got back.
 type Result struct {
 	Status   int

@@ -1,15 +1,23 @@
-// Package testutil holds the helpers the project's tests share: free loopback
-// ports, polling for a condition, and a keyed POST served in process.
+// Package testutil is the one home of the helpers the project's tests share:
+//
+//   - free loopback ports (FreeAddr), polling for a condition (Eventually), a
+//     file with the text given (TempFile);
+//   - a request served in process (Req, Serve, Post, Counter, Result);
+//   - a counting upstream over real sockets (Upstream, NewUpstream,
+//     NewDeliveries) and one that fails the ways a real one does (RawUpstream);
+//   - requests sent over real sockets with everything a client controls
+//     (Request, Send, Do, KeyedPost, Delivery) and raw bytes on a connection
+//     (RawExchange, RawConn, AnswerThenClose);
+//   - the process harness: a binary built once per test binary (Build, Main),
+//     run to completion (Run) or started until the test ends (Start, Proc,
+//     StartIdemproxy), its output logged when the test fails.
 package testutil
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"strings"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -32,49 +40,18 @@ func FreeAddr(t testing.TB) string {
 // moves a clock.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	poll(t, d, 2*time.Millisecond, what, cond)
+}
+
+func poll(t testing.TB, d, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(every)
 	}
-}
-
-// Post serves a keyed POST /charge with body through h, in process.
-func Post(h http.Handler, key, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/charge", strings.NewReader(body))
-	r.Header.Set("Idempotency-Key", key)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// Answer is what PostWith got back.
-type Answer struct {
-	Status   int
-	Replayed bool // Idempotent-Replayed: true
-	Body     string
-}
-
-// PostWith POSTs body to url with the headers (a JSON Content-Type unless they
-// set one), over a real socket, within 10 s.
-func PostWith(t testing.TB, url, body string, headers map[string]string) Answer {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return Answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b)}
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes: a child process's
@@ -92,3 +69,14 @@ func (s *SyncBuffer) Write(p []byte) (int, error) {
 
 // String returns what was written so far.
 func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TempFile writes text to a file called name in a folder of its own, removed
+// when the test ends, and returns the file's path.
+func TempFile(t testing.TB, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

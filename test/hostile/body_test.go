@@ -40,16 +40,16 @@ func TestHostileSizes(t *testing.T) {
 			n = limit + 1
 		}
 		op := fmt.Sprintf("size-%d", i)
-		a := p.send(t, req{method: "POST", target: "/charges", host: "api.example", body: strings.Repeat("x", n),
-			header: map[string]string{"Idempotency-Key": op, "X-Op": op}})
+		a := p.Send(t, req{Method: "POST", Target: "/charges", Host: "api.example", Body: strings.Repeat("x", n),
+			Header: map[string]string{"Idempotency-Key": op, "X-Op": op}})
 		switch {
-		case n <= limit && (a.status != 201 || up.runs(op) != 1):
-			t.Fatalf("%d bytes: %d %s (ran %d); want 201", n, a.status, a.body, up.runs(op))
-		case n > limit && (a.status != 413 || up.runs(op) != 0):
-			t.Fatalf("%d bytes: %d %s (ran %d); want 413, not forwarded", n, a.status, a.body, up.runs(op))
+		case n <= limit && (a.Status != 201 || up.Count(op) != 1):
+			t.Fatalf("%d bytes: %d %s (ran %d); want 201", n, a.Status, a.Body, up.Count(op))
+		case n > limit && (a.Status != 413 || up.Count(op) != 0):
+			t.Fatalf("%d bytes: %d %s (ran %d); want 413, not forwarded", n, a.Status, a.Body, up.Count(op))
 		}
 	}
-	out := p.raw(t, "POST /charges HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: declared\r\nContent-Length: 999999999\r\n\r\n", 5*time.Second)
+	out := raw(t, p, "POST /charges HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: declared\r\nContent-Length: 999999999\r\n\r\n", 5*time.Second)
 	if !strings.HasPrefix(out, "HTTP/1.1 413") {
 		t.Fatalf("a declared 1 GB body: %q; want 413 at once", out)
 	}
@@ -81,37 +81,37 @@ func TestHostileBodyKeys(t *testing.T) {
 		id := fmt.Sprintf("evt_%d", i)
 		doc := jsonDoc(r, id)
 		h := map[string]string{"X-Op": id, "Content-Type": "application/json"}
-		first := p.send(t, req{method: "POST", target: "/json", host: "api.example", body: doc, header: h})
-		again := p.send(t, req{method: "POST", target: "/json", host: "api.example", body: doc, header: h})
-		if first.status != 201 || !again.replayed || up.runs(id) != 1 {
-			t.Fatalf("document %s: %d %q / %d %q (ran %d)", doc, first.status, first.body, again.status, again.body, up.runs(id))
+		first := p.Send(t, req{Method: "POST", Target: "/json", Host: "api.example", Body: doc, Header: h})
+		again := p.Send(t, req{Method: "POST", Target: "/json", Host: "api.example", Body: doc, Header: h})
+		if first.Status != 201 || !again.Replayed || up.Count(id) != 1 {
+			t.Fatalf("document %s: %d %q / %d %q (ran %d)", doc, first.Status, first.Body, again.Status, again.Body, up.Count(id))
 		}
 	}
-	before := up.total()
+	before := up.Total()
 	for _, doc := range []string{
 		`{"data":{"id":"a","id":"b"}}`,
 		`{"data":{"id":"a","ID":"b"}}`,
 		`{"data":{"id":"a"},"DATA":{"id":"b"}}`,
 		`{"data":{"id":"a","\u0069d":"b"}}`,
 	} {
-		if a := p.send(t, req{method: "POST", target: "/json", host: "api.example", body: doc}); a.status != 400 || !strings.Contains(a.body, "invalid-key") {
-			t.Fatalf("ambiguous %s: %d %s; want 400 invalid-key", doc, a.status, a.body)
+		if a := p.Send(t, req{Method: "POST", Target: "/json", Host: "api.example", Body: doc}); a.Status != 400 || !strings.Contains(a.Body, "invalid-key") {
+			t.Fatalf("ambiguous %s: %d %s; want 400 invalid-key", doc, a.Status, a.Body)
 		}
 	}
 	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
 	for _, doc := range []string{deep, `{"data":{"id":"a"}} trailing`, `{"data":{"id":"a"`, `{"data":{"id":7}}`} {
-		if a := p.send(t, req{method: "POST", target: "/json", host: "api.example", body: doc}); a.status != 400 || !strings.Contains(a.body, "missing-key") {
-			t.Fatalf("no key in %.40q: %d %s; want 400 missing-key", doc, a.status, a.body)
+		if a := p.Send(t, req{Method: "POST", Target: "/json", Host: "api.example", Body: doc}); a.Status != 400 || !strings.Contains(a.Body, "missing-key") {
+			t.Fatalf("no key in %.40q: %d %s; want 400 missing-key", doc, a.Status, a.Body)
 		}
 	}
 	for _, form := range []string{"id=a&id=b", "id=a;x=1", "x=1;id=a"} {
-		a := p.send(t, req{method: "POST", target: "/form", host: "api.example", body: form,
-			header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}})
-		if a.status != 400 || !strings.Contains(a.body, "invalid-key") {
-			t.Fatalf("ambiguous form %q: %d %s; want 400 invalid-key", form, a.status, a.body)
+		a := p.Send(t, req{Method: "POST", Target: "/form", Host: "api.example", Body: form,
+			Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}})
+		if a.Status != 400 || !strings.Contains(a.Body, "invalid-key") {
+			t.Fatalf("ambiguous form %q: %d %s; want 400 invalid-key", form, a.Status, a.Body)
 		}
 	}
-	if n := up.total() - before; n != 0 {
+	if n := up.Total() - before; n != 0 {
 		t.Fatalf("%d ambiguous or keyless requests reached the upstream", n)
 	}
 }
@@ -125,7 +125,7 @@ func TestHostilePace(t *testing.T) {
 	p := start(t, up, bodies)
 
 	start := time.Now()
-	out := p.raw(t, "POST /charges HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: stall\r\nContent-Length: 60000\r\n\r\n0123456789", 10*time.Second)
+	out := raw(t, p, "POST /charges HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: stall\r\nContent-Length: 60000\r\n\r\n0123456789", 10*time.Second)
 	if !strings.HasPrefix(out, "HTTP/1.1 400") || !strings.Contains(out, "Connection: close") {
 		t.Fatalf("a stalled body: %q", out)
 	}
@@ -140,7 +140,7 @@ func TestHostilePace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.Dial("tcp", p.addr)
+			c, err := net.Dial("tcp", p.Addr)
 			if err != nil {
 				answers[i] = err.Error()
 				return
@@ -168,12 +168,12 @@ func TestHostilePace(t *testing.T) {
 	if overloaded == 0 || timedOut == 0 {
 		t.Fatalf("40 stalled 60000-byte bodies on a 1 MiB budget: %d overloaded, %d timed out; want both", overloaded, timedOut)
 	}
-	if n := up.runs("flood"); n != 0 {
+	if n := up.Count("flood"); n != 0 {
 		t.Fatalf("%d stalled requests reached the upstream", n)
 	}
 	// The budget came back.
-	if a := p.send(t, req{method: "POST", target: "/charges", host: "api.example", body: strings.Repeat("y", 60000),
-		header: map[string]string{"Idempotency-Key": "after-flood", "X-Op": "after"}}); a.status != 201 {
-		t.Fatalf("after the flood: %d %s", a.status, a.body)
+	if a := p.Send(t, req{Method: "POST", Target: "/charges", Host: "api.example", Body: strings.Repeat("y", 60000),
+		Header: map[string]string{"Idempotency-Key": "after-flood", "X-Op": "after"}}); a.Status != 201 {
+		t.Fatalf("after the flood: %d %s", a.Status, a.Body)
 	}
 }

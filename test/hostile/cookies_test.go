@@ -50,15 +50,15 @@ func TestHostileCookieScope(t *testing.T) {
 		cookies := append(append(append([]string{}, filler[:pos]...), "session="+v), filler[pos:]...)
 		op := fmt.Sprintf("cookie-%d", i)
 		h := map[string]string{"Idempotency-Key": "shared-key", "Cookie": strings.Join(cookies, "; "), "X-Op": op}
-		first := p.send(t, req{method: "POST", target: "/account", host: "api.example", body: "same body", header: h})
-		if first.status != 201 || first.replayed || !strings.Contains(first.body, op) {
-			t.Fatalf("session %q (after %d cookies): %d %q replayed=%v; want its own first run", v, pos, first.status, first.body, first.replayed)
+		first := p.Send(t, req{Method: "POST", Target: "/account", Host: "api.example", Body: "same body", Header: h})
+		if first.Status != 201 || first.Replayed || !strings.Contains(first.Body, op) {
+			t.Fatalf("session %q (after %d cookies): %d %q replayed=%v; want its own first run", v, pos, first.Status, first.Body, first.Replayed)
 		}
-		again := p.send(t, req{method: "POST", target: "/account", host: "api.example", body: "same body", header: h})
-		if !again.replayed || again.body != first.body {
-			t.Fatalf("session %q retry: %d %q; want its own replay", v, again.status, again.body)
+		again := p.Send(t, req{Method: "POST", Target: "/account", Host: "api.example", Body: "same body", Header: h})
+		if !again.Replayed || again.Body != first.Body {
+			t.Fatalf("session %q retry: %d %q; want its own replay", v, again.Status, again.Body)
 		}
-		if n := up.runs(op); n != 1 {
+		if n := up.Count(op); n != 1 {
 			t.Fatalf("session %q ran %d times", v, n)
 		}
 	}
