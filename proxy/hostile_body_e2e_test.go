@@ -84,7 +84,7 @@ routes:
 	big := strings.Repeat("b", 600<<10)
 	var over testutil.Response
 	var fitted []string
-	testutil.Eventually(t, 10*time.Second, "a 503 beside the holder", func() bool {
+	testutil.Eventually(t, 30*time.Second, "a 503 beside the holder", func() bool {
 		key := fmt.Sprint("c-", len(fitted))
 		over = p.Post(t, "/pay", key, big)
 		if over.Status != 503 {
