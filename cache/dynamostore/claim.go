@@ -3,7 +3,6 @@ package dynamostore
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -50,15 +49,10 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			s.dropChunksOf(ctx, key, out.Attributes, "") // a lapsed record's
 			return nil, false, nil
 		}
-		ccf, ok := isCCF(err)
-		if !ok {
-			return nil, false, fmt.Errorf("dynamostore: claiming key: %w", err)
-		}
-		old, err := s.existing(ctx, "claim", key, ccf)
+		old, err := s.refused(ctx, "claim", "PutItem", "claiming key", key, err, it)
 		if err != nil {
 			return nil, false, err
 		}
-		s.reportFailed("claim", "PutItem", old, it)
 		if !old.live(now) || old.state() == stateInFlight && old.token() == lock.Token {
 			continue // read apart from the write (fallback), and the key is free or ours: claim again
 		}

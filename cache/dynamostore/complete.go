@@ -131,23 +131,12 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 		s.report("complete", "UpdateItem", out.ConsumedCapacity)
 		return nil
 	}
-	ccf, ok := isCCF(err)
-	if !ok {
-		return fmt.Errorf("dynamostore: completing: %w", err)
-	}
-	old, err := s.existing(ctx, "complete", key, ccf)
+	old, err := s.refused(ctx, "complete", "UpdateItem", "completing", key, err, nil)
 	if err != nil {
 		return err
 	}
-	s.reportFailed("complete", "UpdateItem", old, nil)
-	if old.completedBy(token, now) {
-		// A re-sent Complete (or one after a Resolve): the record stands,
-		// nothing is written; chunks this call wrote anew are not its own.
-		s.dropUnused(ctx, key, old, r)
-		return nil
-	}
-	if old.live(now) {
-		return cache.ErrLockLost
+	if done, err := s.settledBy(ctx, key, old, token, now, r); done {
+		return err
 	}
 	// The key is free: a lapsed record or a tombstone is there. Store the
 	// record over it, as a claim would, unless someone claims first.
@@ -178,22 +167,29 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 			s.dropChunksOf(ctx, key, out.Attributes, r.version)
 			return nil
 		}
-		ccf, ok := isCCF(err)
-		if !ok {
-			return fmt.Errorf("dynamostore: completing on a free key: %w", err)
-		}
-		old, err := s.existing(ctx, "complete", key, ccf)
+		old, err := s.refused(ctx, "complete", "PutItem", "completing on a free key", key, err, it)
 		if err != nil {
 			return err
 		}
-		s.reportFailed("complete", "PutItem", old, it)
-		if old.completedBy(token, now) {
-			s.dropUnused(ctx, key, old, r)
-			return nil
-		}
-		if old.live(now) {
-			return cache.ErrLockLost
+		if done, err := s.settledBy(ctx, key, old, token, now, r); done {
+			return err
 		}
 	}
 	return errors.New("dynamostore: completing: the record kept changing under the write")
+}
+
+// settledBy reports whether a Complete that found old is over, and how: old is
+// the record token completed (a re-sent Complete, or one after a Resolve: the
+// record stands, nothing is written, and chunks this call wrote anew are not
+// its own), or another live claim or record holds the key (ErrLockLost). When
+// it is not over, the key is free.
+func (s *Store) settledBy(ctx context.Context, key string, old item, token string, now time.Time, r response) (bool, error) {
+	switch {
+	case old.completedBy(token, now):
+		s.dropUnused(ctx, key, old, r)
+		return true, nil
+	case old.live(now):
+		return true, cache.ErrLockLost
+	}
+	return false, nil
 }

@@ -2,7 +2,6 @@ package dynamostore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,12 +35,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		s.waiters.Notify(key)
 		return nil
 	}
-	ccf, ok := isCCF(err)
-	if !ok {
-		return fmt.Errorf("dynamostore: releasing: %w", err)
-	}
-	s.reportFailed("release", "DeleteItem", ccf.Item, nil)
-	return cache.ErrLockLost
+	return s.lockLost("release", "DeleteItem", "releasing", err)
 }
 
 // Extend implements cache.Store: one conditional UpdateItem. A re-sent
@@ -72,10 +66,5 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		s.report("extend", "UpdateItem", out.ConsumedCapacity)
 		return nil
 	}
-	ccf, ok := isCCF(err)
-	if !ok {
-		return fmt.Errorf("dynamostore: extending lease: %w", err)
-	}
-	s.reportFailed("extend", "UpdateItem", ccf.Item, nil)
-	return cache.ErrLockLost
+	return s.lockLost("extend", "UpdateItem", "extending lease", err)
 }

@@ -62,6 +62,33 @@ func isCCF(err error) (*types.ConditionalCheckFailedException, bool) {
 	return nil, false
 }
 
+// refused is the item a conditional write found when its condition failed
+// (reported, with the write's estimated cost), or the error of a write that
+// failed otherwise (doing names it: "claiming key").
+func (s *Store) refused(ctx context.Context, op, call, doing, key string, err error, written map[string]types.AttributeValue) (item, error) {
+	ccf, ok := isCCF(err)
+	if !ok {
+		return nil, fmt.Errorf("dynamostore: %s: %w", doing, err)
+	}
+	old, err := s.existing(ctx, op, key, ccf)
+	if err != nil {
+		return nil, err
+	}
+	s.reportFailed(op, call, old, written)
+	return old, nil
+}
+
+// lockLost is a lease write (release, extend) whose condition failed, reported:
+// ErrLockLost; or the error of one that failed otherwise.
+func (s *Store) lockLost(op, call, doing string, err error) error {
+	ccf, ok := isCCF(err)
+	if !ok {
+		return fmt.Errorf("dynamostore: %s: %w", doing, err)
+	}
+	s.reportFailed(op, call, ccf.Item, nil)
+	return cache.ErrLockLost
+}
+
 // existing is the item a failed conditional write found: from the failure
 // itself (ReturnValuesOnConditionCheckFailure), or read with a strongly
 // consistent GetItem when the server left it out.

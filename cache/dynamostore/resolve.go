@@ -81,15 +81,10 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		return nil
 	}
 	s.discard(ctx, key, r)
-	ccf, ok := isCCF(err)
-	if !ok {
-		return fmt.Errorf("dynamostore: resolving: %w", err)
-	}
-	cur, err := s.existing(ctx, "resolve", key, ccf)
+	cur, err := s.refused(ctx, "resolve", call, "resolving", key, err, wrote)
 	if err != nil {
 		return err
 	}
-	s.reportFailed("resolve", call, cur, wrote)
 	if !cur.live(now) {
 		return cache.ErrNotFound
 	}
