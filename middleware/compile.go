@@ -91,6 +91,8 @@ func compile(s *Settings) (*compiled, error) {
 		return nil, fieldErr("ttl", "must be positive, got %v", s.TTL)
 	case s.LockTTL < 3*time.Millisecond:
 		return nil, fieldErr("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
+	case s.MinKeyLength < 1 || s.MinKeyLength > MaxKeyLength:
+		return nil, fieldErr("min_key_length", "must be 1 to %d characters, got %d", MaxKeyLength, s.MinKeyLength)
 	case s.MaxRequestBody < 0:
 		return nil, fieldErr("max_request_body", "must not be negative, got %d", s.MaxRequestBody)
 	case s.BodyBudget < max(s.MaxRequestBody, 1):

@@ -32,6 +32,12 @@ type Settings struct {
 	// passing it through unprotected.
 	RequireKey bool `json:"require_key" help:"answer 400 to a protected request without a key instead of passing it through"`
 
+	// MinKeyLength is the shortest key accepted, in characters, from any key
+	// source; a shorter one is answered 400 invalid-key and nothing runs. Keys
+	// the client makes up ("1", "retry") collide across its own operations;
+	// a length a random UUID has (36) refuses them. 1 accepts any.
+	MinKeyLength int `json:"min_key_length" help:"shortest key accepted, in characters (400 invalid-key below); 1 accepts any"`
+
 	// ScopeHeaders are the request headers that, with the Host, scope a key,
 	// so one client can never read another's stored response. That holds only
 	// when the client's credential is in one of them. "Cookie:NAME" names one
@@ -206,6 +212,7 @@ func DefaultSettings() Settings {
 	return Settings{
 		Methods:         []string{http.MethodPost, http.MethodPatch},
 		KeyHeader:       "Idempotency-Key",
+		MinKeyLength:    1,
 		ScopeHeaders:    []string{"Authorization"},
 		ScopeHost:       true,
 		MaxRequestBody:  10 << 20,
