@@ -319,14 +319,23 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 		p.OriginalStatus = rec.Response.Status
 		t.problem(w, OutcomeNotReplayable, nil, p, 0)
 	default:
+		resp := h.storedAnswer(rec.Response)
+		// The body is held until the client took it: it counts in the
+		// budget, or a client that never reads could hold any number of them.
+		if !t.hold.grow(min(int64(len(resp.Body)), h.budget.size)) {
+			t.problem(w, OutcomeOverloaded, errReplayOverloaded, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
+				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
+			return
+		}
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
 		t.emit()
-		h.replayEchoing(w, h.storedAnswer(rec.Response), t.key) // keyecho.go
+		h.replayEchoing(w, resp, t.key) // keyecho.go
 	}
 }
 
-// replay writes a stored response.
-func replay(w http.ResponseWriter, resp *cache.Response) {
+// replay writes a stored response; the client must take each piece of its body
+// within timeout (see writeBody).
+func replay(w http.ResponseWriter, resp *cache.Response, timeout time.Duration) {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -342,7 +351,7 @@ func replay(w http.ResponseWriter, resp *cache.Response) {
 	h.Set("Idempotent-Replayed", "true")
 	w.WriteHeader(resp.Status)
 	if bodyAllowed(resp.Status) && len(resp.Body) > 0 {
-		_, _ = w.Write(resp.Body)
+		writeBody(w, resp.Body, timeout)
 	}
 	for name, vals := range resp.Trailer {
 		h[name] = vals // announced above: net/http sends them after the body

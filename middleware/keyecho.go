@@ -54,5 +54,5 @@ func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key
 		}
 		resp = &c
 	}
-	replay(w, resp)
+	replay(w, resp, h.s.BodyReadTimeout)
 }
