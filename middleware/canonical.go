@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/net/idna"
 )
@@ -29,8 +30,9 @@ type Canonical struct {
 	Path string
 	// Route is the path for route matching: each segment decoded, its
 	// ;parameters removed (Tomcat, Jetty and Spring drop them), lower-cased
-	// (Express, ASP.NET and IIS route case-insensitively). A trailing slash is
-	// kept.
+	// (Express, ASP.NET and IIS route case-insensitively), each letter as the
+	// lower case of its upper case (ſ is s, ı is i, as Unicode-aware matchers
+	// fold them). A trailing slash is kept.
 	Route string
 	// Host is the Host lower-cased (IDNA names in their ASCII form), without a
 	// trailing dot or a default port (80, 443); an IPv6 literal in its RFC 5952
@@ -183,8 +185,23 @@ func writeSegment(pb, rb *strings.Builder, seg string) (string, error) {
 		name.WriteByte(decoded)
 	}
 	n := name.String()
-	rb.WriteString(strings.ToLower(n))
+	rb.WriteString(foldCase(n))
 	return n, nil
+}
+
+// foldCase is s in the route form's case: each letter is the lower case of its
+// upper case. strings.ToLower alone leaves the letters that are lower case
+// already but whose upper case is another letter's, ſ (U+017F, upper case S)
+// and ı (U+0131, upper case I): Python's re.IGNORECASE, JavaScript's /iu,
+// Java's equalsIgnoreCase and strings.EqualFold read "/chargeſ" as "/charges",
+// and a route must not miss what an upstream so matched reaches.
+func foldCase(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, s)
+		}
+	}
+	return strings.ToLower(s)
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
