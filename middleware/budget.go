@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"errors"
-	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -123,33 +122,4 @@ func (h *bodyHold) release() {
 		h.b.give(h.n)
 		h.n = 0
 	}
-}
-
-// replayPiece is how much of a replayed body the client must take within
-// body_read_timeout before the next piece gets a new deadline.
-const replayPiece = 64 << 10
-
-// writeBody writes a replayed body in pieces, each of which the client must
-// take within timeout (0: no bound). A client that stalls longer has its
-// connection closed (HTTP/2: its stream reset) and the body it held goes back
-// to the budget; without a deadline net/http would wait for it for ever. The
-// deadline is cleared afterwards, for the connection's next request.
-func writeBody(w http.ResponseWriter, b []byte, timeout time.Duration) {
-	rc := http.NewResponseController(w)
-	if timeout <= 0 || rc.SetWriteDeadline(time.Now().Add(timeout)) != nil {
-		_, _ = w.Write(b) // a writer without deadlines: as before
-		return
-	}
-	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-	for len(b) > 0 {
-		n := min(len(b), replayPiece)
-		if _, err := w.Write(b[:n]); err != nil {
-			return
-		}
-		b = b[n:]
-		if err := rc.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
-			return
-		}
-	}
-	_ = rc.Flush() // the last piece, under the deadline
 }

@@ -93,9 +93,11 @@ type Settings struct {
 	// BodyReadTimeout bounds the time a client has to send the body of a
 	// keyed request, which the core buffers; a slower one gets 400 and its
 	// connection is closed (HTTP/2: the stream ends). It also bounds how long
-	// a replay waits for the client to take each 64 KiB of the stored body;
-	// a client that stalls longer has its connection closed. 0 means no bound.
-	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it), and to take each 64 KiB of a replayed body; 0 = no bound"`
+	// an answer (a replay, or a first execution's) waits for the client to
+	// take each 64 KiB; a client that stalls longer has its connection
+	// closed, and a first execution's answer is still stored in full. 0 means
+	// no bound.
+	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it), and to take each 64 KiB of an answer; 0 = no bound"`
 
 	// IgnoreHeaders are response headers never stored nor replayed.
 	IgnoreHeaders []string `json:"ignore_headers" help:"response headers never stored nor replayed"`

@@ -81,3 +81,43 @@ retry_after: 3s
 		t.Fatalf("the upstream ran %d times", n)
 	}
 }
+
+// The same on a first execution: a client that never read its answer held the
+// recorded body, an upstream connection and the key's lock (renewed while the
+// write blocked) for as long as it kept the connection open, and its own retry
+// on a new connection got 409 all that time. Now it is cut off at
+// body_read_timeout, the answer is stored in full, and the retry replays it.
+func TestE2EStalledFirstExecutionReader(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	p := startConfig(t, fmt.Sprintf(`upstream: %s
+body_read_timeout: 2s
+`, up.URL))
+	const size = 8 << 20
+	req := "POST /big?kib=8192 HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: first\r\nContent-Length: 2\r\n\r\n{}"
+	stalled := testutil.RawConn(t, p.Addr, req)
+	testutil.Eventually(t, 10*time.Second, "the first execution upstream", func() bool { return up.Count("first") == 1 })
+
+	// The retry is answered with the whole stored answer once the stalled
+	// client was cut off.
+	var retry testutil.Response
+	testutil.Eventually(t, 15*time.Second, "the replay after the stalled reader was cut", func() bool {
+		retry = testutil.RawExchange(t, p.Addr, req)
+		return retry.Status != 409
+	})
+	if retry.Status != 201 || !retry.Replayed || len(retry.Body) != size {
+		t.Fatalf("the retry: %d replayed=%v %d bytes", retry.Status, retry.Replayed, len(retry.Body))
+	}
+	_ = stalled.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(stalled), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.Copy(io.Discard, resp.Body)
+	if err == nil || got >= size || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the stalled reader read %d of %d bytes, err %v: its connection was not cut", got, size, err)
+	}
+	if n := up.Count("first"); n != 1 {
+		t.Fatalf("the upstream ran %d times", n)
+	}
+}
