@@ -32,7 +32,8 @@ type Canonical struct {
 	// ;parameters removed (Tomcat, Jetty and Spring drop them), lower-cased
 	// (Express, ASP.NET and IIS route case-insensitively), each letter as the
 	// lower case of its upper case (ſ is s, ı is i, as Unicode-aware matchers
-	// fold them). A trailing slash is kept.
+	// fold them), each segment without its trailing dots and spaces (Windows
+	// drops them). A trailing slash is kept.
 	Route string
 	// Host is the Host lower-cased (IDNA names in their ASCII form), without a
 	// trailing dot or a default port (80, 443); an IPv6 literal in its RFC 5952
@@ -83,8 +84,9 @@ func CanonicalMethod(m string) string {
 
 // CanonicalPath reads an escaped path (URL.EscapedPath) into its fingerprint and
 // route forms; see Canonical. An empty path is "/". It fails with an error
-// wrapping ErrNonCanonicalPath for an empty, "." or ".." segment (a trailing
-// slash is allowed; ";parameters" and percent-encoding do not hide one), an
+// wrapping ErrNonCanonicalPath for an empty, "." or ".." segment, or one of
+// dots and spaces alone ("...", ".. ", which Windows reads as "." or "..") (a
+// trailing slash is allowed; ";parameters" and percent-encoding do not hide one), an
 // encoded "/" or "\", a "\" of any kind, a NUL or control character, or a
 // malformed escape.
 func CanonicalPath(escaped string) (path, route string, err error) {
@@ -114,6 +116,8 @@ func CanonicalPath(escaped string) (path, route string, err error) {
 			return "", "", &pathError{"has an empty segment (//)"}
 		case name == "." || name == "..":
 			return "", "", &pathError{"has a \"" + name + "\" segment"}
+		case name != "" && strings.TrimRight(name, ". ") == "":
+			return "", "", &pathError{"has a segment of dots and spaces (" + strconv.Quote(name) + "), which Windows reads as \".\" or \"..\""}
 		}
 	}
 	return pb.String(), rb.String(), nil
@@ -127,8 +131,8 @@ func simplePath(p string) (string, bool) {
 	for i := 1; i <= len(p); i++ {
 		if i == len(p) || p[i] == '/' {
 			seg := p[segStart:i]
-			if seg == "." || seg == ".." || seg == "" && i != len(p) {
-				return "", false
+			if seg == "" && i != len(p) || strings.HasSuffix(seg, ".") {
+				return "", false // also ".", ".." and "stripe.": see writeSegment
 			}
 			segStart = i + 1
 			continue
@@ -143,8 +147,9 @@ func simplePath(p string) (string, bool) {
 }
 
 // writeSegment writes one escaped segment's fingerprint form to pb and its route
-// form (decoded, without ;parameters, lower-cased) to rb, and returns the
-// decoded name (before any ";").
+// form (decoded, without ;parameters, lower-cased, without trailing dots and
+// spaces, which Windows drops: "stripe." and "stripe " open "stripe") to rb, and
+// returns the decoded name (before any ";").
 func writeSegment(pb, rb *strings.Builder, seg string) (string, error) {
 	var name strings.Builder
 	inParams := false
@@ -185,7 +190,7 @@ func writeSegment(pb, rb *strings.Builder, seg string) (string, error) {
 		name.WriteByte(decoded)
 	}
 	n := name.String()
-	rb.WriteString(foldCase(n))
+	rb.WriteString(foldCase(strings.TrimRight(n, ". ")))
 	return n, nil
 }
 

@@ -62,7 +62,9 @@ func TestCanonicalPath(t *testing.T) {
 		{"/STR%C4%B0PE", "/STR%C4%B0PE", "/stripe"},
 		{"/%CF%82", "/%CF%82", "/σ"},
 		{"/x.y/.well-known", "/x.y/.well-known", "/x.y/.well-known"},
-		{"/a/...", "/a/...", "/a/..."},
+		{"/charges.", "/charges.", "/charges"},
+		{"/charges%20", "/charges%20", "/charges"},
+		{"/v1.0/x", "/v1.0/x", "/v1.0/x"},
 		{"/a+b", "/a+b", "/a+b"},
 	}
 	for _, c := range ok {
@@ -75,7 +77,7 @@ func TestCanonicalPath(t *testing.T) {
 		"//charges", "/charges//x", "/./charges", "/a/..", "/a/../b", "/internal/..;/charges",
 		"/internal/..;x=1/charges", "/internal/.;/charges", "/internal/%2e%2e/charges", "/internal/%2E./charges",
 		"/a%2Fb", "/a%2fb", "/a%5Cb", `/a\b`, "/a%00b", "/a%0Ab", "/a%7Fb", "/a%zz", "/a%4", "charges", "/a/%2e",
-		"/a/.%2e;x",
+		"/a/.%2e;x", "/a/...", "/a/..%20/b", "/a/.%20", "/a/%2E%2E%2E/b", "/a/.%20.;x/b",
 	}
 	for _, in := range bad {
 		if p, r, err := CanonicalPath(in); !errors.Is(err, ErrNonCanonicalPath) {
