@@ -169,6 +169,14 @@ type Settings struct {
 	// the request and its body: equal results mean "the same request".
 	FingerprintFunc func(r *http.Request, body []byte) string `json:"-"`
 
+	// BodyFingerprint reads the body for the fingerprint as its clients mean
+	// it (package fingerprint: JSON, form, multipart; config builds it from
+	// fingerprint and fingerprint_ignore), so a retry serialised anew
+	// replays, and a 422 names the part that differs. nil: the body's bytes.
+	// Not with a Verifier (a signed webhook's body is left out) nor with
+	// FingerprintFunc.
+	BodyFingerprint BodyFingerprint `json:"-"`
+
 	// Logger receives the core's log lines; they never contain a raw key or
 	// Authorization value, only a short hash of the store key. nil means
 	// slog.Default().
@@ -358,6 +366,10 @@ func compile(s *Settings) (*compiled, error) {
 		return nil, fieldErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
 	case s.StoreStatuses.Empty():
 		return nil, fieldErr("store_statuses", "no status is stored")
+	case s.BodyFingerprint != nil && s.Verifier != nil:
+		return nil, fieldErr("fingerprint", "a webhook route leaves its body out of the fingerprint (a provider may render a redelivery anew); use bytes")
+	case s.BodyFingerprint != nil && s.FingerprintFunc != nil:
+		return nil, fieldErr("fingerprint", "does not combine with a FingerprintFunc, which replaces the whole fingerprint")
 	}
 	return c, nil
 }
@@ -371,29 +383,4 @@ func (c *compiled) canonicalMethod(m string) string {
 		return u
 	}
 	return m
-}
-
-// validToken reports whether s is an RFC 9110 token (header names, methods).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// methodHint suggests the upper-case spelling of a lower-case method.
-func methodHint(m string) string {
-	if u := strings.ToUpper(m); u != m && validToken(m) {
-		return fmt.Sprintf(" (write methods in upper case, %s; requests match it in any case)", u)
-	}
-	return ""
 }
