@@ -245,7 +245,7 @@ func (d *doc) value(i, depth int) (int32, int, error) {
 			return k, i + len(lit.text), err
 		}
 	}
-	return 0, i, errorAt("is not JSON", d.path)
+	return 0, i, errorAt("has a value that is not JSON", d.path)
 }
 
 // container reads the object or array at body[i].
