@@ -216,8 +216,8 @@ func TestValidate(t *testing.T) {
 		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
 		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies to a webhook route"},
 		"unknown fingerprint":  {with("fingerprint", "xml"), "fingerprint: \"xml\": want bytes, json, form or multipart"},
-		"bad ignored pointer":  {with("fingerprint", "json", "=", "fingerprint_ignore", "request_time"), "fingerprint: \"request_time\" is not a JSON pointer"},
-		"ignore with bytes":    {with("fingerprint_ignore", "/a"), "fingerprint: the bytes reading leaves nothing out"},
+		"bad ignored pointer":  {with("fingerprint", "json", "=", "fingerprint_ignore", "request_time"), "fingerprint_ignore: \"request_time\" is not a JSON pointer"},
+		"ignore with bytes":    {with("fingerprint_ignore", "/a"), "fingerprint_ignore: the bytes reading leaves nothing out"},
 		"webhook fingerprint":  {with("webhook", "stripe", "=", "webhook_secrets", "env:HOME", "=", "fingerprint", "json"), "fingerprint: a webhook route leaves its body out"},
 	} {
 		err := tc.h.Validate()

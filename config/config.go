@@ -189,9 +189,12 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 		s.KeySource = ks
 	}
+	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
+		return s, fieldErr("fingerprint", "%v", err)
+	}
 	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
 	if err != nil {
-		return s, fieldErr("fingerprint", "%v", err)
+		return s, fieldErr("fingerprint_ignore", "%v", err)
 	}
 	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
