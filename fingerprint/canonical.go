@@ -55,7 +55,15 @@ func (d *doc) emit(s *sink, k int32, ign *trie) {
 		d.tmp = appendUnescaped(d.tmp[:0], d.body[n.a:n.b])
 		s.buf = appendQuoted(s.buf, d.tmp)
 	case kNumber:
-		f, _ := strconv.ParseFloat(string(d.body[n.a:n.b]), 64) // checked by scanNumber
+		text := d.body[n.a:n.b]
+		if smallInt(text) { // its own canonical form, but for -0
+			if string(text) == "-0" {
+				text = text[1:]
+			}
+			s.buf = append(s.buf, text...)
+			break
+		}
+		f, _ := strconv.ParseFloat(string(text), 64) // checked by scanNumber
 		s.buf = appendES(s.buf, f)
 	case kTrue:
 		s.buf = append(s.buf, "true"...)
@@ -171,13 +179,13 @@ func (d *doc) scanNumber(i int) (int, error) {
 	intStart := j
 	j = digitsEnd(b, j)
 	if j == intStart || b[intStart] == '0' && j-intStart > 1 {
-		return 0, errorAt("has a number that is not JSON", d.path)
+		return 0, d.fail("has a number that is not JSON")
 	}
 	intEnd, fracStart, fracEnd := j, j, j
 	if j < len(b) && b[j] == '.' {
 		fracStart = j + 1
 		if j = digitsEnd(b, fracStart); j == fracStart {
-			return 0, errorAt("has a number that is not JSON", d.path)
+			return 0, d.fail("has a number that is not JSON")
 		}
 		fracEnd = j
 	}
@@ -191,7 +199,7 @@ func (d *doc) scanNumber(i int) (int, error) {
 		}
 		start := j
 		if j = digitsEnd(b, start); j == start {
-			return 0, errorAt("has a number that is not JSON", d.path)
+			return 0, d.fail("has a number that is not JSON")
 		}
 		for _, c := range b[start:j] {
 			if exp = exp*10 + int(c-'0'); exp > 1e6 {
@@ -203,15 +211,18 @@ func (d *doc) scanNumber(i int) (int, error) {
 			exp = -exp
 		}
 	}
+	if smallInt(b[i:j]) {
+		return j, nil // exact, and written as ECMAScript would
+	}
 	if j-i > maxNumberLen {
-		return 0, errorAt(fmt.Sprintf("has a number longer than %d characters", maxNumberLen), d.path)
+		return 0, d.fail(fmt.Sprintf("has a number longer than %d characters", maxNumberLen))
 	}
 	f, err := strconv.ParseFloat(string(b[i:j]), 64)
 	if err != nil || math.IsInf(f, 0) {
-		return 0, errorAt("has a number beyond the range of an IEEE 754 double; send it as a string", d.path)
+		return 0, d.fail("has a number beyond the range of an IEEE 754 double; send it as a string")
 	}
 	if !exactly(f, b[intStart:intEnd], b[fracStart:fracEnd], exp, expOK) {
-		return 0, errorAt("has a number that an IEEE 754 double does not hold exactly (RFC 8785 compares doubles); send it as a string", d.path)
+		return 0, d.fail("has a number that an IEEE 754 double does not hold exactly (RFC 8785 compares doubles); send it as a string")
 	}
 	return j, nil
 }
@@ -263,4 +274,22 @@ func digitAt(intPart, fracPart []byte, i int) byte {
 		return intPart[i]
 	}
 	return fracPart[i-len(intPart)]
+}
+
+// smallInt reports whether a number's text (JSON's grammar) is an integer of
+// at most 15 digits: a double holds it exactly, and ECMAScript writes it as it
+// is (-0 aside).
+func smallInt(text []byte) bool {
+	if len(text) > 0 && text[0] == '-' {
+		text = text[1:]
+	}
+	if len(text) > 15 {
+		return false
+	}
+	for _, c := range text {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -311,3 +311,27 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJSONParts reads a 1 MiB document of objects (the cost a json route
+// adds per keyed request of that size).
+func BenchmarkJSONParts(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"items":[`)
+	for i := 0; sb.Len() < 1<<20; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"sku":"item-%d","qty":%d,"price":%d.25,"note":"caf\u00e9 n\u00b0%d"}`, i, i%7, i%1000, i)
+	}
+	sb.WriteString(`],"request_time":"2026-11-25T00:00:00Z"}`)
+	body := []byte(sb.String())
+	bf, _ := fingerprint.NewJSON("/request_time")
+	r, _ := http.NewRequest(http.MethodPost, "/", nil)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := bf.Parts(r, body, func(string, [sha256.Size]byte) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -126,7 +126,7 @@ type doc struct {
 	kids  []int32
 	names []byte
 	stack []int32
-	path  []string // the tokens to the value being read, for errors
+	path  []seg    // the tokens to the value being read, for errors
 	tmp   []byte   // one decoded string
 	out   sink
 }
@@ -136,7 +136,7 @@ var docs = sync.Pool{New: func() any { return &doc{out: sink{h: sha256.New()}} }
 func getDoc() *doc { return docs.Get().(*doc) }
 
 func putDoc(d *doc) {
-	if cap(d.nodes) > 1<<14 || cap(d.names) > 1<<16 || cap(d.out.buf) > 2*sinkFlush {
+	if cap(d.nodes) > 1<<16 || cap(d.names) > 1<<16 || cap(d.out.buf) > 2*sinkFlush {
 		return // do not keep a large document's memory pooled
 	}
 	if cap(d.tmp) > 1<<16 {
@@ -149,6 +149,26 @@ func putDoc(d *doc) {
 }
 
 func (d *doc) name(k int32) string { n := d.nodes[k]; return string(d.names[n.na:n.nb]) }
+
+// seg is a token of the path to the value being read: a member's name
+// (names[na:nb]) or an element's index (idx >= 0).
+type seg struct{ na, nb, idx int32 }
+
+// tokens spells the path being read.
+func (d *doc) tokens() []string {
+	out := make([]string, len(d.path))
+	for i, s := range d.path {
+		if s.idx >= 0 {
+			out[i] = strconv.Itoa(int(s.idx))
+		} else {
+			out[i] = string(d.names[s.na:s.nb])
+		}
+	}
+	return out
+}
+
+// fail is errorAt the value being read.
+func (d *doc) fail(msg string) error { return errorAt(msg, d.tokens()) }
 
 // jsonError is a JSON reading's refusal, with where it happened.
 type jsonError struct{ msg string }
@@ -211,12 +231,12 @@ func (d *doc) add(n node) (int32, error) {
 func (d *doc) value(i, depth int) (int32, int, error) {
 	b := d.body
 	if i >= len(b) {
-		return 0, i, errorAt("ends early", d.path)
+		return 0, i, d.fail("ends early")
 	}
 	switch c := b[i]; {
 	case c == '{' || c == '[':
 		if depth == MaxDepth {
-			return 0, i, errorAt(fmt.Sprintf("is nested deeper than %d levels", MaxDepth), d.path)
+			return 0, i, d.fail(fmt.Sprintf("is nested deeper than %d levels", MaxDepth))
 		}
 		return d.container(i, depth+1)
 	case c == '"':
@@ -243,7 +263,7 @@ func (d *doc) value(i, depth int) (int32, int, error) {
 			return k, i + len(lit.text), err
 		}
 	}
-	return 0, i, errorAt("has a value that is not JSON", d.path)
+	return 0, i, d.fail("has a value that is not JSON")
 }
 
 // container reads the object or array at body[i].
@@ -270,7 +290,7 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 			var na, nb int
 			if object {
 				if i >= len(b) || b[i] != '"' {
-					return 0, i, errorAt("has a member without a quoted name", d.path)
+					return 0, i, d.fail("has a member without a quoted name")
 				}
 				end, err := d.scanString(i)
 				if err != nil {
@@ -279,13 +299,13 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 				na = len(d.names)
 				d.names = appendUnescaped(d.names, b[i+1:end-1])
 				nb = len(d.names)
-				d.path = append(d.path, string(d.names[na:nb]))
+				d.path = append(d.path, seg{na: int32(na), nb: int32(nb), idx: -1})
 				if i = skipWS(b, end); i >= len(b) || b[i] != ':' {
-					return 0, i, errorAt("has a member without a ':'", d.path)
+					return 0, i, d.fail("has a member without a ':'")
 				}
 				i = skipWS(b, i+1)
 			} else {
-				d.path = append(d.path, strconv.Itoa(n))
+				d.path = append(d.path, seg{idx: int32(n)})
 			}
 			kid, next, err := d.value(i, depth)
 			if err != nil {
@@ -302,7 +322,7 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 				i++
 				break
 			}
-			return 0, i, errorAt("has a container that is not closed", d.path)
+			return 0, i, d.fail("has a container that is not closed")
 		}
 	}
 	members := d.stack[mark:]
@@ -311,7 +331,7 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 		for j := 1; j < len(members); j++ {
 			if string(d.nameBytes(members[j])) == string(d.nameBytes(members[j-1])) {
 				return 0, i, errorAt("has a member name twice (parsers disagree on which one counts)",
-					append(d.path, string(d.nameBytes(members[j]))))
+					append(d.tokens(), string(d.nameBytes(members[j]))))
 			}
 		}
 	}

@@ -42,21 +42,21 @@ func (d *doc) scanString(i int) (int, error) {
 		case c == '"':
 			return j + 1, nil
 		case c < 0x20:
-			return 0, errorAt("has a control character in a string", d.path)
+			return 0, d.fail("has a control character in a string")
 		case c == '\\':
 			if j+1 >= len(b) {
-				return 0, errorAt("ends early", d.path)
+				return 0, d.fail("ends early")
 			}
 			if b[j+1] != 'u' {
 				if !strings.ContainsRune(`"\/bfnrt`, rune(b[j+1])) {
-					return 0, errorAt("has an invalid escape in a string", d.path)
+					return 0, d.fail("has an invalid escape in a string")
 				}
 				j += 2
 				continue
 			}
 			r, ok := hex4(b, j+2)
 			if !ok {
-				return 0, errorAt("has an invalid \\u escape", d.path)
+				return 0, d.fail("has an invalid \\u escape")
 			}
 			j += 6
 			if utf16.IsSurrogate(r) {
@@ -65,7 +65,7 @@ func (d *doc) scanString(i int) (int, error) {
 					r2, ok = hex4(b, j+2)
 				}
 				if !ok || utf16.DecodeRune(r, r2) == utf8.RuneError {
-					return 0, errorAt("has a lone surrogate in a string (not I-JSON, RFC 7493)", d.path)
+					return 0, d.fail("has a lone surrogate in a string (not I-JSON, RFC 7493)")
 				}
 				j += 6
 			}
@@ -74,12 +74,12 @@ func (d *doc) scanString(i int) (int, error) {
 		default:
 			r, n := utf8.DecodeRune(b[j:])
 			if r == utf8.RuneError && n <= 1 {
-				return 0, errorAt("has invalid UTF-8", d.path)
+				return 0, d.fail("has invalid UTF-8")
 			}
 			j += n
 		}
 	}
-	return 0, errorAt("ends early", d.path)
+	return 0, d.fail("ends early")
 }
 
 // hex4 reads four hex digits at b[i:].
