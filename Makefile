@@ -33,7 +33,7 @@ bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, int
 
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the core, the codec and the memory store (allocs/op, bytes/record).
-	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore
+	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore ./fingerprint
 
 .PHONY: vet
 vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.

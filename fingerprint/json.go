@@ -126,8 +126,8 @@ type doc struct {
 	kids  []int32
 	names []byte
 	stack []int32
-	path  []seg    // the tokens to the value being read, for errors
-	tmp   []byte   // one decoded string
+	path  []seg  // the tokens to the value being read, for errors
+	tmp   []byte // one decoded string
 	out   sink
 }
 
