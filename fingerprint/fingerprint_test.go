@@ -157,6 +157,8 @@ func TestCanonicalJSONVectors(t *testing.T) {
 			`[0,0,1e+21,100000000000000000000,0.000001,1e-7,1.23e-18,5e-324,1.7976931348623157e+308,-1.5,9007199254740992,295147905179352830000]`},
 		{`["\u001f\u007f\u2028\b\f"]`, "[\"\\u001f\u007f\u2028\\b\\f\"]"},
 		{` "x" `, `"x"`},
+		{`{"aaaaaaaaaaaaaaaaaaé\ufb33":1,"aaaaaaaaaaaaaaaaaaé\ud83d\ude00":2,"aaaaaaaaaaaaaaaaaaé":3,"aaaaaaaaaaaaaaaaaaè":4}`,
+			"{\"aaaaaaaaaaaaaaaaaaè\":4,\"aaaaaaaaaaaaaaaaaaé\":3,\"aaaaaaaaaaaaaaaaaaé😀\":2,\"aaaaaaaaaaaaaaaaaaé\ufb33\":1}"},
 	} {
 		got, err := fingerprint.CanonicalJSON([]byte(c.in))
 		if err != nil {

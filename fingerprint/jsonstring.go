@@ -10,6 +10,19 @@ import (
 // §3.2.3): as code points, but for those above U+FFFF, whose surrogates sort
 // below U+E000–U+FFFF.
 func compareUTF16(x, y []byte) int {
+	// Skip the common prefix a word at a time (hostile documents have many
+	// long names that differ late), then back up to the start of its rune.
+	i, n := 0, min(len(x), len(y))
+	for i+8 <= n && string(x[i:i+8]) == string(y[i:i+8]) {
+		i += 8
+	}
+	for i < n && x[i] == y[i] {
+		i++
+	}
+	for i > 0 && i < n && x[i]&0xC0 == 0x80 {
+		i--
+	}
+	x, y = x[i:], y[i:]
 	for len(x) > 0 && len(y) > 0 {
 		rx, nx := utf8.DecodeRune(x)
 		ry, ny := utf8.DecodeRune(y)
