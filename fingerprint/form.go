@@ -33,14 +33,18 @@ func (*FormBody) ID() string { return Form }
 
 var errFormSemicolon = errors.New(`the form body contains ";", which Go refuses as a separator and other parsers take as one: its fields are ambiguous`)
 
-// formField is one name=value pair, decoded.
-type formField struct{ name, value string }
+// formField is one name=value pair, decoded; bare is a name without "=",
+// which Rack reads as nil and "a=" as "".
+type formField struct {
+	name, value string
+	bare        bool
+}
 
 // Parts implements middleware.BodyFingerprint: one part per field name
 // (`form field "amount"`), in byte order of the names, whose sum covers its
 // values in the order sent. Names and values are percent- and plus-decoded;
-// empty pairs ("a=1&&b=2") are nothing, and "a" is "a=". A ";" or an invalid
-// escape is refused.
+// empty pairs ("a=1&&b=2") are nothing; "a" is not "a=" (Rack reads nil and
+// ""). A ";" or an invalid escape is refused.
 func (f *FormBody) Parts(_ *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
 	if bytes.IndexByte(body, ';') >= 0 {
 		return errFormSemicolon
@@ -55,14 +59,14 @@ func (f *FormBody) Parts(_ *http.Request, body []byte, part func(string, [sha256
 		if len(fields) == MaxValues {
 			return fmt.Errorf("the form body has more than %d fields", MaxValues)
 		}
-		rawName, rawValue, _ := bytes.Cut(pair, []byte{'='})
+		rawName, rawValue, hasValue := bytes.Cut(pair, []byte{'='})
 		name, err1 := url.QueryUnescape(string(rawName))
 		value, err2 := url.QueryUnescape(string(rawValue))
 		if err1 != nil || err2 != nil {
 			return fmt.Errorf("the form body's field %d has an invalid %%-escape", len(fields)+1)
 		}
 		if !f.ignore[name] {
-			fields = append(fields, formField{name, value})
+			fields = append(fields, formField{name, value, !hasValue})
 		}
 	}
 	slices.SortStableFunc(fields, func(a, b formField) int { return strings.Compare(a.name, b.name) })
@@ -70,7 +74,12 @@ func (f *FormBody) Parts(_ *http.Request, body []byte, part func(string, [sha256
 	for i := 0; i < len(fields); {
 		j := i
 		for ; j < len(fields) && fields[j].name == fields[i].name; j++ {
-			s.field([]byte(fields[j].value))
+			if fields[j].bare {
+				s.buf = append(s.buf, 0)
+			} else {
+				s.buf = append(s.buf, 1)
+				s.field([]byte(fields[j].value))
+			}
 		}
 		part("form field "+strconv.Quote(fields[i].name), s.sum())
 		i = j
