@@ -1,13 +1,18 @@
 package middleware_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/fingerprint"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/webhook"
@@ -177,5 +182,38 @@ func TestBodyFingerprintSettings(t *testing.T) {
 		if !errors.As(err, &se) || se.Field != "fingerprint" {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A record stored by an earlier version (the bytes fingerprint: a SHA-256 of
+// the length-prefixed method and path, then the body, written here from its
+// definition) still replays: the default reading did not change.
+func TestBytesFingerprintReadsEarlierRecords(t *testing.T) {
+	store := newMem(t)
+	cnt := &counter{}
+	h := newHandler(t, store)
+	ctx := context.Background()
+	r := req{Key: "old", Body: `{"a":1}`}.Build()
+	var pre []byte
+	for _, f := range []string{"POST", "/charge"} {
+		pre = binary.BigEndian.AppendUint64(pre, uint64(len(f)))
+		pre = append(pre, f...)
+	}
+	sum := sha256.Sum256(append(pre, `{"a":1}`...))
+	key := h.StoreKey(r, "old")
+	if _, _, err := store.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: string(sum[:]), Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: string(sum[:]),
+		CreatedAt: time.Now(), Response: &cache.Response{Status: 201, Body: []byte("stored earlier")}}
+	if err := store.Complete(ctx, key, "t", rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	w := serve(h.Wrap(cnt), req{Key: "old", Body: `{"a":1}`})
+	if w.Code != 201 || w.Body.String() != "stored earlier" || cnt.Calls.Load() != 0 {
+		t.Fatalf("earlier record: %d %q, %d calls", w.Code, w.Body, cnt.Calls.Load())
+	}
+	if w := serve(h.Wrap(cnt), req{Key: "old", Body: `{"a": 1}`}); w.Code != 422 {
+		t.Fatalf("bytes reading replayed another body: %d", w.Code)
 	}
 }
