@@ -10,7 +10,7 @@
 // It records which settings were set, so a proxy route's unset settings take the
 // top level's (Merged). Every surface derives its names, its parsing and its
 // help from the struct's tags (internal/conf): adding a setting is one field in
-// middleware.Settings, the code that uses it, and its README row.
+// middleware.Settings, the code that uses it, and its row in docs/settings.md.
 package config
 
 import (
@@ -76,7 +76,7 @@ type Config struct {
 	// number forms and escapes do not count), "form" (fields sorted; a
 	// repeated field's values keep their order) or "multipart" (each part's
 	// meaningful headers and bytes, not the boundary). A body that cannot be
-	// read one way only in its format gets 400. See README "Fingerprints".
+	// read one way only in its format gets 400. See docs/fingerprints.md.
 	FingerprintSpec string `json:"fingerprint" help:"how the body counts in the fingerprint: bytes, json (RFC 8785 canonical), form (fields sorted) or multipart (parts, not the boundary)"`
 
 	// FingerprintIgnore are RFC 6901 JSON pointers left out of a json, form

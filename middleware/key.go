@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -83,29 +82,4 @@ func parseSFString(v string) (string, error) {
 		}
 	}
 	return "", errKeyQuoted // unterminated
-}
-
-// validToken reports whether s is an RFC 9110 token (header names, methods).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// methodHint suggests the upper-case spelling of a lower-case method.
-func methodHint(m string) string {
-	if u := strings.ToUpper(m); u != m && validToken(m) {
-		return fmt.Sprintf(" (write methods in upper case, %s; requests match it in any case)", u)
-	}
-	return ""
 }
