@@ -16,8 +16,9 @@
 // A body that cannot be read one way only is refused (the core answers 400 and
 // forwards nothing), never fingerprinted as bytes: a duplicate member name, a
 // number that an IEEE 754 double does not hold exactly, invalid UTF-8, a lone
-// surrogate, nesting beyond MaxDepth, more than MaxValues values. An empty body
-// is a body of its own, equal only to another empty one.
+// surrogate, nesting beyond MaxDepth, more than MaxValues values, a body sent
+// with a Content-Encoding. An empty body is a body of its own, equal only to
+// another empty one.
 package fingerprint
 
 import (
@@ -25,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"net/http"
 	"strings"
 
 	"github.com/idemproxy/idemproxy/middleware"
@@ -73,6 +75,18 @@ func Parse(mode string, ignore []string) (middleware.BodyFingerprint, error) {
 		return NewMultipart(ignore...)
 	}
 	return nil, fmt.Errorf("%q: want bytes, json, form or multipart", mode)
+}
+
+// encoded refuses a body sent with a Content-Encoding (gzip, …): a reading
+// needs the body as it is meant, and a compressed one cannot be compared by its
+// meaning without being decompressed, which is the upstream's work.
+func encoded(r *http.Request, reading string) error {
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		if v := strings.TrimSpace(ce); v != "" && !strings.EqualFold(v, "identity") {
+			return fmt.Errorf("the body has a Content-Encoding; this route reads bodies as %s, which it needs unencoded", reading)
+		}
+	}
+	return nil
 }
 
 // trie holds the ignored pointers: a leaf is left out with all below it.

@@ -293,6 +293,22 @@ func TestMultipartEqualAndUnequal(t *testing.T) {
 	}
 }
 
+func TestEncodedBodyRefused(t *testing.T) {
+	for _, mode := range []string{fingerprint.JSON, fingerprint.Form, fingerprint.Multipart} {
+		bf, _ := fingerprint.Parse(mode, nil)
+		r, _ := http.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+		r.Header.Set("Content-Encoding", "gzip")
+		if err := bf.Parts(r, []byte("\x1f\x8b"), func(string, [sha256.Size]byte) {}); err == nil || !strings.Contains(err.Error(), "Content-Encoding") {
+			t.Errorf("%s: a gzip body: %v", mode, err)
+		}
+		r.Header.Set("Content-Encoding", "identity")
+		if err := bf.Parts(r, []byte("--b--\r\n"), func(string, [sha256.Size]byte) {}); err != nil && strings.Contains(err.Error(), "Content-Encoding") {
+			t.Errorf("%s: identity refused: %v", mode, err)
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		mode   string

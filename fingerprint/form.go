@@ -45,7 +45,10 @@ type formField struct {
 // values in the order sent. Names and values are percent- and plus-decoded;
 // empty pairs ("a=1&&b=2") are nothing; "a" is not "a=" (Rack reads nil and
 // ""). A ";" or an invalid escape is refused.
-func (f *FormBody) Parts(_ *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
+func (f *FormBody) Parts(r *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
+	if err := encoded(r, "a form"); err != nil {
+		return err
+	}
 	if bytes.IndexByte(body, ';') >= 0 {
 		return errFormSemicolon
 	}

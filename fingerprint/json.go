@@ -39,7 +39,10 @@ func (*JSONBody) ID() string { return JSON }
 // its own shape); then each top-level member, named by its pointer ("/amount"),
 // in canonical order, or each element ("/0"), with the SHA-256 of its
 // canonical form.
-func (j *JSONBody) Parts(_ *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
+func (j *JSONBody) Parts(r *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
+	if err := encoded(r, "JSON"); err != nil {
+		return err
+	}
 	d := getDoc()
 	defer putDoc(d)
 	root, err := d.parse(body)

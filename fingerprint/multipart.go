@@ -46,6 +46,9 @@ var partHeaders = []string{"Content-Disposition", "Content-Type", "Content-Trans
 // multipart type with a boundary, a malformed body, or a part with one of
 // those headers twice or unparsable is refused.
 func (m *MultipartBody) Parts(r *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
+	if err := encoded(r, "multipart"); err != nil {
+		return err
+	}
 	cts := r.Header.Values("Content-Type")
 	if len(cts) != 1 {
 		return errors.New("a multipart body needs exactly one Content-Type header")
