@@ -146,10 +146,13 @@ func fpParts(fp string) (parts []fpPart, ok bool) {
 }
 
 // mismatchDetail is the 422 problem's detail for a request whose fingerprint fp
-// differs from the record's stored: it names the parts that differ (at most
-// three), never a value.
-func mismatchDetail(stored, fp string) string {
+// differs from the record's stored: with a BodyFingerprint, it names the parts
+// that differ (at most three), never a value.
+func (h *Handler) mismatchDetail(stored, fp string) string {
 	const generic = "this idempotency key was already used with a different request (method, path, query or body)"
+	if h.s.BodyFingerprint == nil {
+		return generic
+	}
 	was, ok1 := fpParts(stored)
 	now, ok2 := fpParts(fp)
 	if !ok1 || !ok2 {

@@ -314,7 +314,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	switch {
 	case rec.Fingerprint != fp:
 		t.problem(w, OutcomeMismatch, nil, newProblem(ProblemMismatch, http.StatusUnprocessableEntity,
-			mismatchDetail(rec.Fingerprint, fp)), 0)
+			h.mismatchDetail(rec.Fingerprint, fp)), 0)
 	case rec.State != cache.StateCompleted || rec.Response == nil:
 		t.problem(w, OutcomeConflict, nil, newProblem(ProblemInFlight, http.StatusConflict,
 			"a request with this idempotency key is still being processed; retry later"), h.s.RetryAfter)
