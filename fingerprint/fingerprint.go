@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"net/http"
 	"strings"
 
@@ -200,6 +201,15 @@ func (s *sink) sum() (out [sha256.Size]byte) {
 	s.h.Sum(out[:0])
 	s.h.Reset()
 	return out
+}
+
+// rest writes what r reads, as the last field of a sum (so unprefixed), without
+// holding it.
+func (s *sink) rest(r io.Reader) error {
+	_, _ = s.h.Write(s.buf)
+	s.buf = s.buf[:0]
+	_, err := io.Copy(s.h, r)
+	return err
 }
 
 // field writes b length-prefixed, so that fields' boundaries are unambiguous.

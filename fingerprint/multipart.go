@@ -90,11 +90,9 @@ func (m *MultipartBody) Parts(r *http.Request, body []byte, part func(string, [s
 			s.sum() // discard
 			continue
 		}
-		b, err := io.ReadAll(p)
-		if err != nil {
+		if err := s.rest(p); err != nil {
 			return fmt.Errorf("the multipart body is malformed in part %d", n)
 		}
-		s.field(b)
 		part(name, s.sum())
 	}
 }
