@@ -261,6 +261,7 @@ func TestMultipartEqualAndUnequal(t *testing.T) {
 		{"part order", multipartBody("B", file, field("x", "1")), ct("B"), false},
 		{"part added", multipartBody("B", field("x", "1"), file, field("y", "")), ct("B"), false},
 		{"multipart/mixed is not form-data", multipartBody("B", field("x", "1"), file), "multipart/mixed; boundary=B", false},
+		{"other headers count outside form-data", multipartBody("B", "Content-ID: <a>\r\n\r\nx"), "multipart/related; boundary=B", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			da, _, err := digestOf(t, bf, ct("AAA"), a)
@@ -290,6 +291,16 @@ func TestMultipartEqualAndUnequal(t *testing.T) {
 	_, names, _ := digestOf(t, bf, ct("AAA"), a)
 	if got := strings.Join(names, ","); got != ",multipart part 1,multipart part 2" {
 		t.Fatalf("names %q", got)
+	}
+	related := func(id, extra string) string {
+		d, _, err := digestOf(t, bf, "multipart/related; boundary=R", multipartBody("R", "Content-Type: text/plain\r\nContent-ID: "+id+extra+"\r\n\r\nx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if related("<a>", "") == related("<b>", "") || related("<a>", "") != related(" <a> ", "") || related("<a>", "") == related("<a>", "\r\nX-Other: 1") {
+		t.Fatal("multipart/related: every part header counts, trimmed")
 	}
 }
 

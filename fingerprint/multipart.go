@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -33,10 +34,12 @@ func NewMultipart(ignore ...string) (*MultipartBody, error) {
 // ID implements middleware.BodyFingerprint.
 func (*MultipartBody) ID() string { return Multipart }
 
-// partHeaders are the part headers that carry meaning; RFC 7578 §4.8 has
-// receivers ignore every other one. Each is compared in its parsed form
-// (media types and parameter names lower-cased, parameters sorted).
-var partHeaders = []string{"Content-Disposition", "Content-Type", "Content-Transfer-Encoding"}
+// formDataHeaders are the headers of a multipart/form-data part that carry
+// meaning; RFC 7578 §4.8 has receivers ignore every other one. Each is compared
+// in its parsed form (media types and parameter names lower-cased, parameters
+// sorted). The parts of other multipart types (multipart/related refers to
+// Content-ID) count every header.
+var formDataHeaders = []string{"Content-Disposition", "Content-Type", "Content-Transfer-Encoding"}
 
 // Parts implements middleware.BodyFingerprint: the media type (its boundary
 // left out), then one part per body part in the order sent ("multipart part
@@ -73,7 +76,12 @@ func (m *MultipartBody) Parts(r *http.Request, body []byte, part func(string, [s
 			return fmt.Errorf("the multipart body has more than %d parts", MaxValues)
 		}
 		name := "multipart part " + strconv.Itoa(n)
-		for _, h := range partHeaders {
+		headers := formDataHeaders
+		if mt != "multipart/form-data" {
+			headers = slices.Sorted(maps.Keys(p.Header))
+			s.field([]byte(strconv.Itoa(len(headers))))
+		}
+		for _, h := range headers {
 			vals := p.Header.Values(h)
 			if len(vals) > 1 {
 				return fmt.Errorf("%s has %s twice", name, h)
@@ -83,6 +91,9 @@ func (m *MultipartBody) Parts(r *http.Request, body []byte, part func(string, [s
 				if v, err = canonicalHeader(h, vals[0]); err != nil {
 					return fmt.Errorf("%s has a malformed %s", name, h)
 				}
+			}
+			if mt != "multipart/form-data" {
+				s.field([]byte(h))
 			}
 			s.field([]byte(v))
 		}
@@ -97,10 +108,15 @@ func (m *MultipartBody) Parts(r *http.Request, body []byte, part func(string, [s
 	}
 }
 
-// canonicalHeader is a part header's value in parsed form.
+// canonicalHeader is a part header's value in parsed form: a media type or
+// disposition parsed, an encoding lower-cased, any other trimmed.
 func canonicalHeader(name, v string) (string, error) {
-	if name == "Content-Transfer-Encoding" {
+	switch name {
+	case "Content-Transfer-Encoding":
 		return strings.ToLower(strings.TrimSpace(v)), nil
+	case "Content-Type", "Content-Disposition":
+	default:
+		return strings.TrimSpace(v), nil
 	}
 	mt, params, err := mime.ParseMediaType(v)
 	if err != nil {
