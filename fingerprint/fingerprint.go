@@ -10,8 +10,9 @@
 //   - Form: application/x-www-form-urlencoded fields, sorted by name; a
 //     repeated field keeps the order of its values. The parts are the fields.
 //   - Multipart: the parts in order, each by the headers that carry meaning
-//     (Content-Disposition, Content-Type, Content-Transfer-Encoding) and its
-//     body, never the boundary.
+//     (of a multipart/form-data part Content-Disposition, Content-Type and
+//     Content-Transfer-Encoding; of other types every header) and its body,
+//     never the boundary.
 //
 // A body that cannot be read one way only is refused (the core answers 400 and
 // forwards nothing), never fingerprinted as bytes: a duplicate member name, a

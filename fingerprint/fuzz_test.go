@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -298,6 +299,59 @@ func FuzzCanonicalJSON(f *testing.F) {
 		_ = json.Unmarshal(c, &b)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("%q and its canonical form %q differ: %v, %v", in, c, a, b)
+		}
+	})
+}
+
+// FuzzFormFingerprint: what the form reading accepts, url.ParseQuery accepts;
+// the fields reordered (each name's values keeping their order) are the same
+// body, and one value changed is another.
+func FuzzFormFingerprint(f *testing.F) {
+	for _, s := range []string{"a=1&b=2&a=3", "x=%C3%A9+y&&z", "a=1;b=2", "=&=", "k=%zz"} {
+		f.Add(s, uint64(1))
+	}
+	bf, _ := fingerprint.NewForm()
+	f.Fuzz(func(t *testing.T, body string, seed uint64) {
+		d, _, err := digestOf(t, bf, "", body)
+		if err != nil {
+			return
+		}
+		if _, err := url.ParseQuery(body); err != nil {
+			t.Fatalf("%q accepted, ParseQuery refuses it: %v", body, err)
+		}
+		var pairs []string
+		for _, p := range strings.Split(body, "&") {
+			if p != "" {
+				pairs = append(pairs, p)
+			}
+		}
+		if len(pairs) == 0 {
+			return
+		}
+		name := func(p string) string { n, _, _ := strings.Cut(p, "="); v, _ := url.QueryUnescape(n); return v }
+		r := rand.New(rand.NewPCG(seed, 29))
+		moved := slices.Clone(pairs)
+		r.Shuffle(len(moved), func(i, j int) { moved[i], moved[j] = moved[j], moved[i] })
+		slices.SortStableFunc(moved, func(a, b string) int { return strings.Compare(name(a), name(b)) })
+		// moved sorts by name, and within a name keeps the shuffled order:
+		// put each name's values back in their order.
+		byName := map[string][]string{}
+		for _, p := range pairs {
+			byName[name(p)] = append(byName[name(p)], p)
+		}
+		for i := 0; i < len(moved); {
+			n := name(moved[i])
+			copy(moved[i:], byName[n])
+			i += len(byName[n])
+		}
+		if d2, _, err := digestOf(t, bf, "", strings.Join(moved, "&")); err != nil || d2 != d {
+			t.Fatalf("%q reordered as %q: %v, equal %v", body, strings.Join(moved, "&"), err, d2 == d)
+		}
+		i := r.IntN(len(pairs))
+		changed := slices.Clone(pairs)
+		changed[i] += map[bool]string{true: "x", false: "=x"}[strings.Contains(pairs[i], "=")]
+		if d3, _, err := digestOf(t, bf, "", strings.Join(changed, "&")); err != nil || d3 == d {
+			t.Fatalf("%q changed as %q: %v, equal %v", body, strings.Join(changed, "&"), err, d3 == d)
 		}
 	})
 }
