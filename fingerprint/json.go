@@ -85,14 +85,14 @@ func (j *JSONBody) Parts(r *http.Request, body []byte, part func(string, [sha256
 	return nil
 }
 
-// CanonicalJSON returns doc in RFC 8785 canonical form, leaving out nothing. It
+// CanonicalJSON returns text in RFC 8785 canonical form, leaving out nothing. It
 // fails as the JSON reading does (see the package documentation).
 func CanonicalJSON(text []byte) ([]byte, error) {
 	d := &doc{}
 	root, err := d.parse(text)
 	if err != nil || root < 0 {
 		if err == nil {
-			err = errorAt("the body is empty", nil)
+			err = errorAt("is empty", nil)
 		}
 		return nil, err
 	}
