@@ -15,6 +15,11 @@ import (
 // body_read_timeout before the deadline moves on.
 const clientPiece = 64 << 10
 
+// buffered is what net/http buffers of an answer (its bufio.Writer's size):
+// an answer that fits is written after the handler returned, so it needs no
+// deadline of ours (and gets none: no timer, no early flush).
+const buffered = 4 << 10
+
 // progressWriter writes to a client under a deadline that moves with
 // progress. The zero timeout writes as net/http does, with no deadline.
 type progressWriter struct {
@@ -22,6 +27,7 @@ type progressWriter struct {
 	timeout time.Duration
 	set     time.Time // when the deadline was last moved; zero: none set
 	off     bool      // the writer has no deadlines
+	written int64     // bytes written so far
 }
 
 // write writes p in pieces, each under a deadline at most timeout away. A
@@ -30,10 +36,13 @@ type progressWriter struct {
 func (pw *progressWriter) write(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), clientPiece)
-		pw.move()
+		if pw.written+int64(n) > buffered || !pw.set.IsZero() {
+			pw.move()
+		}
 		if _, err := pw.w.Write(p[:n]); err != nil {
 			return err
 		}
+		pw.written += int64(n)
 		p = p[n:]
 	}
 	return nil
@@ -41,6 +50,8 @@ func (pw *progressWriter) write(p []byte) error {
 
 // move sets the deadline timeout from now, unless it was moved less than a
 // quarter of timeout ago (a fast client's pieces do not each reset a timer).
+// It is called before what reaches the network: a write past net/http's
+// buffer, a flush.
 func (pw *progressWriter) move() {
 	if pw.timeout <= 0 || pw.off {
 		return
