@@ -33,12 +33,32 @@ retry_after: 3s
 		t.Fatalf("first execution: %d replayed=%v %d bytes", r.Status, r.Replayed, len(r.Body))
 	}
 
+	// The record is stored once the first execution's handler returned, a
+	// moment after its client read the answer: until then a request gets 409.
+	testutil.Eventually(t, 10*time.Second, "the answer stored", func() bool {
+		return testutil.RawExchange(t, p.Addr, req).Replayed
+	})
+
 	// Two readers that stall: 16 MiB of the 20 MiB budget while their replays
 	// are written (the kernel's buffers take at most a few MiB of each).
+	// Each must be answered 201 (the previous replay's share may not be back
+	// yet the moment its client read it): only the status line is read.
 	began := time.Now()
 	stalled := []io.Reader{}
-	for range 2 {
-		stalled = append(stalled, testutil.RawConn(t, p.Addr, req))
+	for len(stalled) < 2 {
+		c := testutil.RawConn(t, p.Addr, req)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line := make([]byte, len("HTTP/1.1 201"))
+		if _, err := io.ReadFull(c, line); err != nil {
+			t.Fatalf("a stalled reader's status line: %v", err)
+		}
+		if string(line) != "HTTP/1.1 201" {
+			c.Close()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		_ = c.SetReadDeadline(time.Now().Add(25 * time.Second)) // for the rest, below
+		stalled = append(stalled, io.MultiReader(strings.NewReader(string(line)), c))
 	}
 	// A third replay does not fit beside them: 503, and nothing runs again.
 	var third testutil.Response
@@ -55,10 +75,8 @@ retry_after: 3s
 
 	// A stalled reader's connection is closed once it accepted nothing for
 	// body_read_timeout: it gets part of the body, then the end.
+	time.Sleep(time.Until(began.Add(5 * time.Second))) // stalled past the timeout
 	for i, c := range stalled {
-		conn := c.(interface{ SetReadDeadline(time.Time) error })
-		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-		time.Sleep(time.Until(began.Add(5 * time.Second))) // stalled past the timeout
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("stalled reader %d: %v", i, err)
