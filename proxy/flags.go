@@ -91,6 +91,8 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c.file = path
+	c.reload = func() (*Config, error) { return ParseArgs(args, getenv, io.Discard) }
 	return &c, nil
 }
 

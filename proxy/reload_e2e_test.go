@@ -1,0 +1,131 @@
+package proxy_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
+)
+
+// reloadConfig writes text to the config file at path, as an operator editing it.
+func reloadConfig(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type answer struct {
+	testutil.Response
+	err error
+}
+
+// inflight sends q to p in the background; its answer, or the error, comes on
+// the channel.
+func inflight(p *testutil.Proc, q testutil.Request) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := testutil.Do(ctx, p.Addr, q)
+		done <- answer{r, err}
+	}()
+	return done
+}
+
+// waitLog waits until the process has logged want n times.
+func waitLog(t *testing.T, p *testutil.Proc, want string, n int) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, want+" in the log", func() bool {
+		return strings.Count(p.Logs.String(), want) >= n
+	})
+}
+
+// SIGHUP re-reads the file: a slow request in flight across it gets its answer,
+// a record made before it still replays after (the memory store is kept), a
+// route added takes effect, a setting that needs a restart is said so, and a
+// broken file keeps the old configuration with one line naming file and line.
+func TestE2EReloadOnSIGHUP(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\n")
+	p := start(t, "--config", path)
+
+	if r := p.Post(t, "/charges", "before", "x"); r.Status != 201 || r.Replayed {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := p.Send(t, testutil.Request{Target: "/orders", Body: "x"}); r.Status != 201 {
+		t.Fatalf("an unkeyed POST before the reload: %+v", r)
+	}
+	done := inflight(p, testutil.KeyedPost("/slow?ms=1500", "inflight", "x"))
+	<-up.Started
+
+	reloadConfig(t, path, "upstream: "+up.URL+"\nlisten: 127.0.0.1:1\nroutes:\n  - path: /orders\n    require_key: true\n")
+	p.Signal(t, syscall.SIGHUP)
+	if r := <-done; r.err != nil || r.Status != 201 || r.Replayed {
+		t.Fatalf("the request in flight across SIGHUP: %+v", r)
+	}
+	waitLog(t, p, `"msg":"configuration reloaded"`, 1)
+	if !strings.Contains(p.Logs.String(), "listen") || !strings.Contains(p.Logs.String(), "restart") {
+		t.Fatalf("a changed listen address is not said to need a restart:\n%s", p.Logs)
+	}
+	if r := p.Post(t, "/charges", "before", "x"); !r.Replayed || up.Count("before") != 1 {
+		t.Fatalf("a record made before the reload: %+v, executions %d", r, up.Count("before"))
+	}
+	if r := p.Post(t, "/slow?ms=0", "inflight", "x"); !r.Replayed {
+		t.Fatalf("the request stored across the reload does not replay: %+v", r)
+	}
+	if r := p.Send(t, testutil.Request{Target: "/orders", Body: "x"}); r.Status != 400 {
+		t.Fatalf("the route added by the reload (require_key) is not applied: %+v", r)
+	}
+
+	reloadConfig(t, path, "upstream: "+up.URL+"\nunknown_hold: 2days\n")
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, "configuration not reloaded", 1)
+	logs := p.Logs.String()
+	if !strings.Contains(logs, path) || !strings.Contains(logs, "line 2") || !strings.Contains(logs, "unknown_hold") {
+		t.Fatalf("a broken file is not named with its line and key:\n%s", logs)
+	}
+	if r := p.Send(t, testutil.Request{Target: "/orders", Body: "x"}); r.Status != 400 {
+		t.Fatalf("after a broken file, the old configuration is not kept: %+v", r)
+	}
+	if r := p.Post(t, "/charges", "before", "x"); !r.Replayed {
+		t.Fatalf("after a broken file: %+v", r)
+	}
+	p.Stop(t)
+}
+
+// A store whose settings change is reopened (the memory store starts empty);
+// one whose settings stay is kept. The log says which.
+func TestE2EReloadReopensAChangedStore(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\nttl: 1h\n")
+	p := start(t, "--config", path)
+	if r := p.Post(t, "/charges", "k", "x"); r.Status != 201 {
+		t.Fatalf("first: %+v", r)
+	}
+	reloadConfig(t, path, "upstream: "+up.URL+"\nttl: 2h\n")
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, `"msg":"configuration reloaded"`, 1)
+	if !strings.Contains(p.Logs.String(), `"store":"kept"`) {
+		t.Fatalf("the store was not kept:\n%s", p.Logs)
+	}
+	if r := p.Post(t, "/charges", "k", "x"); !r.Replayed {
+		t.Fatalf("after a reload that kept the store: %+v", r)
+	}
+	reloadConfig(t, path, "upstream: "+up.URL+"\nttl: 2h\nmemory_max_records: 5000\n")
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, `"msg":"configuration reloaded"`, 2)
+	if !strings.Contains(p.Logs.String(), `"store":"reopened"`) {
+		t.Fatalf("the store was not reopened:\n%s", p.Logs)
+	}
+	if r := p.Post(t, "/charges", "k", "x"); r.Replayed || up.Count("k") != 2 {
+		t.Fatalf("after reopening the memory store: %+v, executions %d", r, up.Count("k"))
+	}
+	p.Stop(t)
+}
