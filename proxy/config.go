@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -174,7 +172,7 @@ func (c *Config) Validate() error {
 	if err := validUpstreamHost(c.UpstreamHost); err != nil {
 		return fmt.Errorf("%s %q: %w", c.source("upstream_host"), c.UpstreamHost, err)
 	}
-	if c.RequestIDHeader != "" && !httpguts.ValidHeaderFieldName(c.RequestIDHeader) {
+	if c.RequestIDHeader != "" && !isToken(c.RequestIDHeader) {
 		return fmt.Errorf("%s %q: not a header name", c.source("request_id_header"), c.RequestIDHeader)
 	}
 	if err := c.Stores.Validate(c.Store); err != nil {
