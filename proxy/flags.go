@@ -127,6 +127,8 @@ Requests with an Idempotency-Key header run once; repeats get the stored respons
 Every flag can also be set with the environment variable shown, and in the config file
 (with underscores: lock_ttl). Precedence: flag, variable, file, default. Sizes take a
 unit (512B, 64KiB, 10MiB, 10MB); durations take Go syntax or days (500ms, 30s, 24h, 2d).
+SIGHUP reloads: the same flags and variables, the config file as it is now, the TLS
+files (README: Reload, TLS, load balancers); SIGINT and SIGTERM drain and stop.
 Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set;
 every OTEL_* variable of the OpenTelemetry SDK applies (see README: Tracing).
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -100,8 +101,9 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 	p.Stop(t)
 }
 
-// A store whose settings change is reopened (the memory store starts empty);
-// one whose settings stay is kept. The log says which.
+// A store whose settings change is reopened (the memory store starts empty),
+// the old one closed only after the requests using it are done; one whose
+// settings stay is kept. The log says which.
 func TestE2EReloadReopensAChangedStore(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
@@ -119,14 +121,43 @@ func TestE2EReloadReopensAChangedStore(t *testing.T) {
 	if r := p.Post(t, "/charges", "k", "x"); !r.Replayed {
 		t.Fatalf("after a reload that kept the store: %+v", r)
 	}
+	// A request in flight on the old store finishes on it: it is closed after.
+	done := inflight(p, testutil.KeyedPost("/slow?ms=1000", "old-store", "x"))
+	<-up.Started
 	reloadConfig(t, path, "upstream: "+up.URL+"\nttl: 2h\nmemory_max_records: 5000\n")
 	p.Signal(t, syscall.SIGHUP)
 	waitLog(t, p, `"msg":"configuration reloaded"`, 2)
+	if r := <-done; r.err != nil || r.Status != 201 {
+		t.Fatalf("a request in flight while its store was replaced: %+v", r)
+	}
 	if !strings.Contains(p.Logs.String(), `"store":"reopened"`) {
 		t.Fatalf("the store was not reopened:\n%s", p.Logs)
 	}
 	if r := p.Post(t, "/charges", "k", "x"); r.Replayed || up.Count("k") != 2 {
 		t.Fatalf("after reopening the memory store: %+v, executions %d", r, up.Count("k"))
+	}
+	p.Stop(t)
+}
+
+// A Redis store reopened by a reload (a Redis setting changed) is closed only
+// after the request in flight on it has stored its response: the retry on the
+// new client replays it.
+func TestE2EReloadReopensRedisAfterInFlight(t *testing.T) {
+	skipShort(t)
+	rs := redistest.Start(t)
+	up := testutil.NewUpstream(t)
+	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\nstore: "+rs.URL()+"\n")
+	p := start(t, "--config", path)
+	done := inflight(p, testutil.KeyedPost("/slow?ms=1500", "across", "x"))
+	<-up.Started
+	reloadConfig(t, path, "upstream: "+up.URL+"\nstore: "+rs.URL()+"\nredis_wait_timeout: 300ms\n")
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, `"store":"reopened"`, 1)
+	if r := <-done; r.err != nil || r.Status != 201 {
+		t.Fatalf("the request in flight on the replaced client: %+v", r)
+	}
+	if r := p.Post(t, "/slow?ms=1500", "across", "x"); !r.Replayed || up.Count("across") != 1 {
+		t.Fatalf("its retry on the new client: %+v, executions %d", r, up.Count("across"))
 	}
 	p.Stop(t)
 }

@@ -198,6 +198,9 @@ func (p *Proxy) retire(old *state) {
 			p.log.Warn("reload: responses of the previous configuration not all stored in time", "error", err)
 		}
 		old.store.release()
+		if t, ok := old.rp.Transport.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections() // the new state has a transport of its own
+		}
 	}()
 }
 
