@@ -56,9 +56,18 @@ func TestE2ELogsDurationsAndRequestFields(t *testing.T) {
 			line = l
 		}
 	}
+	var warning string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "outcome unknown") {
+			warning = l
+		}
+	}
 	for _, want := range []string{`"client":"127.0.0.1"`, `"route":"/charges"`, `"request_id":"`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("request line lacks %s: %s", want, line)
+		}
+		if !strings.Contains(warning, want) {
+			t.Errorf("the core's warning for the request lacks %s: %s", want, warning)
 		}
 	}
 }

@@ -25,17 +25,20 @@ import (
 // the state it started with (acquire) to its end, and the old state's store
 // is released once the last such request and its background stores are done.
 type state struct {
-	cfg     *Config
-	store   *sharedStore
-	cache   cache.Store
-	fwd     *forwarding
-	cert    *tls.Certificate // nil without TLS
-	rp      *httputil.ReverseProxy
-	next    middleware.Next
-	def     *route
-	routes  []*route        // longest path first
-	guarded map[string]bool // methods tracked by some route, canonical: their paths must be canonical
-	users   atomic.Int64    // requests being served with this state
+	cfg   *Config
+	store *sharedStore
+	cache cache.Store
+	fwd   *forwarding
+	cert  *tls.Certificate // nil without TLS
+	rp    *httputil.ReverseProxy
+	// transport to the upstream: kept by a reload that leaves upstream_timeout
+	// alone, with its idle connections.
+	transport http.RoundTripper
+	next      middleware.Next
+	def       *route
+	routes    []*route        // longest path first
+	guarded   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
+	users     atomic.Int64    // requests being served with this state
 }
 
 // sharedStore is an open store and the states that use it: a reload that does
@@ -95,6 +98,11 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 		st.store.refs.Store(1)
 	}
 	st.cache = st.store.opened.Store
+	if prev != nil && prev.cfg.UpstreamTimeout == cfg.UpstreamTimeout {
+		st.transport = prev.transport
+	} else {
+		st.transport = upstreamTransport(cfg)
+	}
 	if err := p.buildRoutes(st); err != nil {
 		st.store.release()
 		return nil, false, err
@@ -124,7 +132,7 @@ func (p *Proxy) buildRoutes(st *state) error {
 				pr.Out = a.Guard(pr.Out, pr.In.GetBody)
 			}
 		},
-		Transport:    upstreamTransport(cfg),
+		Transport:    st.transport,
 		BufferPool:   forward.BufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { p.upstreamError(st, w, r, err) },
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
@@ -198,8 +206,8 @@ func (p *Proxy) retire(old *state) {
 			p.log.Warn("reload: responses of the previous configuration not all stored in time", "error", err)
 		}
 		old.store.release()
-		if t, ok := old.rp.Transport.(interface{ CloseIdleConnections() }); ok {
-			t.CloseIdleConnections() // the new state has a transport of its own
+		if t, ok := old.transport.(interface{ CloseIdleConnections() }); ok && old.transport != p.cur.Load().transport {
+			t.CloseIdleConnections() // no state uses it any more
 		}
 	}()
 }
