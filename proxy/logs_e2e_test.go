@@ -50,6 +50,8 @@ func TestE2ELogsDurationsAndRequestFields(t *testing.T) {
 	if strings.Contains(logs, "86400000000000") || !strings.Contains(logs, `"unknown_hold":"24h0m0s"`) {
 		t.Fatalf("unknown_hold not logged as a duration:\n%s", logs)
 	}
+	waitLog(t, p, `"msg":"request"`, 1)
+	logs = p.Logs.String()
 	var line string
 	for _, l := range strings.Split(logs, "\n") {
 		if strings.Contains(l, `"msg":"request"`) {
