@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,6 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -185,5 +189,55 @@ func TestE2ETLSHTTP2Limits(t *testing.T) {
 	}
 	if up.Total() != 0 {
 		t.Fatalf("refused requests reached the upstream: %v", up.Paths())
+	}
+}
+
+// Over HTTP/2, a client that starts a header block and stalls is cut off: the
+// connection has no stream yet, so idle_timeout closes it.
+func TestE2ETLSHTTP2StalledHeadersCutOff(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeCert(t, cert, key, "stall")
+	p := start(t, "--upstream", up.URL, "--tls-cert", cert, "--tls-key", key, "--idle-timeout", "2s", "--read-header-timeout", "1s")
+	conn, err := tls.Dial("tcp", p.Addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if conn.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatalf("ALPN: %q", conn.ConnectionState().NegotiatedProtocol)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "api.example"}, {":path", "/pay"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	// The first half of the block, without END_HEADERS; the rest never comes.
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes()[:block.Len()/2], EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			break
+		}
+	}
+	d := time.Since(began)
+	t.Logf("stalled HTTP/2 header block closed after %v", d)
+	if d > 8*time.Second {
+		t.Fatalf("a stalled HTTP/2 header block held its connection %v", d)
+	}
+	if up.Total() != 0 {
+		t.Fatal("the stalled request reached the upstream")
 	}
 }
