@@ -31,7 +31,7 @@ type Config struct {
 	AdminHosts        []string      `json:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
 	Metrics           string        `json:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored (after a SIGHUP reload, the replaced configuration's background stores)"`
 	ReadHeaderTimeout time.Duration `json:"read_header_timeout" help:"time a client has to send its request headers"`
 	IdleTimeout       time.Duration `json:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
 	LogFormat         string        `json:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
