@@ -161,3 +161,28 @@ func TestE2EReloadReopensRedisAfterInFlight(t *testing.T) {
 	}
 	p.Stop(t)
 }
+
+// A reload builds the configuration from the same flags and variables: they
+// still win over the file as it is now.
+func TestE2EReloadKeepsFlagsAndVariables(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\nrequire_key: false\n")
+	p := testutil.StartIdemproxy(t, binary(t), []string{"--config", path, "--retry-after", "7s"}, "IDEMPROXY_REQUIRE_KEY=true")
+	if r := p.Send(t, testutil.Request{Target: "/x", Body: "x"}); r.Status != 400 {
+		t.Fatalf("before: the variable's require_key: %+v", r)
+	}
+	reloadConfig(t, path, "upstream: "+up.URL+"\nrequire_key: false\nretry_after: 1s\nroutes:\n  - path: /y\n")
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, `"msg":"configuration reloaded"`, 1)
+	if r := p.Send(t, testutil.Request{Target: "/y", Body: "x"}); r.Status != 400 {
+		t.Fatalf("after the reload, the variable no longer wins over the file: %+v", r)
+	}
+	done := inflight(p, testutil.KeyedPost("/block", "busy", "x"))
+	<-up.Started
+	if r := p.Post(t, "/block", "busy", "x"); r.Status != 409 || r.Header.Get("Retry-After") != "7" {
+		t.Fatalf("after the reload, the flag no longer wins over the file: %+v", r)
+	}
+	up.Release <- struct{}{}
+	<-done
+}
