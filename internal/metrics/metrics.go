@@ -36,7 +36,7 @@ const (
 
 // ProxyOnly are the metrics whose meaning exists in the proxy alone (see the
 // package doc): the Caddy module does not export them.
-var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved}
+var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved, ReconcileAttempts, ReconcileOutcomes}
 
 // Untracked is the outcome label of a request that reached idemproxy with a
 // method it does not track (in the proxy also: on a disabled route, or refused
