@@ -216,7 +216,11 @@ func metricSum(t *testing.T, text, name string) int {
 // that starts next finds the job in the store and settles the key.
 func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 	skipShort(t)
-	store := redistest.Start(t).URL()
+	t.Run("redis", func(t *testing.T) { reconcileAfterRestart(t, redistest.Start(t).URL()) })
+	t.Run("postgres", func(t *testing.T) { reconcileAfterRestart(t, pgtest.Start(t).URL()) })
+}
+
+func reconcileAfterRestart(t *testing.T, store string) {
 	up := newReconcileUpstream(t)
 	cfg := strings.Replace(reconcileConfig(up.URL), "reconcile_delay: 300ms", "reconcile_delay: 2s\n    reconcile_max_delay: 2s", 1)
 	cfg = strings.Replace(cfg, "    reconcile_max_delay: 1s\n", "", 1)
