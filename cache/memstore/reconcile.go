@@ -95,10 +95,13 @@ func (s *Store) FinishReconcile(_ context.Context, key, token string) error {
 // GetReconcile implements cache.Reconciler.
 func (s *Store) GetReconcile(_ context.Context, key string) (*cache.Job, error) {
 	s.jobs.mu.Lock()
-	j := s.jobs.m[key]
+	var b []byte
+	if j := s.jobs.m[key]; j != nil {
+		b = j.job // replaced, never changed in place
+	}
 	s.jobs.mu.Unlock()
-	if j == nil {
+	if b == nil {
 		return nil, cache.ErrNotFound
 	}
-	return cache.DecodeJob(j.job)
+	return cache.DecodeJob(b)
 }
