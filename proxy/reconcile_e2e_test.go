@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -11,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/otlptest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // reconcileUpstream executes POST /charges and resets the connection the
@@ -239,5 +242,42 @@ func reconcileAfterRestart(t *testing.T, store string) {
 	})
 	if executed, lookups := up.counts("done-r"); executed != 1 || lookups != 1 {
 		t.Fatalf("executed %d, reconcile requests %d; want 1 and 1", executed, lookups)
+	}
+}
+
+// With tracing on, each reconcile attempt is a span, with the reconcile
+// request's client span under it.
+func TestE2EReconcileTraced(t *testing.T) {
+	skipShort(t)
+	rc := otlptest.NewReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	up := newReconcileUpstream(t)
+	p := startConfig(t, reconcileConfig(up.URL))
+	if r := p.Post(t, "/charges", "err-t", "x", "Authorization", "Bearer err-t"); r.Status != 502 {
+		t.Fatalf("first answer: %+v", r)
+	}
+	var attempts []*tracepb.Span
+	testutil.Eventually(t, 15*time.Second, "3 reconcile spans", func() bool {
+		attempts = nil
+		for _, s := range rc.Spans() {
+			if s.Name == "idempotency.reconcile /charges" {
+				attempts = append(attempts, s)
+			}
+		}
+		return len(attempts) == 3
+	})
+	for i, a := range attempts {
+		if got := otlptest.Attr(a, "idempotency.reconcile.answer").GetStringValue(); got != "other" ||
+			otlptest.Attr(a, "http.response.status_code").GetIntValue() != 500 || len(otlptest.Attr(a, "idempotency.key_hash").GetStringValue()) != 12 {
+			t.Errorf("attempt span %d: answer %q, attributes %v", i, got, a.Attributes)
+		}
+		child := false
+		for _, s := range rc.Spans() {
+			child = child || s.Kind == tracepb.Span_SPAN_KIND_CLIENT && bytes.Equal(s.ParentSpanId, a.SpanId)
+		}
+		if !child {
+			t.Errorf("attempt span %d has no client span under it", i)
+		}
 	}
 }
