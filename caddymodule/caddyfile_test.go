@@ -208,6 +208,7 @@ func TestValidate(t *testing.T) {
 		"bad error format":     {with("error_format", "xml"), "error_format: \"xml\""},
 		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
 		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies to a webhook route"},
+		"reconcile":            {with("reconcile", "GET /charges/{key}"), "reconcile is the standalone proxy's"},
 	} {
 		err := tc.h.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
