@@ -58,6 +58,7 @@ func ExampleSchema() {
 	// 	key   bytea       PRIMARY KEY,
 	// 	due   timestamptz NOT NULL,
 	// 	token bytea,
+	// 	until timestamptz NOT NULL,
 	// 	job   bytea       NOT NULL
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_reconcile_due" ON "idem_records_reconcile" (due);

@@ -8,6 +8,8 @@ package pgstore
 //	key    the store key of the held record
 //	due    when the job is next due (or its claim lapses)
 //	token  the claim's token; NULL when unclaimed
+//	until  the hold's end: the sweeper deletes the job then, also when no
+//	       instance reconciles any more
 //	job    the msgpack-encoded cache.Job
 
 import (
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemproxy/idemproxy/cache"
 )
@@ -28,13 +31,14 @@ const reconcileSchemaSQL = `CREATE TABLE IF NOT EXISTS {R} (
 	key   bytea       PRIMARY KEY,
 	due   timestamptz NOT NULL,
 	token bytea,
+	until timestamptz NOT NULL,
 	job   bytea       NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {RI} ON {R} (due);
 `
 
 type reconcileQueries struct {
-	schedule, claim, update, finish, get string
+	schedule, claim, update, finish, get, sweep string
 }
 
 // reconcileReplacer names the job table and its index after table.
@@ -48,9 +52,9 @@ func reconcileReplacer(table string) *strings.Replacer {
 func buildReconcileQueries(table string) reconcileQueries {
 	r := reconcileReplacer(table)
 	return reconcileQueries{
-		// $1 key, $2 due, $3 job.
-		schedule: r.Replace(`INSERT INTO {R} (key, due, token, job) VALUES ($1, $2, NULL, $3)
-ON CONFLICT (key) DO UPDATE SET due = excluded.due, token = NULL, job = excluded.job`),
+		// $1 key, $2 due, $3 job, $4 until.
+		schedule: r.Replace(`INSERT INTO {R} (key, due, token, until, job) VALUES ($1, $2, NULL, $4, $3)
+ON CONFLICT (key) DO UPDATE SET due = excluded.due, token = NULL, until = excluded.until, job = excluded.job`),
 		// $1 now, $2 the claim's end, $3 token.
 		claim: r.Replace(`UPDATE {R} r SET due = $2, token = $3
 WHERE r.key = (SELECT key FROM {R} WHERE due <= $1 ORDER BY due LIMIT 1 FOR UPDATE SKIP LOCKED)
@@ -61,6 +65,9 @@ RETURNING r.key, r.job`),
 		finish: r.Replace(`DELETE FROM {R} WHERE key = $1 AND token = $2`),
 		// $1 key.
 		get: r.Replace(`SELECT job FROM {R} WHERE key = $1`),
+		// $1 batch size, $2 now.
+		sweep: r.Replace(`DELETE FROM {R} WHERE key IN (
+	SELECT key FROM {R} WHERE until <= coalesce($2::timestamptz, statement_timestamp()) LIMIT $1 FOR UPDATE SKIP LOCKED)`),
 	}
 }
 
@@ -70,7 +77,7 @@ func (s *Store) ScheduleReconcile(ctx context.Context, key string, job *cache.Jo
 	if err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, s.rq.schedule, []byte(key), job.Due, b); err != nil {
+	if _, err := s.pool.Exec(ctx, s.rq.schedule, []byte(key), job.Due, b, job.Until); err != nil {
 		return fmt.Errorf("pgstore: scheduling reconcile: %w", err)
 	}
 	return nil
@@ -137,4 +144,25 @@ func (s *Store) GetReconcile(ctx context.Context, key string) (*cache.Job, error
 		return nil, fmt.Errorf("pgstore: reading reconcile job: %w", err)
 	}
 	return cache.DecodeJob(blob)
+}
+
+// sweepReconcile deletes the jobs whose hold has ended, a batch at a time. A
+// table created before reconcile (WithCreateSchema(false), the DDL not applied
+// again) has no job table, and no jobs: that is no error.
+func (s *Store) sweepReconcile(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.rq.sweep, s.sweepBatch, s.nowArg())
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("pgstore: sweeping lapsed reconcile jobs: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.sweepBatch) || ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+	}
 }

@@ -4,7 +4,9 @@ package redisstore
 // script reaches all of them on one Cluster node: a hash of encoded jobs by
 // store key, a sorted set of store keys by due time (milliseconds), and a hash
 // of the claims' tokens. Jobs are few (one per held unknown outcome of a route
-// that reconciles), and each is deleted when it settles or its hold ends.
+// that reconciles), and each is deleted when it settles or its hold ends. The
+// keys expire with the last hold they serve, so jobs left by a configuration
+// that no longer reconciles (no worker to drop them) do not stay for ever.
 
 import (
 	"context"
@@ -25,10 +27,16 @@ func (s *Store) jobKeys() []string {
 	return []string{p + "jobs", p + "due", p + "claims"}
 }
 
+// scheduleJobScript: ARGV key, job, due, how long the job may live (ms).
 var scheduleJobScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
+local live = tonumber(ARGV[4])
+for i = 1, 3 do
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl ~= -2 and ttl < live then redis.call('PEXPIRE', KEYS[i], live) end
+end
 return 1`)
 
 // claimJobScript takes the member due first, skipping (and dropping) members
@@ -42,6 +50,8 @@ for i = 1, 16 do
   if job then
     redis.call('ZADD', KEYS[2], ARGV[3], k)
     redis.call('HSET', KEYS[3], k, ARGV[2])
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
     return {k, job}
   end
   redis.call('ZREM', KEYS[2], k)
@@ -69,7 +79,8 @@ func (s *Store) ScheduleReconcile(ctx context.Context, key string, job *cache.Jo
 	if err != nil {
 		return err
 	}
-	if err := scheduleJobScript.Run(ctx, s.c, s.jobKeys(), key, b, job.Due.UnixMilli()).Err(); err != nil {
+	live := ms(max(time.Until(job.Until), 0) + time.Hour) // past the hold, whatever the clocks
+	if err := scheduleJobScript.Run(ctx, s.c, s.jobKeys(), key, b, job.Due.UnixMilli(), live).Err(); err != nil {
 		return fmt.Errorf("redisstore: scheduling reconcile: %w", err)
 	}
 	return nil
