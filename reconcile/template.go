@@ -25,7 +25,8 @@ const (
 // {header.NAME} (that request header's first value), {json:/pointer} (the
 // string at an RFC 6901 pointer in its JSON body, read as key_source json:
 // reads it). A value is escaped for where it stands: as a path segment before
-// the "?", as a query value after it. A placeholder with nothing to fill it
+// the "?" (a value "." or ".." too, so it is never a dot segment), as a query
+// value after it. A placeholder with nothing to fill it
 // (a header the request did not carry) leaves the key held for an operator.
 type Request struct {
 	Method string
@@ -158,9 +159,14 @@ func (r *Request) Render(h middleware.Held) (string, error) {
 				return "", fmt.Errorf("{json:%s}: %v", p.arg, err)
 			}
 		}
-		if p.query {
+		switch {
+		case p.query:
 			b.WriteString(url.QueryEscape(v))
-		} else {
+		case v == "." || v == "..":
+			// A dot segment would move the request to another path on
+			// the upstream (/charges/{key}/status with the key "..").
+			b.WriteString(strings.Repeat("%2E", len(v)))
+		default:
 			b.WriteString(url.PathEscape(v))
 		}
 		if b.Len() > MaxRendered {

@@ -40,6 +40,9 @@ func TestRenderEscapesEachValueForWhereItStands(t *testing.T) {
 		{"GET /accounts/{header.x-account}/ops?id={json:/op/id}", held("k", `{"op":{"id":"op 1"}}`, "X-Account", "acct/7"),
 			"/accounts/acct%2F7/ops?id=op+1"},
 		{"HEAD /static", held("k", ""), "/static"},
+		{"GET /charges/{key}/status", held("..", ""), "/charges/%2E%2E/status"},
+		{"GET /charges/{key}/status", held(".", ""), "/charges/%2E/status"},
+		{"GET /charges?k={key}", held("..", ""), "/charges?k=.."},
 	} {
 		r, err := reconcile.ParseRequest(tc.spec)
 		if err != nil {
