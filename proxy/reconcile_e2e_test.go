@@ -22,11 +22,12 @@ import (
 // reconcileUpstream executes POST /charges and resets the connection the
 // first time it sees a key (an unknown outcome), answering 201 after; it
 // answers GET /lookup?key=K by K's prefix: "done" 200 with the charge,
-// "nf" 404, "err" 500, "hang" never (until the caller gives up). It counts
-// both by key.
+// "nf" 404, "err" 500, "hang" never (until the caller gives up), "flip" 500
+// until flip is called, then as "done". It counts both by key.
 type reconcileUpstream struct {
 	*httptest.Server
 	mu       sync.Mutex
+	flipped  bool // "flip" keys: 500 until flipped, then as "done"
 	executed map[string]int
 	lookups  map[string]int
 }
@@ -56,12 +57,17 @@ func newReconcileUpstream(t *testing.T) *reconcileUpstream {
 			key := r.URL.Query().Get("key")
 			u.mu.Lock()
 			u.lookups[key]++
+			flipped := u.flipped
 			u.mu.Unlock()
 			if r.Header.Get("Authorization") != "Bearer "+key {
 				w.WriteHeader(401) // the copied header did not arrive
 				return
 			}
-			switch prefix, _, _ := strings.Cut(key, "-"); prefix {
+			prefix, _, _ := strings.Cut(key, "-")
+			if prefix == "flip" && flipped {
+				prefix = "done"
+			}
+			switch prefix {
 			case "done":
 				w.Header().Set("Content-Type", "application/json")
 				fmt.Fprintf(w, `{"id":"ch_%s","status":"succeeded"}`, key)
@@ -78,6 +84,12 @@ func newReconcileUpstream(t *testing.T) *reconcileUpstream {
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+func (u *reconcileUpstream) flip() {
+	u.mu.Lock()
+	u.flipped = true
+	u.mu.Unlock()
 }
 
 func (u *reconcileUpstream) counts(key string) (executed, lookups int) {
@@ -216,7 +228,9 @@ func metricSum(t *testing.T, text, name string) int {
 }
 
 // An instance killed while a key waits for its first attempt: the instance
-// that starts next finds the job in the store and settles the key.
+// that starts next finds the job in the store and settles the key. One killed
+// after a first attempt that got no answer to settle on: the next resumes the
+// schedule from the store, at the second attempt.
 func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 	skipShort(t)
 	t.Run("redis", func(t *testing.T) { reconcileAfterRestart(t, redistest.Start(t).URL()) })
@@ -225,10 +239,13 @@ func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 
 func reconcileAfterRestart(t *testing.T, store string) {
 	up := newReconcileUpstream(t)
-	cfg := strings.Replace(reconcileConfig(up.URL), "reconcile_delay: 300ms", "reconcile_delay: 2s\n    reconcile_max_delay: 2s", 1)
-	cfg = strings.Replace(cfg, "    reconcile_max_delay: 1s\n", "", 1)
+	cfg := strings.Replace(reconcileConfig(up.URL), "reconcile_delay: 300ms", "reconcile_delay: 2s", 1)
+	cfg = strings.Replace(cfg, "reconcile_max_delay: 1s", "reconcile_max_delay: 4s", 1)
+	post := func(p *testutil.Proc, key string) testutil.Response {
+		return p.Post(t, "/charges", key, "x", "Authorization", "Bearer "+key)
+	}
 	a := startConfig(t, cfg, "--store", store)
-	if r := a.Post(t, "/charges", "done-r", "x", "Authorization", "Bearer done-r"); r.Status != 502 {
+	if r := post(a, "done-r"); r.Status != 502 {
 		t.Fatalf("first answer: %+v", r)
 	}
 	a.Kill()
@@ -237,11 +254,32 @@ func reconcileAfterRestart(t *testing.T, store string) {
 	}
 	b := startConfig(t, cfg, "--store", store)
 	testutil.Eventually(t, 15*time.Second, "the restarted proxy to settle the key", func() bool {
-		r := b.Post(t, "/charges", "done-r", "x", "Authorization", "Bearer done-r")
+		r := post(b, "done-r")
 		return r.Status == 200 && r.Replayed
 	})
 	if executed, lookups := up.counts("done-r"); executed != 1 || lookups != 1 {
 		t.Fatalf("executed %d, reconcile requests %d; want 1 and 1", executed, lookups)
+	}
+
+	if r := post(b, "flip-r"); r.Status != 502 {
+		t.Fatalf("first answer: %+v", r)
+	}
+	testutil.Eventually(t, 15*time.Second, "a first attempt answered 500", func() bool {
+		j := getKeyJob(t, b.Admin, "flip-r")
+		return j.Reconcile != nil && j.Reconcile.Attempts == 1 && j.Reconcile.LastStatus == 500
+	})
+	b.Kill()
+	up.flip()
+	c := startConfig(t, cfg, "--store", store)
+	testutil.Eventually(t, 15*time.Second, "the next proxy to settle the key at its second attempt", func() bool {
+		r := post(c, "flip-r")
+		return r.Status == 200 && r.Replayed && r.Body == `{"id":"ch_flip-r","status":"succeeded"}`
+	})
+	if executed, lookups := up.counts("flip-r"); executed != 1 || lookups != 2 {
+		t.Fatalf("executed %d, reconcile requests %d; want 1 and 2", executed, lookups)
+	}
+	if logs := c.Logs.String(); !strings.Contains(logs, `"outcome":"resolved"`) || !strings.Contains(logs, `"attempt":2`) {
+		t.Fatalf("the settlement is not logged as the second attempt:\n%s", logs)
 	}
 }
 
