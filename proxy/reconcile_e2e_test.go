@@ -230,7 +230,8 @@ func metricSum(t *testing.T, text, name string) int {
 // An instance killed while a key waits for its first attempt: the instance
 // that starts next finds the job in the store and settles the key. One killed
 // after a first attempt that got no answer to settle on: the next resumes the
-// schedule from the store, at the second attempt.
+// schedule from the store, at the second attempt. One killed during an
+// attempt: the next takes the job once the claim's lease lapses.
 func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 	skipShort(t)
 	t.Run("redis", func(t *testing.T) { reconcileAfterRestart(t, redistest.Start(t).URL()) })
@@ -280,6 +281,29 @@ func reconcileAfterRestart(t *testing.T, store string) {
 	}
 	if logs := c.Logs.String(); !strings.Contains(logs, `"outcome":"resolved"`) || !strings.Contains(logs, `"attempt":2`) {
 		t.Fatalf("the settlement is not logged as the second attempt:\n%s", logs)
+	}
+
+	// Killed during an attempt: the job comes back when the claim's lease
+	// lapses (2 × reconcile_timeout + 5s), and the next instance runs the
+	// attempts; the lost one is not counted.
+	if r := post(c, "hang-r"); r.Status != 502 {
+		t.Fatalf("first answer: %+v", r)
+	}
+	testutil.Eventually(t, 15*time.Second, "an attempt under way", func() bool {
+		_, lookups := up.counts("hang-r")
+		return lookups == 1
+	})
+	c.Kill()
+	d := startConfig(t, cfg, "--store", store)
+	testutil.Eventually(t, 40*time.Second, "the next proxy to run the attempts out", func() bool {
+		j := getKeyJob(t, d.Admin, "hang-r")
+		return j.Reconcile != nil && j.Reconcile.State == "exhausted"
+	})
+	if j := getKeyJob(t, d.Admin, "hang-r"); j.Reconcile.Attempts != 3 || !j.Response.Unknown {
+		t.Fatalf("hang-r after the takeover: %+v %+v", j.Response, j.Reconcile)
+	}
+	if executed, lookups := up.counts("hang-r"); executed != 1 || lookups != 4 {
+		t.Fatalf("executed %d, reconcile requests %d; want 1 and 4 (the killed instance's, then 3)", executed, lookups)
 	}
 }
 
