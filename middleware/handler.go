@@ -130,7 +130,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: h.fingerprint(r, path, body), echo: t.key}
 	c.keyHash = c.storeKey[:12]
 	if h.s.OnHold != nil {
-		c.held = Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
+		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
 	}
 	t.ev.KeyHash = c.keyHash
 	if h.s.TraceContext != nil {

@@ -32,8 +32,8 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 		c.release()
 		return false
 	}
-	if h.s.OnHold != nil {
-		held := c.held
+	if h.s.OnHold != nil && c.held != nil {
+		held := *c.held
 		held.Hold = h.s.UnknownHold
 		if err := h.s.OnHold(context.WithoutCancel(c.ctx), held); err != nil {
 			h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
