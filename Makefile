@@ -66,7 +66,7 @@ fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the
 	$(GO) test -run '^$$' -fuzz FuzzFormFingerprint -fuzztime 30s ./fingerprint
 
 .PHONY: demo
-demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running.
+demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running; DEMO_API_PORT, DEMO_PROXY_PORT, DEMO_ADMIN_PORT move it off 3000, 8080, 9090.
 	@./examples/demo.sh
 
 .PHONY: demo-check

@@ -82,6 +82,9 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
+	if err := p.reconcileRoute(st, path, cc, &s); err != nil {
+		return nil, err
+	}
 	h, err := middleware.New(st.cache, middleware.From(s))
 	if err != nil {
 		return nil, err
@@ -105,9 +108,11 @@ func (p *Proxy) Wait(ctx context.Context) error {
 	}
 }
 
-// Close releases the store.
+// Close stops the reconcile worker and releases the store.
 func (p *Proxy) Close() error {
-	p.cur.Load().store.release()
+	st := p.cur.Load()
+	st.stopReconcile()
+	st.store.release()
 	return nil
 }
 

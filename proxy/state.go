@@ -39,6 +39,7 @@ type state struct {
 	routes    []*route        // longest path first
 	guarded   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
 	users     atomic.Int64    // requests being served with this state
+	rc        *reconciler     // nil: no route reconciles (reconcile.go)
 }
 
 // sharedStore is an open store and the states that use it: a reload that does
@@ -107,6 +108,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 		st.store.release()
 		return nil, false, err
 	}
+	st.startReconcile()
 	return st, reopened, nil
 }
 
@@ -147,12 +149,12 @@ func (p *Proxy) buildRoutes(st *state) error {
 	})
 	var err error
 	if st.def, err = p.buildRoute(st, "", true, cfg.Config); err != nil {
-		return cfg.named(err, "")
+		return cfg.named(err, nil, 0)
 	}
 	for i, rc := range cfg.Routes {
 		rt, err := p.buildRoute(st, rc.Path, rc.Enabled, cfg.route(rc))
 		if err != nil {
-			return cfg.named(err, fmt.Sprintf("routes[%d] (%s)", i, rc.Path))
+			return cfg.named(err, &cfg.Routes[i], i)
 		}
 		st.routes = append(st.routes, rt)
 	}
@@ -197,6 +199,7 @@ func (p *Proxy) retire(old *state) {
 	p.retiring.Add(1)
 	go func() {
 		defer p.retiring.Done()
+		old.stopReconcile() // the new state's worker takes the due jobs
 		for old.users.Load() > 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
