@@ -186,3 +186,45 @@ func TestE2EReloadKeepsFlagsAndVariables(t *testing.T) {
 	up.Release <- struct{}{}
 	<-done
 }
+
+// A key held for reconciling across a reload is settled by the new
+// configuration's worker: the replaced one stops, the job stays in the kept
+// store.
+func TestE2EReloadKeepsReconciling(t *testing.T) {
+	skipShort(t)
+	up := newReconcileUpstream(t)
+	cfg := "upstream: " + up.URL + `
+routes:
+  - path: /charges
+    reconcile: GET /lookup?key={key}
+    reconcile_headers: [Authorization]
+    reconcile_delay: 200ms
+    reconcile_max_delay: 400ms
+    reconcile_attempts: 50
+    reconcile_timeout: 1s
+`
+	path := testutil.TempFile(t, "idemproxy.yaml", cfg)
+	p := start(t, "--config", path)
+	post := func() testutil.Response {
+		return p.Post(t, "/charges", "flip-r", `{"amount":1}`, "Authorization", "Bearer flip-r")
+	}
+	if r := post(); r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("first answer %d %s, want outcome-unknown", r.Status, r.Body)
+	}
+	testutil.Eventually(t, 10*time.Second, "a reconcile attempt before the reload", func() bool {
+		_, lookups := up.counts("flip-r")
+		return lookups > 0
+	})
+	reloadConfig(t, path, strings.Replace(cfg, "reconcile_timeout: 1s", "reconcile_timeout: 2s", 1))
+	p.Signal(t, syscall.SIGHUP)
+	waitLog(t, p, `"msg":"configuration reloaded"`, 1)
+	up.flip()
+	testutil.Eventually(t, 15*time.Second, "the held key settled after the reload", func() bool {
+		r := post()
+		return r.Status == 200 && r.Replayed && r.Body == `{"id":"ch_flip-r","status":"succeeded"}`
+	})
+	if executed, _ := up.counts("flip-r"); executed != 1 {
+		t.Fatalf("executed %d times, want once", executed)
+	}
+	p.Stop(t)
+}
