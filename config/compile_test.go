@@ -22,7 +22,7 @@ func TestEverySettingReachesTheCore(t *testing.T) {
 		base  []string // name, value pairs set before the setting under test
 		value string
 	}{
-		"methods": {nil, "PUT"}, "key_header": {nil, "X-Key"}, "require_key": {nil, "true"},
+		"methods": {nil, "PUT"}, "key_header": {nil, "X-Key"}, "require_key": {nil, "true"}, "min_key_length": {nil, "36"},
 		"scope_headers": {nil, "X-Tenant"}, "scope_host": {nil, "false"}, "key_namespace": {nil, "ns"},
 		"fingerprint_headers": {nil, "X-Currency"}, "max_request_body": {nil, "1MiB"}, "body_budget": {nil, "512MiB"},
 		"max_body": {nil, "1MiB"}, "store_statuses": {nil, "2xx"}, "body_read_timeout": {nil, "5s"},

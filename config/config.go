@@ -9,7 +9,7 @@
 // It records which settings were set, so a proxy route's unset settings take the
 // top level's (Merged). Every surface derives its names, its parsing and its
 // help from the struct's tags (internal/conf): adding a setting is one field in
-// middleware.Settings, the code that uses it, and its README row.
+// middleware.Settings, the code that uses it, and its row in docs/settings.md.
 package config
 
 import (

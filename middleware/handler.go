@@ -196,6 +196,9 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 			return "", nil, false
 		}
 		return "", body, true
+	case err == nil && len(key) < h.s.MinKeyLength:
+		err = fmt.Errorf("the idempotency key is shorter than %d characters", h.s.MinKeyLength)
+		fallthrough
 	case err != nil:
 		h.bodyLeftUnread(w, r, body)
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)

@@ -9,7 +9,7 @@ import (
 )
 
 // ProblemTypeBase prefixes every problem type URI. The URIs are stable identifiers
-// (RFC 9457 §3.1.1); README lists them.
+// (RFC 9457 §3.1.1); docs/clients.md lists them.
 const ProblemTypeBase = "urn:idemproxy:problem:"
 
 // Problem types, one per case a client can meet.

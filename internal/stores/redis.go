@@ -24,7 +24,7 @@ type Redis struct {
 	// WaitReplicas is how many replicas must acknowledge every write (Redis
 	// WAIT) before a request is forwarded or answered; too few within
 	// WaitTimeout is a store error (503, nothing forwarded). 0 waits for none.
-	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
+	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis in docs/stores.md)"`
 	// WaitTimeout is how long a write waits for WaitReplicas.
 	WaitTimeout time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
 }
