@@ -121,6 +121,10 @@ func compile(s *Settings) (*compiled, error) {
 		return nil, fieldErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
 	case s.StoreStatuses.Empty():
 		return nil, fieldErr("store_statuses", "no status is stored")
+	case s.BodyFingerprint != nil && s.Verifier != nil:
+		return nil, fieldErr("fingerprint", "a webhook route leaves its body out of the fingerprint (a provider may render a redelivery anew); use bytes")
+	case s.BodyFingerprint != nil && s.FingerprintFunc != nil:
+		return nil, fieldErr("fingerprint", "does not combine with a FingerprintFunc, which replaces the whole fingerprint")
 	}
 	return c, nil
 }

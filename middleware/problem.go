@@ -18,6 +18,7 @@ const (
 	ProblemInvalidKey       = ProblemTypeBase + "invalid-key"
 	ProblemBodyTooLarge     = ProblemTypeBase + "body-too-large"
 	ProblemBodyUnreadable   = ProblemTypeBase + "body-unreadable"
+	ProblemBodyMalformed    = ProblemTypeBase + "body-malformed"
 	ProblemInFlight         = ProblemTypeBase + "in-flight"
 	ProblemMismatch         = ProblemTypeBase + "mismatch"
 	ProblemNotReplayable    = ProblemTypeBase + "not-replayable"
@@ -52,6 +53,7 @@ var problemTitles = map[string]string{
 	ProblemInvalidKey:       "Invalid idempotency key",
 	ProblemBodyTooLarge:     "Request body too large",
 	ProblemBodyUnreadable:   "Request body could not be read",
+	ProblemBodyMalformed:    "Request body not readable in the route's format",
 	ProblemInFlight:         "Request with this idempotency key is in progress",
 	ProblemMismatch:         "Idempotency key reused with a different request",
 	ProblemNotReplayable:    "Original response cannot be replayed",

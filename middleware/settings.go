@@ -174,6 +174,14 @@ type Settings struct {
 	// the request and its body: equal results mean "the same request".
 	FingerprintFunc func(r *http.Request, body []byte) string `json:"-"`
 
+	// BodyFingerprint reads the body for the fingerprint as its clients mean
+	// it (package fingerprint: JSON, form, multipart; config builds it from
+	// fingerprint and fingerprint_ignore), so a retry serialised anew
+	// replays, and a 422 names the part that differs. nil: the body's bytes.
+	// Not with a Verifier (a signed webhook's body is left out) nor with
+	// FingerprintFunc.
+	BodyFingerprint BodyFingerprint `json:"-"`
+
 	// Logger receives the core's log lines; they never contain a raw key or
 	// Authorization value, only a short hash of the store key. nil means
 	// slog.Default().

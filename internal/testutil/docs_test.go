@@ -78,3 +78,23 @@ func TestDocsLinksResolve(t *testing.T) {
 		t.Fatalf("only %d relative links found", n)
 	}
 }
+
+// Every page under docs/ is in the README's contents list: a page added there
+// is found from the map.
+func TestREADMEContentsListsEveryDocsPage(t *testing.T) {
+	readme := Docs(t, "README.md")
+	_, contents, ok := strings.Cut(readme, "\n## Contents\n")
+	if !ok {
+		t.Fatal("README has no Contents section")
+	}
+	contents, _, _ = strings.Cut(contents, "\n## ")
+	pages, _ := filepath.Glob(filepath.Join(Root(t), "docs", "*.md"))
+	if len(pages) < 5 {
+		t.Fatalf("only %d pages under docs/", len(pages))
+	}
+	for _, p := range pages {
+		if !strings.Contains(contents, "](docs/"+filepath.Base(p)+")") {
+			t.Errorf("README's Contents does not link docs/%s", filepath.Base(p))
+		}
+	}
+}
