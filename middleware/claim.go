@@ -24,6 +24,7 @@ type claim struct {
 	fp       string // the request's fingerprint
 	trace    []byte // the first execution's trace context, stored with it
 	echo     string // the client's key when it came in a key header; echoed on answers
+	held     *Held  // what Settings.OnHold is told, when it is set (nil otherwise)
 	started  time.Time
 	// ev is how the execution ended, for the request's event: Outcome,
 	// Status, Err (the tracker adopts them). It is the claim's own, not a

@@ -136,6 +136,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	// (renewal, a retried store) holds copies.
 	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key}
 	c.keyHash = c.storeKey[:12]
+	if h.s.OnHold != nil {
+		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
+	}
 	t.ev.KeyHash = c.keyHash
 	if h.s.TraceContext != nil {
 		if c.trace = h.s.TraceContext(r.Context()); len(c.trace) > cache.MaxTrace {
