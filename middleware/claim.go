@@ -76,6 +76,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		}
 		panic(p)
 	}()
+	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	renew.stop()
