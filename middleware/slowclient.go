@@ -48,6 +48,14 @@ func (pw *progressWriter) write(p []byte) error {
 	return nil
 }
 
+// Write is write as an io.Writer (a decoded replay is copied through it).
+func (pw *progressWriter) Write(p []byte) (int, error) {
+	if err := pw.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 // move sets the deadline timeout from now, unless it was moved less than a
 // quarter of timeout ago (a fast client's pieces do not each reset a timer).
 // It is called before what reaches the network: a write past net/http's

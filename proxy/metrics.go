@@ -14,29 +14,37 @@ import (
 // /metrics serves these alone (no Go runtime or process metrics: every family
 // it serves is on the dashboard in examples/grafana).
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *imetrics.Requests
-	upstream *imetrics.Upstream
-	settled  *imetrics.Settled
-	handler  http.Handler // /metrics
+	reg       *prometheus.Registry
+	requests  *imetrics.Requests
+	upstream  *imetrics.Upstream
+	settled   *imetrics.Settled
+	reconcile *imetrics.Reconcile
+	handler   http.Handler // /metrics
+	mem       prometheus.Collector
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg:      prometheus.NewPedanticRegistry(),
-		requests: imetrics.NewRequests(),
-		upstream: imetrics.NewUpstream(),
-		settled:  imetrics.NewSettled(),
+		reg:       prometheus.NewPedanticRegistry(),
+		requests:  imetrics.NewRequests(),
+		upstream:  imetrics.NewUpstream(),
+		settled:   imetrics.NewSettled(),
+		reconcile: imetrics.NewReconcile(),
 	}
-	m.reg.MustRegister(m.requests, m.upstream, m.settled) // a fresh registry: no clash
+	m.reg.MustRegister(m.requests, m.upstream, m.settled, m.reconcile) // a fresh registry: no clash
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
-// memory adds the memory store's gauges (idemproxy_memory_*); s is nil for the
-// other stores.
+// memory serves the gauges (idemproxy_memory_*) of the memory store s, in
+// place of the store's a reload replaced; s is nil for the other stores.
 func (m *metrics) memory(s *memstore.Store) {
+	if m.mem != nil {
+		m.reg.Unregister(m.mem)
+		m.mem = nil
+	}
 	if s != nil {
-		m.reg.MustRegister(imetrics.NewMemory(s)) // once, by New
+		m.mem = imetrics.NewMemory(s)
+		m.reg.MustRegister(m.mem)
 	}
 }
