@@ -3,9 +3,11 @@
 //
 // Each operation is one SQL statement, so one round trip: a claim, a replay or a
 // conflict is one; a first execution is two (claim, complete) plus one per lease
-// renewal. Every statement is atomic on its own (INSERT … ON CONFLICT … DO UPDATE
-// … WHERE, or a fenced UPDATE/DELETE), and idempotent for its token, like the Redis
-// store's scripts. Expiry is checked on every read; expired rows are deleted in the
+// renewal. A claim reads first: a replay or a conflict is a primary-key read
+// that writes nothing (no row lock, no WAL); the lock is inserted only when the
+// key has no row. Every statement is atomic on its own (INSERT … ON CONFLICT, or
+// a fenced UPDATE/DELETE), and idempotent for its token, like the Redis store's
+// scripts. Expiry is checked on every read; expired rows are deleted in the
 // background in small batches (Sweep).
 //
 // The middleware passes keys that are already SHA-256 hex digests, so a client's
@@ -147,28 +149,36 @@ func (s *Store) nowArg() any {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// LockOrGet implements cache.Store in one statement. In the rare race where
-// another transaction inserted the key after this statement's snapshot was
-// taken, the statement finds the conflict but cannot read the row; it is run
-// again, and then sees it.
+// LockOrGet implements cache.Store, reading first: a replay or a conflict is
+// one primary-key read that writes nothing, and a first execution one
+// statement that inserts the lock. Only a row that lapsed and was not swept
+// yet costs a second statement (takeover). In the rare race where another
+// transaction inserted the key after a statement's snapshot was taken, the
+// statement finds the conflict but cannot read the row; it is run again, and
+// then sees it.
 func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
 	if lock.Token == "" {
 		return nil, false, errors.New("pgstore: empty lock token")
 	}
+	query := s.q.claim
 	for attempt := 0; attempt < 5; attempt++ {
 		var (
-			claimed bool
+			outcome int16
 			rec     row
+			now     time.Time
 		)
-		err := s.pool.QueryRow(ctx, s.q.claim, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)).
-			Scan(&claimed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+		err := s.pool.QueryRow(ctx, query, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)).
+			Scan(&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue
 		case err != nil:
 			return nil, false, fmt.Errorf("pgstore: claiming key: %w", err)
-		case claimed:
+		case outcome == 0:
 			return nil, false, nil
+		case outcome == 2: // a lapsed row: take it over
+			query = s.q.takeover
+			continue
 		}
 		r, err := rec.record()
 		return r, err == nil, err
