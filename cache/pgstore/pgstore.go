@@ -16,6 +16,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"regexp"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -55,6 +57,12 @@ func WithSweep(interval time.Duration, batch int) Option {
 	return func(s *Store) { s.sweepEvery, s.sweepBatch = interval, batch }
 }
 
+// WithLocalCache keeps up to maxBytes of completed records in this process's
+// memory, so a replay is answered without a round trip; 0 (the default) keeps
+// none. Deletes and resolves through any instance reach every instance's cache
+// before it answers again (how: cache/internal/localcache).
+func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
+
 // WithClock makes the store use this clock instead of the database server's for
 // lease and record expiry (tests). Every process sharing the table must agree on
 // time, so production code leaves the server's clock in charge.
@@ -73,6 +81,9 @@ type Store struct {
 	q       queries
 	channel string // LISTEN/NOTIFY channel of this table
 	sub     listener
+
+	localBytes int64
+	local      *localcache.Cache // nil: no local cache
 
 	stopSweep context.CancelFunc
 	sweeping  sync.WaitGroup
@@ -105,6 +116,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := CheckTable(s.table); err != nil {
 		return nil, err
 	}
+	if s.localBytes < 0 {
+		return nil, fmt.Errorf("pgstore: the local cache must not be negative, got %d", s.localBytes)
+	}
 	if s.sweepEvery < 0 || s.sweepBatch < 1 {
 		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
 	}
@@ -117,6 +131,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	if _, err := s.pool.Exec(ctx, s.q.check); err != nil {
 		return nil, fmt.Errorf("pgstore: table %s is missing or not an idemproxy table (create it with `idemproxy migrate`): %w", s.table, err)
+	}
+	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
+		s.startListening()
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.stopSweep = cancel
@@ -156,10 +173,30 @@ func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // transaction inserted the key after a statement's snapshot was taken, the
 // statement finds the conflict but cannot read the row; it is run again, and
 // then sees it.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+//
+// With a local cache, a completed record it holds is answered with no round
+// trip at all.
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (rec *cache.Record, found bool, err error) {
 	if lock.Token == "" {
 		return nil, false, errors.New("pgstore: empty lock token")
 	}
+	if rec, ok := s.local.Get(key); ok {
+		return rec, true, nil
+	}
+	if s.local != nil {
+		read := s.local.Begin(key)
+		var ttl time.Duration
+		defer func() { s.local.End(read, rec, ttl) }()
+		rec, found, ttl, err = s.lockOrGet(ctx, key, lock)
+		return rec, found, err
+	}
+	rec, found, _, err = s.lockOrGet(ctx, key, lock)
+	return rec, found, err
+}
+
+// lockOrGet runs the claim; ttl is a found record's remaining life by the
+// database's clock.
+func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
 	query := s.q.claim
 	for attempt := 0; attempt < 5; attempt++ {
 		var (
@@ -173,17 +210,20 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		case errors.Is(err, pgx.ErrNoRows):
 			continue
 		case err != nil:
-			return nil, false, fmt.Errorf("pgstore: claiming key: %w", err)
+			return nil, false, 0, fmt.Errorf("pgstore: claiming key: %w", err)
 		case outcome == 0:
-			return nil, false, nil
+			return nil, false, 0, nil
 		case outcome == 2: // a lapsed row: take it over
 			query = s.q.takeover
 			continue
 		}
 		r, err := rec.record()
-		return r, err == nil, err
+		if err != nil {
+			return nil, false, 0, err
+		}
+		return r, true, rec.expiresAt.Sub(now), nil
 	}
-	return nil, false, errors.New("pgstore: claiming key: the row kept changing under the claim")
+	return nil, false, 0, errors.New("pgstore: claiming key: the row kept changing under the claim")
 }
 
 // Complete implements cache.Store.
@@ -253,6 +293,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	}
 	switch n {
 	case 1:
+		s.settle(ctx, key)
 		return nil
 	case 0:
 		return cache.ErrNotFound
@@ -285,7 +326,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if !live {
 		return cache.ErrNotFound
 	}
+	s.settle(ctx, key)
 	return nil
+}
+
+// settle follows a Delete or Resolve that changed key: it drops key from this
+// instance's local cache and waits until every instance's has applied the
+// notification or stopped trusting itself (localcache.Settle). Every store
+// waits, with a local cache or not: another instance may have one.
+func (s *Store) settle(ctx context.Context, key string) {
+	s.local.Invalidate(key)
+	localcache.Settle(ctx)
 }
 
 // Ping implements cache.Store.

@@ -185,3 +185,17 @@ func TestClaimReadsFirst(t *testing.T) {
 		t.Errorf("a re-sent claim wrote the row: %s → %s", before, after)
 	}
 }
+
+func TestLocalCacheAcrossInstances(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
+		table := fmt.Sprintf("idem_%d", tables.Add(1))
+		a := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
+		b := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
+		return cachetest.Instances{A: a, B: b, Drop: func(t *testing.T, key string) {
+			if _, err := pool.Exec(context.Background(), "DELETE FROM "+table+" WHERE key = $1", []byte(key)); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
+}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -347,4 +348,25 @@ func mustNew(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *
 		t.Fatal(err)
 	}
 	return s
+}
+
+func TestLocalCacheAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
+		prefix := fmt.Sprintf("lc%d:", time.Now().UnixNano())
+		open := func() *redisstore.Store {
+			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(prefix), redisstore.WithLocalCache(1<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		admin := srv.Client()
+		return cachetest.Instances{A: open(), B: open(), Drop: func(t *testing.T, key string) {
+			if err := admin.Del(context.Background(), prefix+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
 }
