@@ -44,7 +44,13 @@ func TestConformance(t *testing.T) {
 
 func TestMiddlewareSuite(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	middlewaretest.Run(t, func(t *testing.T) cache.Store { return mustNew(t, pool, freshTable()) })
+	for _, local := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
+			middlewaretest.Run(t, func(t *testing.T) cache.Store {
+				return mustNew(t, pool, freshTable(), pgstore.WithLocalCache(local))
+			})
+		})
+	}
 }
 
 // With the server's clock (no injection), leases lapse in real time, and the
