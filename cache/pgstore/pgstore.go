@@ -63,6 +63,12 @@ func WithSweep(interval time.Duration, batch int) Option {
 // before it answers again (how: cache/internal/localcache).
 func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
 
+// WithBatches sets how many batches the store keeps in flight: the request
+// path's statements from concurrent requests are sent together, one batch and
+// one transaction each (see batcher). 0 sends every statement on its own.
+// Default DefaultBatches.
+func WithBatches(n int) Option { return func(s *Store) { s.batches = n } }
+
 // WithClock makes the store use this clock instead of the database server's for
 // lease and record expiry (tests). Every process sharing the table must agree on
 // time, so production code leaves the server's clock in charge.
@@ -84,6 +90,9 @@ type Store struct {
 
 	localBytes int64
 	local      *localcache.Cache // nil: no local cache
+
+	batches int
+	batch   *batcher // nil: every statement on its own
 
 	stopSweep context.CancelFunc
 	sweeping  sync.WaitGroup
@@ -109,15 +118,16 @@ func CheckTable(name string) error {
 // WithCreateSchema(false)) or checks that the table has the columns this
 // version needs, and starts the sweeper. Call Close when done with it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
-	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch}
+	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch,
+		batches: DefaultBatches}
 	for _, o := range opts {
 		o(s)
 	}
 	if err := CheckTable(s.table); err != nil {
 		return nil, err
 	}
-	if s.localBytes < 0 {
-		return nil, fmt.Errorf("pgstore: the local cache must not be negative, got %d", s.localBytes)
+	if s.localBytes < 0 || s.batches < 0 {
+		return nil, fmt.Errorf("pgstore: the local cache and the batches must not be negative, got %d and %d", s.localBytes, s.batches)
 	}
 	if s.sweepEvery < 0 || s.sweepBatch < 1 {
 		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
@@ -135,6 +145,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
 		s.startListening()
 	}
+	if s.batches > 0 {
+		s.batch = newBatcher(s.pool, s.batches)
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.stopSweep = cancel
 	if s.sweepEvery > 0 {
@@ -151,6 +164,9 @@ func (s *Store) Close() error {
 		s.stopSweep()
 		s.sweeping.Wait()
 		s.sub.close()
+		if s.batch != nil {
+			s.batch.close()
+		}
 	})
 	return nil
 }
@@ -204,8 +220,8 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			rec     row
 			now     time.Time
 		)
-		err := s.pool.QueryRow(ctx, query, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)).
-			Scan(&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)},
+			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue
@@ -266,13 +282,22 @@ func (s *Store) fenced(ctx context.Context, what, query string, key, token strin
 		ok       bool
 		notified int64
 	)
-	if err := s.pool.QueryRow(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...).Scan(&ok, &notified); err != nil {
+	if err := s.queryRow(ctx, key, query, append([]any{[]byte(key), []byte(token)}, args...), &ok, &notified); err != nil {
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
 	if !ok {
 		return cache.ErrLockLost
 	}
 	return nil
+}
+
+// queryRow runs one request-path statement, through a batch when the store
+// batches, and scans its one row.
+func (s *Store) queryRow(ctx context.Context, key, query string, args []any, dest ...any) error {
+	if s.batch == nil {
+		return s.pool.QueryRow(ctx, query, args...).Scan(dest...)
+	}
+	return s.batch.run(ctx, key, query, args, dest...)
 }
 
 // Resolve implements cache.Store.
@@ -342,40 +367,4 @@ func (s *Store) settle(ctx context.Context, key string) {
 // Ping implements cache.Store.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
-}
-
-// row is a record as the table holds it.
-type row struct {
-	state                int16
-	fingerprint          []byte
-	createdAt, expiresAt time.Time
-	response             []byte
-}
-
-func (r *row) record() (*cache.Record, error) {
-	rec := &cache.Record{Version: cache.FormatVersion, State: cache.State(r.state), Fingerprint: string(r.fingerprint),
-		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
-	switch rec.State {
-	case cache.StateInFlight:
-		if len(r.response) > 0 {
-			rec.Trace = r.response // in flight, the column holds the lock's trace context
-		}
-	case cache.StateCompleted:
-		resp, err := cache.DecodeResponse(r.response)
-		if err != nil {
-			return nil, err
-		}
-		rec.Response = resp
-	default:
-		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
-	}
-	return rec, nil
-}
-
-// traceArg is a lock's trace context as a statement argument: NULL when it has none.
-func traceArg(t []byte) any {
-	if len(t) == 0 {
-		return nil
-	}
-	return t
 }
