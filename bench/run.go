@@ -171,6 +171,7 @@ func run(cfg benchConfig) error {
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
+	pg.Durable = true // default durability: fsync on, synchronous commits
 	if err := pg.Start(); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
