@@ -33,7 +33,7 @@ bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, int
 
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the core, the codec and the memory store (allocs/op, bytes/record).
-	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore
+	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore ./fingerprint
 
 .PHONY: vet
 vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
@@ -53,7 +53,7 @@ test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode) and form keys (against url.ParseQuery), 30s each.
+fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value) and form fingerprints (against url.ParseQuery), 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzDecodeResponse -fuzztime 30s ./cache
 	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache
@@ -61,9 +61,12 @@ fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the
 	$(GO) test -run '^$$' -fuzz FuzzJSONPointerKey -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalRequest -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzFormKey -fuzztime 30s ./middleware
+	$(GO) test -run '^$$' -fuzz FuzzJSONFingerprint -fuzztime 30s ./fingerprint
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./fingerprint
+	$(GO) test -run '^$$' -fuzz FuzzFormFingerprint -fuzztime 30s ./fingerprint
 
 .PHONY: demo
-demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running.
+demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running; DEMO_API_PORT, DEMO_PROXY_PORT, DEMO_ADMIN_PORT move it off 3000, 8080, 9090.
 	@./examples/demo.sh
 
 .PHONY: demo-check

@@ -58,6 +58,13 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			"webhook_encoding":"base64","webhook_prefix":"v1=","webhook_tolerance":"2m0s","key_source":"json:/event/id"}`},
 		{name: "error format template", input: "idempotency {\n\terror_format `{\"errors\":[{\"code\":\"{code}\",\"message\":\"{detail}\"}]}`\n}",
 			want: `{"error_format":"{\"errors\":[{\"code\":\"{code}\",\"message\":\"{detail}\"}]}"}`},
+		{name: "canonical fingerprint", input: `idempotency {
+			fingerprint json
+			fingerprint_ignore /request_time /meta/sent_at
+		}`, want: `{"fingerprint":"json","fingerprint_ignore":["/request_time","/meta/sent_at"]}`},
+		{name: "fingerprint without value", input: `idempotency {
+			fingerprint
+		}`, wantErr: "wrong argument count"},
 		{name: "error format stripe", input: `idempotency {
 			error_format stripe
 		}`, want: `{"error_format":"stripe"}`},
@@ -208,6 +215,10 @@ func TestValidate(t *testing.T) {
 		"bad error format":     {with("error_format", "xml"), "error_format: \"xml\""},
 		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
 		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies to a webhook route"},
+		"unknown fingerprint":  {with("fingerprint", "xml"), "fingerprint: \"xml\": want bytes, json, form or multipart"},
+		"bad ignored pointer":  {with("fingerprint", "json", "=", "fingerprint_ignore", "request_time"), "fingerprint_ignore: \"request_time\" is not a JSON pointer"},
+		"ignore with bytes":    {with("fingerprint_ignore", "/a"), "fingerprint_ignore: the bytes reading leaves nothing out"},
+		"webhook fingerprint":  {with("webhook", "stripe", "=", "webhook_secrets", "env:HOME", "=", "fingerprint", "json"), "fingerprint: a webhook route leaves its body out"},
 	} {
 		err := tc.h.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,26 +1,24 @@
 package caddymodule
 
 import (
-	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
-// Every JSON field of the handler is a Caddyfile subdirective in the README's table.
-func TestREADMEListsEverySubdirective(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+// Every JSON field of the handler is a Caddyfile subdirective in the settings table.
+func TestSettingsTableListsEverySubdirective(t *testing.T) {
+	table := testutil.Docs(t, testutil.SettingsDoc)
 	typ := reflect.TypeOf(Handler{})
 	for i := 0; i < typ.NumField(); i++ {
 		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 		if name == "" || name == "-" {
 			continue
 		}
-		if !strings.Contains(string(readme), "`"+name) {
-			t.Errorf("README lacks the %s subdirective", name)
+		if !strings.Contains(table, "`"+name) {
+			t.Errorf("the settings table lacks the %s subdirective", name)
 		}
 	}
 }

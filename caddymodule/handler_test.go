@@ -116,7 +116,7 @@ func TestHandlerProtocol(t *testing.T) {
 	if c := serve(h, call{key: "k", body: "other"}, next); c.code != 422 || c.result != "mismatch" {
 		t.Fatalf("mismatch: %+v", c)
 	}
-	if c := serve(h, call{method: "GET", key: "k"}, next); c.code != 201 || c.result != "" {
+	if c := serve(h, call{method: "GET", key: "k"}, next); c.code != 201 || c.result != "untracked" {
 		t.Fatalf("GET passes through: %+v", c)
 	}
 	if next.calls.Load() != 2 {

@@ -36,8 +36,8 @@ func init() {
 }
 
 // ResultPlaceholder holds the outcome of the request (stored, replayed, conflict,
-// mismatch, …; "executing" while the first request runs) for access logs and the
-// header directive.
+// mismatch, …; "executing" while the first request runs; "untracked" for a
+// method the handler does not track) for access logs and the header directive.
 const ResultPlaceholder = "http.idempotency.result"
 
 // Handler makes POST and PATCH requests that carry an Idempotency-Key run once:
@@ -208,8 +208,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set(ResultPlaceholder, "executing")
 		}
-	} else if h.requests != nil {
-		h.requests.Untracked()
+	} else {
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			repl.Set(ResultPlaceholder, "untracked")
+		}
+		if h.requests != nil {
+			h.requests.Untracked()
+		}
 	}
 	return h.core.Handle(w, r, classified{next: next, guard: tracked})
 }

@@ -22,7 +22,7 @@ func TestEverySettingReachesTheCore(t *testing.T) {
 		base  []string // name, value pairs set before the setting under test
 		value string
 	}{
-		"methods": {nil, "PUT"}, "key_header": {nil, "X-Key"}, "require_key": {nil, "true"},
+		"methods": {nil, "PUT"}, "key_header": {nil, "X-Key"}, "require_key": {nil, "true"}, "min_key_length": {nil, "36"},
 		"scope_headers": {nil, "X-Tenant"}, "scope_host": {nil, "false"}, "key_namespace": {nil, "ns"},
 		"fingerprint_headers": {nil, "X-Currency"}, "max_request_body": {nil, "1MiB"}, "body_budget": {nil, "512MiB"},
 		"max_body": {nil, "1MiB"}, "store_statuses": {nil, "2xx"}, "body_read_timeout": {nil, "5s"},
@@ -30,14 +30,16 @@ func TestEverySettingReachesTheCore(t *testing.T) {
 		"handler_timeout": {nil, "1m"}, "store_timeout": {nil, "1s"}, "complete_retry": {nil, "1m"},
 		"unknown_outcome": {nil, "release"}, "unknown_hold": {nil, "1h"}, "retry_after": {nil, "2s"}, "wait": {nil, "1s"},
 		"wait_poll": {nil, "100ms"}, "in_flight_only": {nil, "true"},
-		"key_source":        {nil, "json:/id"},
-		"error_format":      {nil, "stripe"},
-		"webhook":           {[]string{"webhook_secrets", "env:CONFIG_TEST_SECRET"}, "stripe"},
-		"webhook_secrets":   {stripe, "env:CONFIG_TEST_SECRET,env:CONFIG_TEST_SECRET"},
-		"webhook_tolerance": {stripe, "1m"},
-		"webhook_header":    {hmac, "X-Other"},
-		"webhook_encoding":  {hmac, "base64"},
-		"webhook_prefix":    {hmac, "sha256="},
+		"key_source":         {nil, "json:/id"},
+		"error_format":       {nil, "stripe"},
+		"fingerprint":        {nil, "json"},
+		"fingerprint_ignore": {[]string{"fingerprint", "json"}, "/request_time"},
+		"webhook":            {[]string{"webhook_secrets", "env:CONFIG_TEST_SECRET"}, "stripe"},
+		"webhook_secrets":    {stripe, "env:CONFIG_TEST_SECRET,env:CONFIG_TEST_SECRET"},
+		"webhook_tolerance":  {stripe, "1m"},
+		"webhook_header":     {hmac, "X-Other"},
+		"webhook_encoding":   {hmac, "base64"},
+		"webhook_prefix":     {hmac, "sha256="},
 	}
 	fields := conf.Fields(reflect.TypeFor[config.Config]())
 	for _, f := range fields {

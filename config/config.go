@@ -5,11 +5,12 @@
 // A Config is middleware.Settings (whose tagged fields are the settings, with
 // their defaults in middleware.DefaultSettings) plus the settings that are
 // configuration sugar for what plugs into the core: key_source (package
-// keysource), error_format (package errformat) and webhook… (package webhook).
+// keysource), error_format (package errformat), fingerprint… (package
+// fingerprint) and webhook… (package webhook).
 // It records which settings were set, so a proxy route's unset settings take the
 // top level's (Merged). Every surface derives its names, its parsing and its
 // help from the struct's tags (internal/conf): adding a setting is one field in
-// middleware.Settings, the code that uses it, and its README row.
+// middleware.Settings, the code that uses it, and its row in docs/settings.md.
 package config
 
 import (
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/errformat"
+	"github.com/idemproxy/idemproxy/fingerprint"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/keysource"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -69,6 +71,19 @@ type Config struct {
 	// preset, e.g. "sha256=".
 	WebhookPrefix string `json:"webhook_prefix" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
 
+	// FingerprintSpec is how the body counts in the fingerprint: "bytes" (as
+	// sent), "json" (RFC 8785 canonical form: member order, whitespace,
+	// number forms and escapes do not count), "form" (fields sorted; a
+	// repeated field's values keep their order) or "multipart" (each part's
+	// meaningful headers and bytes, not the boundary). A body that cannot be
+	// read one way only in its format gets 400. See docs/fingerprints.md.
+	FingerprintSpec string `json:"fingerprint" help:"how the body counts in the fingerprint: bytes, json (RFC 8785 canonical), form (fields sorted) or multipart (parts, not the boundary)"`
+
+	// FingerprintIgnore are RFC 6901 JSON pointers left out of a json, form
+	// or multipart fingerprint: /request_time (for a form or multipart
+	// body, a field name).
+	FingerprintIgnore []string `json:"fingerprint_ignore" help:"JSON pointers left out of a json, form or multipart fingerprint (/request_time; form and multipart: /field)"`
+
 	// ErrorFormatSpec is the shape of the answers the core writes itself
 	// (409, 422, 400, 503, …): "problem" (RFC 9457), "stripe" (Stripe's
 	// error object with Stripe-Should-Retry), or a JSON template whose
@@ -87,6 +102,7 @@ func Default() Config {
 		Settings:         middleware.DefaultSettings(),
 		KeySourceSpec:    keysource.Auto,
 		ErrorFormatSpec:  errformat.Problem,
+		FingerprintSpec:  fingerprint.Bytes,
 		WebhookTolerance: webhook.DefaultTolerance,
 		WebhookEncoding:  "hex",
 	}
@@ -173,6 +189,14 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 		s.KeySource = ks
 	}
+	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
+		return s, fieldErr("fingerprint", "%v", err)
+	}
+	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
+	if err != nil {
+		return s, fieldErr("fingerprint_ignore", "%v", err)
+	}
+	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
 	if err != nil {
 		return s, err

@@ -5,12 +5,23 @@
 # DEMO_STORE picks the store (default memory), e.g.
 #   make demo DEMO_STORE='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
 #   make demo DEMO_STORE=redis://127.0.0.1:6379/0
+# DEMO_API_PORT, DEMO_PROXY_PORT and DEMO_ADMIN_PORT move its ports (3000, 8080, 9090);
+# a port already taken stops it at once, naming the variable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 API=127.0.0.1:${DEMO_API_PORT:-3000}
 PROXY=127.0.0.1:${DEMO_PROXY_PORT:-8080}
 ADMIN=127.0.0.1:${DEMO_ADMIN_PORT:-9090}
 STORE=${DEMO_STORE:-memory}
+
+# Each port must be free: a server already there would answer the tour instead.
+for v in DEMO_API_PORT:"$API" DEMO_PROXY_PORT:"$PROXY" DEMO_ADMIN_PORT:"$ADMIN"; do
+  name=${v%%:*} addr=${v#*:}
+  if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
+    echo "make demo: port ${addr##*:} ($addr) is already in use; free it, or pick another with $name, e.g. make demo $name=$(( ${addr##*:} + 1 ))" >&2
+    exit 1
+  fi
+done
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -21,6 +32,7 @@ trap cleanup EXIT INT TERM
 export DEMO_WEBHOOK_SECRET=${DEMO_WEBHOOK_SECRET:-whsec_ZGVtby13ZWJob29rLXNlY3JldA==}
 ./bin/idemproxy --config examples/demo.yaml --listen "$PROXY" --upstream "http://$API" --admin "$ADMIN" --store "$STORE" --log-format text 2>/tmp/idemproxy-demo.log & pids+=($!)
 for _ in $(seq 100); do
+  if ! kill -0 "${pids[0]}" 2>/dev/null; then echo "the demo API did not start:"; cat /tmp/idemproxy-demoapi.log; exit 1; fi
   if ! kill -0 "${pids[1]}" 2>/dev/null; then echo "idemproxy did not start:"; cat /tmp/idemproxy-demo.log; exit 1; fi
   curl -fsS "http://$ADMIN/healthz" >/dev/null 2>&1 && curl -fsS "http://$API/charges" >/dev/null 2>&1 && break
   sleep 0.1
@@ -35,7 +47,7 @@ run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H '
 echo "== 2. The same key with a different body is refused (422):"
 run "curl -sS -i -X POST http://$PROXY/charges -H 'Idempotency-Key: $key-a' -H 'Content-Type: application/json' -d '{\"amount\": 999}'"
 echo "== 3. A duplicate that arrives while the first is still running gets 409 + Retry-After:"
-run "curl -sS -o /dev/null -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}' & first=\$!; sleep 0.5; curl -sS -i -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}'; wait \$first"
+run "curl -sS -o /dev/null -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}' & first=\$!; until ./bin/idemproxy keys get $key-b --admin $ADMIN >/dev/null 2>&1; do sleep 0.1; done; curl -sS -i -X POST 'http://$PROXY/charges?delay=2s' -H 'Idempotency-Key: $key-b' -d '{\"amount\": 5}'; wait \$first"
 echo "== 4. Two charges were created upstream, not five:"
 run "curl -sS http://$API/charges"
 echo "== 5. The stored record, through the admin API:"

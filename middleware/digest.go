@@ -85,35 +85,6 @@ func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
 	}
 }
 
-// fingerprint identifies the request: method, canonical path and query, chosen
-// headers, body (but for a signed webhook).
-func (h *Handler) fingerprint(r *http.Request, path string, body []byte) string {
-	if h.s.FingerprintFunc != nil {
-		return h.s.FingerprintFunc(r, body)
-	}
-	d := getDigest()
-	defer digests.Put(d)
-	d.field(r.Method)
-	if r.URL.ForceQuery || r.URL.RawQuery != "" {
-		d.fields("?", path, r.URL.RawQuery) // one field, as URL.RequestURI writes it
-	} else {
-		d.field(path)
-	}
-	for _, name := range h.s.FingerprintHeaders {
-		d.header(r.Header, name)
-	}
-	d.flush()
-	if h.s.Verifier == nil {
-		// A signed webhook's key is the provider's own id for the event (or a
-		// digest of the body): the body is left out, since a provider may render
-		// it anew on redelivery (Stripe's pending_webhooks), which must replay,
-		// not get 422.
-		_, _ = d.h.Write(body)
-	}
-	var sum [sha256.Size]byte
-	return string(d.sum(sum[:0]))
-}
-
 // digest is a SHA-256 state with a scratch buffer: fields are length-prefixed (so
 // their boundaries are unambiguous) and gathered before hashing, which spares an
 // allocation per field. Recycled through digests.

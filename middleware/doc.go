@@ -10,8 +10,9 @@
 //     (every surface's name for it), DefaultSettings (the one table of
 //     defaults), Option, and what New derives from them once.
 //   - plugins.go: what plugs in. KeySource (default HeaderKey), Verifier,
-//     ErrorFormat (default ProblemJSON). Packages keysource, webhook and
-//     errformat implement the others; this package imports none of them.
+//     ErrorFormat (default ProblemJSON), BodyFingerprint (default: the
+//     body's bytes). Packages keysource, webhook, errformat and fingerprint
+//     implement the others; this package imports none of them.
 //   - handler.go: Handler, New, Handle — the flow of one request: the canonical
 //     request, its key, its claim, and the duplicate's answer.
 //   - canonical.go: the one reading of a request that route matching, tracking,
@@ -25,7 +26,8 @@
 //   - recorder.go: the response recorder; keyecho.go: the key never stored,
 //     echoed at replay; upgrade.go: switching protocols refused.
 //   - digest.go, owner.go, cookie.go: the store key (scope, namespace, key
-//     source), the fingerprint, the owner a bounded store shares by.
+//     source), the owner a bounded store shares by; fingerprint.go: the
+//     fingerprint, the part digests kept with it, and the parts a 422 names.
 //   - wait.go: a duplicate waiting for the first; passthrough.go: keyless
 //     requests; outcome.go: ErrNotSent, ErrOutcomeUnknown and the operator's
 //     Resolve; problem.go, event.go, status.go: problems, observer events,

@@ -4,26 +4,23 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // Every field of the core's Settings, and every exported option (With…) of the
-// stores, is in the README: a Go user finds each in the one table.
-func TestREADMEListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+// stores, is in the settings table: a Go user finds each in the one table.
+func TestSettingsTableListsEverySetting(t *testing.T) {
+	table := testutil.Docs(t, testutil.SettingsDoc)
 	st := reflect.TypeFor[middleware.Settings]()
 	for i := range st.NumField() {
-		if name := st.Field(i).Name; !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README lacks Settings.%s", name)
+		if name := st.Field(i).Name; !strings.Contains(table, "`"+name+"`") {
+			t.Errorf("the settings table lacks Settings.%s", name)
 		}
 	}
 	n := 0
@@ -46,8 +43,8 @@ func TestREADMEListsEverySetting(t *testing.T) {
 					continue
 				}
 				n++
-				if !strings.Contains(string(readme), prefix+fn.Name.Name) {
-					t.Errorf("README lacks %s%s", prefix, fn.Name.Name)
+				if !strings.Contains(table, prefix+fn.Name.Name) {
+					t.Errorf("the settings table lacks %s%s", prefix, fn.Name.Name)
 				}
 			}
 		}

@@ -125,9 +125,15 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		t.ev.Outcome = OutcomeBypass
 		return h.passThrough(w, r, next, &t.ev)
 	}
+	fp, err := h.fingerprint(r, path, body)
+	if err != nil {
+		t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyMalformed, http.StatusBadRequest,
+			err.Error()+"; this route compares bodies by their meaning, so it was not executed"), 0)
+		return nil
+	}
 	// c and t stay on the request's stack: the claim's background work
 	// (renewal, a retried store) holds copies.
-	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: h.fingerprint(r, path, body), echo: t.key}
+	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key}
 	c.keyHash = c.storeKey[:12]
 	t.ev.KeyHash = c.keyHash
 	if h.s.TraceContext != nil {
@@ -195,6 +201,9 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 			return "", nil, false
 		}
 		return "", body, true
+	case err == nil && len(key) < h.s.MinKeyLength:
+		err = fmt.Errorf("the idempotency key is shorter than %d characters", h.s.MinKeyLength)
+		fallthrough
 	case err != nil:
 		h.bodyLeftUnread(w, r, body)
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
@@ -305,7 +314,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 	switch {
 	case rec.Fingerprint != fp:
 		t.problem(w, OutcomeMismatch, nil, newProblem(ProblemMismatch, http.StatusUnprocessableEntity,
-			"this idempotency key was already used with a different request (method, path, query or body)"), 0)
+			h.mismatchDetail(rec.Fingerprint, fp)), 0)
 	case rec.State != cache.StateCompleted || rec.Response == nil:
 		t.problem(w, OutcomeConflict, nil, newProblem(ProblemInFlight, http.StatusConflict,
 			"a request with this idempotency key is still being processed; retry later"), h.s.RetryAfter)

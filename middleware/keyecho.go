@@ -6,7 +6,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// A client's key never reaches the store verbatim (README, "Scope"), yet the
+// A client's key never reaches the store verbatim (docs/clients.md, "Scope"), yet the
 // answers a key's retries are replayed carry it back in the key header: the
 // outcome-unknown answer the core writes, an upstream's answer that echoes the
 // key (as Stripe's API does), a resolution that names the header. Such a stored

@@ -1,16 +1,17 @@
 package middleware
 
 import (
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"time"
 )
 
-// What plugs into the core. The core knows these three small interfaces and its
+// What plugs into the core. The core knows these four small interfaces and its
 // own defaults (a key header, RFC 9457 problems); package keysource has the
 // other key sources (JSON and form fields, a body digest), package webhook the
 // signature presets (a Verifier and the key source each implies), package
-// errformat the other error formats (Stripe's, a JSON template), and package
+// fingerprint the readings of a body (JSON, form, multipart), package errformat the other error formats (Stripe's, a JSON template), and package
 // config builds all of them from their configuration strings ("json:/id",
 // "stripe", …). Go users may pass their own.
 
@@ -90,4 +91,25 @@ type ErrorFormat interface {
 	// Render returns p's Content-Type, extra headers (or nil) and body.
 	// retryAfter is the Retry-After the answer carries, 0 for none.
 	Render(p Problem, retryAfter time.Duration) (contentType string, header http.Header, body []byte)
+}
+
+// BodyFingerprint reads a request body as its clients mean it, for the
+// fingerprint: a client that sends a retry serialised anew (members in another
+// order, a new multipart boundary) sends the same parts, and replays. Package
+// fingerprint has the JSON (RFC 8785), form and multipart readings; nil means
+// the body's bytes, as they are.
+type BodyFingerprint interface {
+	// Parts calls part once per part of body, in an order that depends on
+	// the body's meaning only, with the part's name and a SHA-256 of its
+	// canonical form. Two bodies mean the same exactly when their sequences
+	// of names and sums are equal. A name is what a mismatch problem shows
+	// ("/amount", `form field "x"`, "multipart part 2"; "" for the body as a
+	// whole); it never quotes a value. An error means body cannot be read
+	// one way only (not the format, ambiguous, beyond a bound): nothing is
+	// claimed or forwarded, and its text, which quotes no value, is the 400
+	// problem's detail.
+	Parts(r *http.Request, body []byte, part func(name string, sum [sha256.Size]byte)) error
+	// ID names the reading in the fingerprint ("json", "form", …): two
+	// readings never give the same fingerprint.
+	ID() string
 }

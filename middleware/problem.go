@@ -9,7 +9,7 @@ import (
 )
 
 // ProblemTypeBase prefixes every problem type URI. The URIs are stable identifiers
-// (RFC 9457 §3.1.1); README lists them.
+// (RFC 9457 §3.1.1); docs/clients.md lists them.
 const ProblemTypeBase = "urn:idemproxy:problem:"
 
 // Problem types, one per case a client can meet.
@@ -18,6 +18,7 @@ const (
 	ProblemInvalidKey       = ProblemTypeBase + "invalid-key"
 	ProblemBodyTooLarge     = ProblemTypeBase + "body-too-large"
 	ProblemBodyUnreadable   = ProblemTypeBase + "body-unreadable"
+	ProblemBodyMalformed    = ProblemTypeBase + "body-malformed"
 	ProblemInFlight         = ProblemTypeBase + "in-flight"
 	ProblemMismatch         = ProblemTypeBase + "mismatch"
 	ProblemNotReplayable    = ProblemTypeBase + "not-replayable"
@@ -51,6 +52,7 @@ var problemTitles = map[string]string{
 	ProblemInvalidKey:       "Invalid idempotency key",
 	ProblemBodyTooLarge:     "Request body too large",
 	ProblemBodyUnreadable:   "Request body could not be read",
+	ProblemBodyMalformed:    "Request body not readable in the route's format",
 	ProblemInFlight:         "Request with this idempotency key is in progress",
 	ProblemMismatch:         "Idempotency key reused with a different request",
 	ProblemNotReplayable:    "Original response cannot be replayed",

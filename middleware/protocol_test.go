@@ -96,6 +96,17 @@ func TestProtocol(t *testing.T) {
 			wantCalls: 0, wantLast: middleware.OutcomeInvalid,
 		},
 		{
+			name: "min_key_length refuses shorter keys from any key source",
+			opts: []middleware.Option{func(s *middleware.Settings) { s.MinKeyLength = 36 }},
+			steps: []step{
+				{req: req{Key: long[:35]}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: `"` + long[:35] + `"`}, wantStatus: 400, wantType: middleware.ProblemInvalidKey},
+				{req: req{Key: long[:36]}, wantStatus: 201},
+				{req: req{Key: long[:36]}, wantStatus: 201, wantReplay: true},
+			},
+			wantCalls: 1,
+		},
+		{
 			name:      "255-character key is fine",
 			steps:     []step{{req: req{Key: long[:255]}, wantStatus: 201}, {req: req{Key: long[:255]}, wantStatus: 201, wantReplay: true}},
 			wantCalls: 1,
@@ -339,6 +350,8 @@ func TestBadOptions(t *testing.T) {
 		"bad scope":       func(s *middleware.Settings) { s.ScopeHeaders = []string{"a:b"} },
 		"zero ttl":        func(s *middleware.Settings) { s.TTL = 0 },
 		"tiny lock ttl":   func(s *middleware.Settings) { s.LockTTL = 1 },
+		"min key 0":       func(s *middleware.Settings) { s.MinKeyLength = 0 },
+		"min key 256":     func(s *middleware.Settings) { s.MinKeyLength = 256 },
 		"negative body":   func(s *middleware.Settings) { s.MaxRequestBody = -1 },
 		"negative stored": func(s *middleware.Settings) { s.MaxBody = -1 },
 		"no statuses":     func(s *middleware.Settings) { s.StoreStatuses = middleware.StatusSet{} },

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -32,6 +31,12 @@ type Settings struct {
 	// RequireKey answers 400 to a protected request without a key, instead of
 	// passing it through unprotected.
 	RequireKey bool `json:"require_key" help:"answer 400 to a protected request without a key instead of passing it through"`
+
+	// MinKeyLength is the shortest key accepted, in characters, from any key
+	// source; a shorter one is answered 400 invalid-key and nothing runs. Keys
+	// the client makes up ("1", "retry") collide across its own operations;
+	// a length a random UUID has (36) refuses them. 1 accepts any.
+	MinKeyLength int `json:"min_key_length" help:"shortest key accepted, in characters (400 invalid-key below); 1 accepts any"`
 
 	// ScopeHeaders are the request headers that, with the Host, scope a key,
 	// so one client can never read another's stored response. That holds only
@@ -169,6 +174,14 @@ type Settings struct {
 	// the request and its body: equal results mean "the same request".
 	FingerprintFunc func(r *http.Request, body []byte) string `json:"-"`
 
+	// BodyFingerprint reads the body for the fingerprint as its clients mean
+	// it (package fingerprint: JSON, form, multipart; config builds it from
+	// fingerprint and fingerprint_ignore), so a retry serialised anew
+	// replays, and a 422 names the part that differs. nil: the body's bytes.
+	// Not with a Verifier (a signed webhook's body is left out) nor with
+	// FingerprintFunc.
+	BodyFingerprint BodyFingerprint `json:"-"`
+
 	// Logger receives the core's log lines; they never contain a raw key or
 	// Authorization value, only a short hash of the store key. nil means
 	// slog.Default().
@@ -207,6 +220,7 @@ func DefaultSettings() Settings {
 	return Settings{
 		Methods:         []string{http.MethodPost, http.MethodPatch},
 		KeyHeader:       "Idempotency-Key",
+		MinKeyLength:    1,
 		ScopeHeaders:    []string{"Authorization"},
 		ScopeHost:       true,
 		MaxRequestBody:  10 << 20,
@@ -245,155 +259,4 @@ func fieldErr(field, format string, args ...any) error {
 func (s *Settings) Check() error {
 	_, err := compile(s)
 	return err
-}
-
-// compiled is what New derives from Settings once: lookups, canonical names,
-// and the plug-ins' defaults.
-type compiled struct {
-	tracked     map[string]bool
-	scope       []scopePart // ScopeHeaders, parsed
-	ignored     map[string]bool
-	keySource   KeySource
-	keySourceID string // the key source (and the verifier) as the store key names them
-	keyHeader   string // the header a key is echoed in; "" when the key source is not a header
-	legacyScope bool   // store keys keep the first derivation (see writeScope)
-	bodyFirst   bool   // the body is read before the key: a signature, or a key in it
-	errorFormat ErrorFormat
-	logger      *slog.Logger
-}
-
-// scopePart is one entry of the scope: a request header, or one cookie.
-type scopePart struct {
-	name   string
-	cookie bool
-}
-
-func compile(s *Settings) (*compiled, error) {
-	c := &compiled{tracked: map[string]bool{}, ignored: map[string]bool{}}
-	if len(s.Methods) == 0 {
-		return nil, fieldErr("methods", "no tracked methods")
-	}
-	for _, m := range s.Methods {
-		if !validToken(m) || strings.ToUpper(m) != m {
-			return nil, fieldErr("methods", "%q is not an upper-case HTTP method token%s", m, methodHint(m))
-		}
-		c.tracked[m] = true
-	}
-	for _, hs := range []struct {
-		field string
-		names []string
-	}{{"key_header", []string{s.KeyHeader}}, {"fingerprint_headers", s.FingerprintHeaders}, {"ignore_headers", s.IgnoreHeaders}} {
-		for _, h := range hs.names {
-			if !validToken(h) {
-				return nil, fieldErr(hs.field, "header name %q is not valid", h)
-			}
-		}
-	}
-	for _, h := range s.ScopeHeaders {
-		if name, cookie, ok := strings.Cut(h, ":"); ok {
-			if !strings.EqualFold(name, "Cookie") || !validToken(cookie) {
-				return nil, fieldErr("scope_headers", "%q: want a header name, or Cookie:NAME for one cookie", h)
-			}
-			c.scope = append(c.scope, scopePart{name: cookie, cookie: true})
-		} else if !validToken(h) {
-			return nil, fieldErr("scope_headers", "header name %q is not valid", h)
-		} else {
-			c.scope = append(c.scope, scopePart{name: h})
-		}
-	}
-	for _, h := range s.IgnoreHeaders {
-		c.ignored[http.CanonicalHeaderKey(h)] = true
-	}
-	c.keySource = s.KeySource
-	if c.keySource == nil {
-		c.keySource = HeaderKey{Name: http.CanonicalHeaderKey(s.KeyHeader)}
-	}
-	if hk, ok := c.keySource.(HeaderKey); ok {
-		c.keyHeader = hk.Name
-	}
-	c.keySourceID = c.keySource.ID()
-	if s.Verifier != nil {
-		c.keySourceID = s.Verifier.ID() + "/" + c.keySourceID
-	}
-	c.legacyScope = s.Verifier == nil && c.keyHeader != "" && s.KeyNamespace == "" && s.ScopeHost
-	c.bodyFirst = s.Verifier != nil || c.keySource.NeedsBody()
-	c.errorFormat = s.ErrorFormat
-	if c.errorFormat == nil {
-		c.errorFormat = ProblemJSON{}
-	}
-	c.logger = s.Logger
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	switch {
-	case s.TTL <= 0:
-		return nil, fieldErr("ttl", "must be positive, got %v", s.TTL)
-	case s.LockTTL < 3*time.Millisecond:
-		return nil, fieldErr("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
-	case s.MaxRequestBody < 0:
-		return nil, fieldErr("max_request_body", "must not be negative, got %d", s.MaxRequestBody)
-	case s.BodyBudget < max(s.MaxRequestBody, 1):
-		return nil, fieldErr("body_budget", "must be at least max_request_body (%d bytes) so that one body of the largest size fits, got %d", s.MaxRequestBody, s.BodyBudget)
-	case s.BodyReadTimeout < 0:
-		return nil, fieldErr("body_read_timeout", "must not be negative, got %v", s.BodyReadTimeout)
-	case s.MaxBody < 0:
-		return nil, fieldErr("max_body", "must not be negative, got %d", s.MaxBody)
-	case s.HandlerTimeout < 0:
-		return nil, fieldErr("handler_timeout", "must not be negative, got %v", s.HandlerTimeout)
-	case s.UnknownOutcome != UnknownHold && s.UnknownOutcome != UnknownRelease:
-		return nil, fieldErr("unknown_outcome", "%q: want hold or release", s.UnknownOutcome)
-	case s.UnknownHold <= 0:
-		return nil, fieldErr("unknown_hold", "must be positive, got %v", s.UnknownHold)
-	case s.CompleteRetry <= 0:
-		return nil, fieldErr("complete_retry", "must be positive, got %v", s.CompleteRetry)
-	case s.StoreTimeout <= 0:
-		return nil, fieldErr("store_timeout", "must be positive, got %v", s.StoreTimeout)
-	case s.RetryAfter < 0:
-		return nil, fieldErr("retry_after", "must not be negative, got %v", s.RetryAfter)
-	case s.Wait < 0:
-		return nil, fieldErr("wait", "must not be negative, got %v", s.Wait)
-	case s.WaitPoll <= 0:
-		return nil, fieldErr("wait_poll", "must be positive, got %v", s.WaitPoll)
-	case s.Wait > 0 && s.InFlightOnly:
-		return nil, fieldErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
-	case s.StoreStatuses.Empty():
-		return nil, fieldErr("store_statuses", "no status is stored")
-	}
-	return c, nil
-}
-
-// canonicalMethod is CanonicalMethod, also upper-casing a tracked custom method.
-func (c *compiled) canonicalMethod(m string) string {
-	if cm := CanonicalMethod(m); cm != m || c.tracked[m] {
-		return cm
-	}
-	if u := strings.ToUpper(m); c.tracked[u] {
-		return u
-	}
-	return m
-}
-
-// validToken reports whether s is an RFC 9110 token (header names, methods).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// methodHint suggests the upper-case spelling of a lower-case method.
-func methodHint(m string) string {
-	if u := strings.ToUpper(m); u != m && validToken(m) {
-		return fmt.Sprintf(" (write methods in upper case, %s; requests match it in any case)", u)
-	}
-	return ""
 }

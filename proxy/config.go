@@ -59,6 +59,30 @@ type Route struct {
 	Path    string
 	Enabled bool
 	config.Config
+
+	// file and lines locate a route read from a config file, for error
+	// messages: the line of its item, and of each key it sets.
+	file  string
+	line  int
+	lines map[string]int
+}
+
+// where names route i in an error about its setting field: its index and path
+// and, from a file, the file and the line of the key (of the route when the
+// route does not set it).
+func (r *Route) where(i int, field string) string {
+	name := fmt.Sprintf("routes[%d] (%s)", i, r.Path)
+	if field == "path" {
+		name = fmt.Sprintf("routes[%d]", i)
+	}
+	if r.file == "" {
+		return name
+	}
+	line, ok := r.lines[field]
+	if !ok {
+		line = r.line
+	}
+	return fmt.Sprintf("config file %s line %d: %s", r.file, line, name)
 }
 
 // Defaults.
@@ -163,39 +187,45 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s %q: want debug, info, warn or error", c.source("log_level"), c.LogLevel)
 	}
 	if err := c.Config.Validate(); err != nil {
-		return c.named(err, "")
+		return c.named(err, nil, 0)
 	}
 	seen := map[string]string{}
-	for i, r := range c.Routes {
-		where := fmt.Sprintf("routes[%d] (%s)", i, r.Path)
+	for i := range c.Routes {
+		r := &c.Routes[i]
 		if !strings.HasPrefix(r.Path, "/") {
-			return fmt.Errorf("routes[%d]: path %q must start with /", i, r.Path)
+			return fmt.Errorf("%s: path %q must start with /", r.where(i, "path"), r.Path)
 		}
 		_, match, err := middleware.CanonicalPath(r.Path)
 		if err != nil {
-			return fmt.Errorf("routes[%d]: path %q: %v", i, r.Path, err)
+			return fmt.Errorf("%s: path %q: %v", r.where(i, "path"), r.Path, err)
 		}
 		if prev, ok := seen[match]; ok {
-			return fmt.Errorf("routes[%d]: path %q appears twice (routes match in any case: %q is the same route)", i, r.Path, prev)
+			return fmt.Errorf("%s: path %q appears twice (routes match in any case: %q is the same route)", r.where(i, "path"), r.Path, prev)
 		}
 		seen[match] = r.Path
 		if err := c.Config.Merged(r.Config).Validate(); err != nil {
-			return c.named(err, where)
+			return c.named(err, r, i)
 		}
 	}
 	return nil
 }
 
-// named puts the flag, variable or file key in front of a core configuration error.
-func (c *Config) named(err error, route string) error {
+// named puts the flag, variable or file key in front of a core configuration
+// error: of the top level, or of route i (r) and, when the route inherits the
+// setting at fault, where the top level set it.
+func (c *Config) named(err error, r *Route, i int) error {
 	var ce *middleware.SettingsError
 	if !errors.As(err, &ce) {
 		return err
 	}
-	if route != "" {
-		return fmt.Errorf("%s: %s: %w", route, ce.Field, ce.Err)
+	if r == nil {
+		return fmt.Errorf("%s: %w", c.source(ce.Field), ce.Err)
 	}
-	return fmt.Errorf("%s: %w", c.source(ce.Field), ce.Err)
+	err = fmt.Errorf("%s: %s: %w", r.where(i, ce.Field), ce.Field, ce.Err)
+	if _, own := r.lines[ce.Field]; !own && c.sources[ce.Field] != "" {
+		err = fmt.Errorf("%w (the route inherits %s)", err, c.sources[ce.Field])
+	}
+	return err
 }
 
 // route returns the core settings of route r: the top level with r's set fields.

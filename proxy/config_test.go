@@ -47,6 +47,18 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	}
 }
 
+// A webhook route under a top level that reads bodies as JSON goes back to
+// bytes, as docs/fingerprints.md says.
+func TestFingerprintWebhookRouteBackToBytes(t *testing.T) {
+	t.Setenv("FP_TEST_SECRET", "x")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("upstream: http://u:1\nfingerprint: json\nfingerprint_ignore: [/request_time]\nroutes:\n"+
+		"  - path: /hook\n    webhook: github\n    webhook_secrets: [env:FP_TEST_SECRET]\n    fingerprint: bytes\n    fingerprint_ignore: []\n"), 0o600)
+	if _, err := proxy.ParseArgs([]string{"--config", file}, os.Getenv, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestConfigRoutesFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.json")
 	os.WriteFile(file, []byte(`{"upstream": "http://u:1", "routes": [
@@ -91,6 +103,9 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--config", write("lock.yaml", "upstream: http://x\nlock_ttl: 1ms\n")}, nil, "lock_ttl in " + dir},
 		{[]string{"--config", write("routelock.yaml", "upstream: http://x\nroutes:\n  - path: /a\n    lock_ttl: 1ms\n")}, nil, "routes[0] (/a): lock_ttl: must be at least 3ms"},
 		{[]string{"--config", write("unitless.yaml", "upstream: http://x\nmax_body: 10\n")}, nil, "has no unit"},
+		{[]string{"--upstream", "http://x", "--fingerprint", "xml"}, nil, `--fingerprint: "xml": want bytes, json, form or multipart`},
+		{[]string{"--upstream", "http://x", "--fingerprint", "json", "--fingerprint-ignore", "request_time"}, nil, `--fingerprint-ignore: "request_time" is not a JSON pointer`},
+		{[]string{"--config", write("fpwebhook.yaml", "upstream: http://x\nfingerprint: json\nroutes:\n  - path: /hook\n    webhook: github\n    webhook_secrets: [env:HOME]\n")}, map[string]string{"HOME": "x"}, "routes[0] (/hook): fingerprint: a webhook route leaves its body out"},
 		{[]string{"--upstream", "http://x", "--log-level", "loud"}, nil, "--log-level"},
 		{[]string{"--upstream", "http://x", "--require-key=maybe"}, nil, "require-key"},
 		{[]string{"--nope"}, nil, "not defined"},

@@ -42,7 +42,7 @@ func (c *Config) LoadFile(path string) error {
 		}
 		seen[k.Value] = true
 		if k.Value == "routes" {
-			routes, err := loadRoutes(v, at)
+			routes, err := loadRoutes(path, v, at)
 			if err != nil {
 				return err
 			}
@@ -62,7 +62,7 @@ func (c *Config) LoadFile(path string) error {
 }
 
 // loadRoutes reads the routes list.
-func loadRoutes(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]Route, error) {
+func loadRoutes(path string, v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]Route, error) {
 	if v.Kind != yaml.SequenceNode {
 		return nil, at(v, "routes: want a list of routes (- path: /charges …)")
 	}
@@ -71,7 +71,7 @@ func loadRoutes(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]Rout
 		if item.Kind != yaml.MappingNode {
 			return nil, at(item, "routes[%d]: want a mapping (path: /charges …)", i)
 		}
-		r := Route{Enabled: true}
+		r := Route{Enabled: true, file: path, line: item.Line, lines: map[string]int{}}
 		seen := map[string]bool{}
 		for j := 0; j+1 < len(item.Content); j += 2 {
 			k, val := item.Content[j], item.Content[j+1]
@@ -79,6 +79,7 @@ func loadRoutes(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]Rout
 				return nil, at(k, "routes[%d]: %s appears twice", i, k.Value)
 			}
 			seen[k.Value] = true
+			r.lines[k.Value] = k.Line
 			switch k.Value {
 			case "path":
 				if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {

@@ -1,28 +1,21 @@
 package proxy_test
 
 import (
-	"os"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/conf"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
-// readmeRows returns the README's configuration table rows, keyed by the setting
-// name in their first cell, as their cells.
-func readmeRows(t *testing.T) map[string][]string {
+// settingsRows returns the settings table's rows (docs/settings.md), keyed by
+// the setting name in their first cell, as their cells.
+func settingsRows(t *testing.T) map[string][]string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(readme)
-	start := strings.Index(section, "## Configuration")
-	end := strings.Index(section[start+1:], "\n## ")
-	section = section[start : start+1+end]
+	section := testutil.Docs(t, testutil.SettingsDoc)
 	rows := map[string][]string{}
 	name := regexp.MustCompile("^`([a-z_]+)`$")
 	for _, line := range strings.Split(section, "\n") {
@@ -40,10 +33,10 @@ func readmeRows(t *testing.T) map[string][]string {
 	return rows
 }
 
-// Every setting of the proxy and the core is a row of the README's table, with its
+// Every setting of the proxy and the core is a row of the settings table, with its
 // flag, and the default the row states is the default in the code.
-func TestREADMETableMatchesTheConfigType(t *testing.T) {
-	rows := readmeRows(t)
+func TestSettingsTableMatchesTheConfigType(t *testing.T) {
+	rows := settingsRows(t)
 	fields := conf.Fields(reflect.TypeFor[proxy.Config]())
 	if len(fields) < 25 {
 		t.Fatalf("only %d settings found", len(fields))
@@ -52,7 +45,7 @@ func TestREADMETableMatchesTheConfigType(t *testing.T) {
 	for _, f := range fields {
 		row, ok := rows[f.Name]
 		if !ok {
-			t.Errorf("README table lacks `%s`", f.Name)
+			t.Errorf("settings table lacks `%s`", f.Name)
 			continue
 		}
 		if row[1] != "`--"+f.FlagName()+"`" {
@@ -86,7 +79,7 @@ func TestREADMETableMatchesTheConfigType(t *testing.T) {
 			}
 		}
 		if f.Text(&got) != f.Text(&def) {
-			t.Errorf("%s: README says the default is %s, the code says %q", f.Name, cell, f.Text(&def))
+			t.Errorf("%s: the settings table says the default is %s, the code says %q", f.Name, cell, f.Text(&def))
 		}
 	}
 }

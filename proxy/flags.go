@@ -126,7 +126,7 @@ Every flag can also be set with the environment variable shown, and in the confi
 (with underscores: lock_ttl). Precedence: flag, variable, file, default. Sizes take a
 unit (512B, 64KiB, 10MiB, 10MB); durations take Go syntax or days (500ms, 30s, 24h, 2d).
 Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set;
-every OTEL_* variable of the OpenTelemetry SDK applies (see README: Tracing).
+every OTEL_* variable of the OpenTelemetry SDK applies (see docs/tracing.md).
 
 Flags:
 `)

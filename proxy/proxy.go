@@ -6,7 +6,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -102,13 +101,13 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	})
 	if p.def, err = p.buildRoute("", true, cfg.Config); err != nil {
 		p.Close()
-		return nil, cfg.named(err, "")
+		return nil, cfg.named(err, nil, 0)
 	}
 	for i, rc := range cfg.Routes {
 		rt, err := p.buildRoute(rc.Path, rc.Enabled, cfg.route(rc))
 		if err != nil {
 			p.Close()
-			return nil, cfg.named(err, fmt.Sprintf("routes[%d] (%s)", i, rc.Path))
+			return nil, cfg.named(err, &cfg.Routes[i], i)
 		}
 		p.routes = append(p.routes, rt)
 	}

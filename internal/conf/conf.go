@@ -1,6 +1,6 @@
 // Package conf derives every surface of a settings struct (command-line flags,
 // environment variables, the config file, Caddy's JSON and Caddyfile
-// subdirectives, --help, the README's table) from the struct itself, so a
+// subdirectives, --help, the settings table in docs/settings.md) from the struct itself, so a
 // setting is declared once: a field with a json name and a help tag.
 //
 // A field is a setting when it has a `help` tag; its name is its json name.

@@ -23,7 +23,7 @@ type Postgres struct {
 	SweepInterval time.Duration `json:"sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
 	// LocalCache is how many bytes of completed records this instance keeps
 	// in memory, so a replay costs no round trip; 0 keeps none.
-	LocalCache int64 `json:"local_cache" unit:"bytes" help:"PostgreSQL store: bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through LISTEN/NOTIFY; see Local cache in README); 0 = off"`
+	LocalCache int64 `json:"local_cache" unit:"bytes" help:"PostgreSQL store: bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through LISTEN/NOTIFY; see docs/stores.md); 0 = off"`
 }
 
 // DefaultPostgres is the PostgreSQL store's defaults.

@@ -24,13 +24,13 @@ type Redis struct {
 	// WaitReplicas is how many replicas must acknowledge every write (Redis
 	// WAIT) before a request is forwarded or answered; too few within
 	// WaitTimeout is a store error (503, nothing forwarded). 0 waits for none.
-	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis failover in README)"`
+	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis in docs/stores.md)"`
 	// WaitTimeout is how long a write waits for WaitReplicas.
 	WaitTimeout time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
 	// LocalCache is how many bytes of completed records this instance keeps
 	// in memory, so a replay costs no round trip; 0 keeps none. Not with
 	// Redis Cluster.
-	LocalCache int64 `json:"local_cache" unit:"bytes" help:"bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through pub/sub; see Local cache in README); 0 = off; not with Redis Cluster"`
+	LocalCache int64 `json:"local_cache" unit:"bytes" help:"bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through pub/sub; see docs/stores.md); 0 = off; not with Redis Cluster"`
 }
 
 // DefaultRedis is the Redis store's defaults.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/fingerprint"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -34,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T) cache.Store) {
 		{"ReplayIsTheStoredResponse", replay},
 		{"InFlightDuplicateGets409", inFlight409},
 		{"KeyReuseGets422", mismatch422},
+		{"CanonicalFingerprintNamesThePart", canonicalFingerprint},
 		{"ServerErrorReleasesTheKey", release5xx},
 		{"ScopeKeepsClientsApart", scope},
 		{"WaitThenReplay", waitThenReplay},
@@ -151,6 +153,31 @@ func mismatch422(t *testing.T, store cache.Store) {
 	send(h, "reuse", "amount=1")
 	if w := send(h, "reuse", "amount=9"); w.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("key reused with another body: %d, want 422", w.Code)
+	}
+	if up.calls.Load() != 1 {
+		t.Fatalf("ran %d times", up.calls.Load())
+	}
+}
+
+// canonicalFingerprint: the fingerprint with its part digests goes through the
+// store intact: a JSON retry serialised anew replays, a changed one gets 422
+// naming the member.
+func canonicalFingerprint(t *testing.T, store cache.Store) {
+	bf, err := fingerprint.NewJSON("/request_time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &upstream{}
+	h := newHandler(t, store, func(s *middleware.Settings) {
+		s.BodyFingerprint, s.FingerprintHeaders = bf, []string{"X-Tenant"}
+	}).Wrap(up)
+	send(h, "canon", `{"amount":1,"to":"x","request_time":1}`, "X-Tenant", "a")
+	if w := send(h, "canon", `{ "request_time": 2, "to": "\u0078", "amount": 1.0 }`, "X-Tenant", "a"); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("re-serialised retry: %d %s", w.Code, w.Body)
+	}
+	w := send(h, "canon", `{"amount":2,"to":"x"}`, "X-Tenant", "b")
+	if w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "/amount, the header X-Tenant") && !strings.Contains(w.Body.String(), "the header X-Tenant, /amount") {
+		t.Fatalf("changed retry: %d %s", w.Code, w.Body)
 	}
 	if up.calls.Load() != 1 {
 		t.Fatalf("ran %d times", up.calls.Load())

@@ -1,0 +1,61 @@
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Root returns the module's root directory: the nearest directory above the
+// test's working directory that holds go.mod.
+func Root(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// SettingsDoc is the page that holds the one settings table: every setting's
+// row, with its flag, variable, file key, Caddyfile subdirective, Go name and
+// default.
+const SettingsDoc = "docs/settings.md"
+
+// Docs returns the text of the documents named, by their paths from the module
+// root ("README.md", SettingsDoc), joined; with no names, README.md and every
+// page under docs/. A document that is missing fails the test.
+func Docs(t testing.TB, names ...string) string {
+	t.Helper()
+	root := Root(t)
+	if len(names) == 0 {
+		pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+		if err != nil || len(pages) == 0 {
+			t.Fatalf("no pages under docs/ (%v)", err)
+		}
+		names = append(names, "README.md")
+		for _, p := range pages {
+			names = append(names, filepath.Join("docs", filepath.Base(p)))
+		}
+	}
+	var b strings.Builder
+	for _, name := range names {
+		text, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(text)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
