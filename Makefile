@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 PKGS  := ./...
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+IMAGE   ?= localhost/idemproxy:dev
 LDFLAGS := -s -w -X github.com/idemproxy/idemproxy/proxy.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
@@ -77,6 +78,14 @@ demo-check: build ## Run the demo tour once and exit (used by CI).
 	  && grep -q 'HTTP/1.1 401' /tmp/idemproxy-demo-check.out && grep -q '"deliveries":1' /tmp/idemproxy-demo-check.out \
 	  || { cat /tmp/idemproxy-demo-check.out; echo "demo-check: the tour did not show a replay, a 409, a 422, two charges, and a webhook run once with a forged one refused"; exit 1; }
 	@echo "demo-check: ok"
+
+.PHONY: image
+image: ## Build the container image from the Dockerfile with buildah, no daemon (root; IMAGE=localhost/idemproxy:dev). Not part of ci.
+	./.ci/image $(IMAGE)
+
+.PHONY: image-check
+image-check: ## Build the image, run it (buildah run, chroot) in front of the demo API, probe /healthz and /readyz, and see a retry replayed.
+	./.ci/image check $(IMAGE)
 
 .PHONY: rules
 rules: ## Check the Prometheus alert rules in examples/prometheus (promtool check rules, promtool test rules).

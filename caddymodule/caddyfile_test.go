@@ -219,6 +219,7 @@ func TestValidate(t *testing.T) {
 		"bad ignored pointer":  {with("fingerprint", "json", "=", "fingerprint_ignore", "request_time"), "fingerprint_ignore: \"request_time\" is not a JSON pointer"},
 		"ignore with bytes":    {with("fingerprint_ignore", "/a"), "fingerprint_ignore: the bytes reading leaves nothing out"},
 		"webhook fingerprint":  {with("webhook", "stripe", "=", "webhook_secrets", "env:HOME", "=", "fingerprint", "json"), "fingerprint: a webhook route leaves its body out"},
+		"reconcile":            {with("reconcile", "GET /charges/{key}"), "reconcile is the standalone proxy's"},
 	} {
 		err := tc.h.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -157,6 +157,10 @@ func (h *Handler) settings() (middleware.Settings, error) {
 	if err != nil {
 		return s, fmt.Errorf("idempotency: %w", err)
 	}
+	if h.Config.Reconcile.Request != "" {
+		// It asks the upstream, which a handler in a Caddy route does not know.
+		return s, errors.New("idempotency: reconcile is the standalone proxy's (idemproxy); in Caddy, settle held keys with idemproxy keys release/resolve")
+	}
 	if len(h.Scope) > 0 {
 		scope := append([]string(nil), h.Scope...)
 		s.ScopeFunc = func(r *http.Request) string {

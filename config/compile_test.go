@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/idemproxy/idemproxy/config"
@@ -17,6 +18,7 @@ import (
 func TestEverySettingReachesTheCore(t *testing.T) {
 	t.Setenv("CONFIG_TEST_SECRET", "whsec_dGVzdA==")
 	stripe := []string{"webhook", "stripe", "webhook_secrets", "env:CONFIG_TEST_SECRET"}
+	rc := []string{"reconcile", "GET /charges/{key}"}
 	hmac := []string{"webhook", "hmac", "webhook_secrets", "env:CONFIG_TEST_SECRET", "webhook_header", "X-Signature"}
 	cases := map[string]struct {
 		base  []string // name, value pairs set before the setting under test
@@ -40,6 +42,18 @@ func TestEverySettingReachesTheCore(t *testing.T) {
 		"webhook_header":     {hmac, "X-Other"},
 		"webhook_encoding":   {hmac, "base64"},
 		"webhook_prefix":     {hmac, "sha256="},
+		// The reconcile settings reach the route's reconcile rules
+		// (ReconcileRules), which the proxy runs beside the core.
+		"reconcile":           {nil, "GET /charges?key={key}"},
+		"reconcile_headers":   {rc, "Authorization"},
+		"reconcile_done":      {rc, "200-299"},
+		"reconcile_not_found": {rc, "404,410"},
+		"reconcile_delay":     {rc, "2s"},
+		"reconcile_backoff":   {rc, "3"},
+		"reconcile_max_delay": {rc, "5m"},
+		"reconcile_attempts":  {rc, "3"},
+		"reconcile_window":    {rc, "2h"},
+		"reconcile_timeout":   {rc, "3s"},
 	}
 	fields := conf.Fields(reflect.TypeFor[config.Config]())
 	for _, f := range fields {
@@ -75,6 +89,14 @@ func TestEverySettingReachesTheCore(t *testing.T) {
 		cs, err := changed.Compile()
 		if err != nil {
 			t.Fatalf("%s %q does not compile: %v", f.Name, tc.value, err)
+		}
+		if strings.HasPrefix(f.Name, "reconcile") {
+			br, err1 := base.ReconcileRules(bs)
+			cr, err2 := changed.ReconcileRules(cs)
+			if err1 != nil || err2 != nil || reflect.DeepEqual(br, cr) {
+				t.Errorf("setting %s: %q: reconcile rules %+v (%v), base %+v (%v): it never reaches them", f.Name, tc.value, cr, err2, br, err1)
+			}
+			continue
 		}
 		if sameSettings(bs, cs) {
 			t.Errorf("setting %s: %q compiles to the same middleware.Settings as its default: it never reaches the core", f.Name, tc.value)

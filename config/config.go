@@ -92,6 +92,8 @@ type Config struct {
 	// type), Cache-Control: no-store, and the request's key.
 	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: problem (RFC 9457), stripe, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
 
+	Reconcile Reconcile `conf:"prefix="` // reconcile…: settling held unknown outcomes (reconcile.go)
+
 	set map[string]bool // the settings set (MarkSet), by name
 }
 
@@ -105,6 +107,7 @@ func Default() Config {
 		FingerprintSpec:  fingerprint.Bytes,
 		WebhookTolerance: webhook.DefaultTolerance,
 		WebhookEncoding:  "hex",
+		Reconcile:        DefaultReconcile(),
 	}
 }
 
@@ -202,6 +205,9 @@ func (c Config) Compile() (middleware.Settings, error) {
 		return s, err
 	}
 	s.ErrorFormat = ef
+	if _, err := c.ReconcileRules(s); err != nil {
+		return s, err
+	}
 	return s, s.Check()
 }
 

@@ -24,6 +24,7 @@ type claim struct {
 	fp       string // the request's fingerprint
 	trace    []byte // the first execution's trace context, stored with it
 	echo     string // the client's key when it came in a key header; echoed on answers
+	held     *Held  // what Settings.OnHold is told, when it is set (nil otherwise)
 	started  time.Time
 	// ev is how the execution ended, for the request's event: Outcome,
 	// Status, Err (the tracker adopts them). It is the claim's own, not a
@@ -75,6 +76,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		}
 		panic(p)
 	}()
+	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	renew.stop()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,6 +136,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	// (renewal, a retried store) holds copies.
 	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key}
 	c.keyHash = c.storeKey[:12]
+	if h.s.OnHold != nil {
+		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
+	}
 	t.ev.KeyHash = c.keyHash
 	if h.s.TraceContext != nil {
 		if c.trace = h.s.TraceContext(r.Context()); len(c.trace) > cache.MaxTrace {
@@ -167,7 +171,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		}
 	}
 	if loaded {
-		h.answerDuplicate(w, rec, c.fp, t)
+		h.answerDuplicate(w, r, rec, c.fp, t)
 		return nil
 	}
 	defer t.adopt(&c.ev) // also when next panics
@@ -306,7 +310,7 @@ func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem
 }
 
 // answerDuplicate answers a request whose key already has a record.
-func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp string, t *tracker) {
+func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *cache.Record, fp string, t *tracker) {
 	t.ev.Origin = rec.Trace
 	if rec.Response != nil {
 		t.ev.Origin = rec.Response.Trace
@@ -325,29 +329,52 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, rec *cache.Record, fp s
 		p.OriginalStatus = rec.Response.Status
 		t.problem(w, OutcomeNotReplayable, nil, p, 0)
 	default:
-		t.ev.Outcome, t.ev.Status = OutcomeReplayed, rec.Response.Status
+		resp := h.storedAnswer(rec.Response)
+		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
+		if err != nil {
+			ce := strings.Join(contentCodings(resp.Header), ", ")
+			p := newProblem(ProblemNotAcceptable, http.StatusNotAcceptable, fmt.Sprintf(
+				"the request with this idempotency key completed, and its stored response is %s-encoded, which this request's Accept-Encoding does not accept; "+
+					"%v; it was not executed again: retry with Accept-Encoding: %s", ce, err, ce))
+			p.OriginalStatus = resp.Status
+			t.problem(w, OutcomeNotReplayable, err, p, 0)
+			return
+		}
+		t.ev.Outcome, t.ev.Status = OutcomeReplayed, resp.Status
 		t.emit()
-		h.replayEchoing(w, h.storedAnswer(rec.Response), t.key) // keyecho.go
+		h.replayEchoing(w, resp, t.key, dec) // keyecho.go
 	}
 }
 
-// replay writes a stored response.
-func replay(w http.ResponseWriter, resp *cache.Response) {
+// replay writes a stored response, its body decoded when dec is not nil.
+func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody) {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
 	h.Del("Transfer-Encoding")
 	h.Del("Content-Length")
+	size := int64(len(resp.Body))
+	if dec != nil {
+		decodedHeader(h)
+		size = dec.size
+	}
+	if _, ok := resp.Header["Content-Encoding"]; ok {
+		varyAcceptEncoding(h) // which body a replay gets depends on it
+	}
 	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 {
-		h.Set("Content-Length", strconv.Itoa(len(resp.Body))) // trailers need chunked encoding
+		h.Set("Content-Length", strconv.FormatInt(size, 10)) // trailers need chunked encoding
 	}
 	for name := range resp.Trailer {
 		h.Add("Trailer", name)
 	}
 	h.Set("Idempotent-Replayed", "true")
 	w.WriteHeader(resp.Status)
-	if bodyAllowed(resp.Status) && len(resp.Body) > 0 {
+	switch {
+	case !bodyAllowed(resp.Status) || len(resp.Body) == 0:
+	case dec != nil:
+		_, _ = dec.copyTo(w, dec.size) // decoded once already: the same bytes
+	default:
 		_, _ = w.Write(resp.Body)
 	}
 	for name, vals := range resp.Trailer {

@@ -39,10 +39,10 @@ func (h *Handler) unechoKey(hdr http.Header, r *http.Request) {
 	h.markKeyEcho(hdr)
 }
 
-// replayEchoing replays resp to a request whose key (from a key header) is key,
-// filling the echo marker in with it. A stored answer without the marker is
+// replayEchoing replays resp (its body decoded when dec is not nil) to a request
+// whose key (from a key header) is key, filling the echo marker in with it. A stored answer without the marker is
 // replayed as it is.
-func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key string) {
+func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key string, dec *decodedBody) {
 	name := h.c.keyHeader
 	if vals := resp.Header[name]; len(vals) == 1 && vals[0] == "" {
 		c := *resp
@@ -54,5 +54,5 @@ func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key
 		}
 		resp = &c
 	}
-	replay(w, resp)
+	replay(w, resp, dec)
 }

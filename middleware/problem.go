@@ -29,6 +29,7 @@ const (
 	ProblemInvalidHost      = ProblemTypeBase + "invalid-host"
 	ProblemUpgradeRefused   = ProblemTypeBase + "upgrade-refused"
 	ProblemOverloaded       = ProblemTypeBase + "overloaded"
+	ProblemNotAcceptable    = ProblemTypeBase + "not-acceptable"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -37,8 +38,8 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
-	// OriginalStatus is set on not-replayable problems: the status the first
-	// request completed with.
+	// OriginalStatus is set on not-replayable and not-acceptable problems: the
+	// status the first request completed with.
 	OriginalStatus int `json:"original_status,omitempty"`
 	// Retryable says the same request may be sent again with the same key and
 	// get another answer (nothing ran, or it still runs), as Stripe-Should-Retry
@@ -62,6 +63,7 @@ var problemTitles = map[string]string{
 	ProblemInvalidHost:      "Invalid Host",
 	ProblemUpgradeRefused:   "Protocol upgrade refused on a request with an idempotency key",
 	ProblemOverloaded:       "Request body budget exhausted",
+	ProblemNotAcceptable:    "Stored response not in an encoding this request accepts",
 }
 
 // NonCanonicalPathProblem is the 400 answer to a request whose escaped path

@@ -199,6 +199,14 @@ type Settings struct {
 	// tracer can link the duplicate's span to the first's. Package tracing
 	// fits it to OpenTelemetry.
 	TraceContext func(context.Context) []byte `json:"-"`
+
+	// OnHold, when set, is called when a first execution's key is about to
+	// be held as an unknown outcome (unknown_outcome hold), before the hold
+	// is stored, with what the request carried (Held): the proxy's reconcile
+	// schedules a request that asks the upstream what became of it. It runs
+	// on the request's goroutine and must bound its own work; an error is
+	// logged, and the key is held all the same.
+	OnHold func(context.Context, Held) error `json:"-"`
 }
 
 // Unknown-outcome policies: Settings.UnknownOutcome.

@@ -1,12 +1,24 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 )
+
+// Held is a first execution whose key is held as an unknown outcome, as
+// Settings.OnHold is told of it. Its fields are only valid during the call.
+type Held struct {
+	StoreKey string        // the record's key in the store
+	Key      string        // the client's idempotency key
+	Request  *http.Request // the first execution's request (its body already read)
+	Body     []byte        // its buffered body
+	Hold     time.Duration // how long the key is held (unknown_hold)
+}
 
 // settleUnknown settles a first execution whose outcome is unknown. Under the
 // hold policy it stores the outcome-unknown problem for unknown_hold, so every
@@ -19,6 +31,14 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 	if h.s.UnknownOutcome == UnknownRelease || h.s.InFlightOnly {
 		c.release()
 		return false
+	}
+	if h.s.OnHold != nil && c.held != nil {
+		held := *c.held
+		held.Hold = h.s.UnknownHold
+		if err := h.s.OnHold(context.WithoutCancel(c.ctx), held); err != nil {
+			h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
+				slog.String("key_hash", c.keyHash), slog.Any("error", err))
+		}
 	}
 	status := unknownStatus(c.ev.Err)
 	h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",

@@ -28,6 +28,20 @@ type KeyRecord struct {
 	CreatedAt   time.Time    `json:"created_at"`
 	ExpiresAt   time.Time    `json:"expires_at"`
 	Response    *KeyResponse `json:"response,omitempty"`
+	// Reconcile is the key's reconcile job, while it has one (a held
+	// unknown outcome of a route that reconciles).
+	Reconcile *KeyReconcile `json:"reconcile,omitempty"`
+}
+
+// KeyReconcile is a held key's reconcile schedule in a KeyRecord.
+type KeyReconcile struct {
+	State       string    `json:"state"` // scheduled, or exhausted (held for an operator)
+	Request     string    `json:"request"`
+	Attempts    int       `json:"attempts"`
+	NextAttempt time.Time `json:"next_attempt,omitzero"` // when scheduled
+	Deadline    time.Time `json:"deadline"`              // no attempt starts after it
+	LastStatus  int       `json:"last_status,omitempty"` // the last answer's status
+	LastError   string    `json:"last_error,omitempty"`  // why the last attempt got no answer
 }
 
 // KeyResponse is the stored response in a KeyRecord.
@@ -138,7 +152,25 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
 		return
 	}
-	writeJSON(w, http.StatusOK, keyRecord(l.keyHash, rec))
+	out := keyRecord(l.keyHash, rec)
+	if jobs, ok := p.store.(cache.Reconciler); ok {
+		if job, err := jobs.GetReconcile(ctx, l.storeKey); err == nil {
+			out.Reconcile = keyReconcile(job)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// keyReconcile shows a reconcile job; the path is shown without its query,
+// which may carry the key.
+func keyReconcile(job *cache.Job) *KeyReconcile {
+	path, _, _ := strings.Cut(job.URL, "?")
+	out := &KeyReconcile{State: job.State.String(), Request: job.Method + " " + path, Attempts: job.Attempts,
+		Deadline: job.Deadline.UTC(), LastStatus: job.LastStatus, LastError: job.LastError}
+	if job.State == cache.JobScheduled {
+		out.NextAttempt = job.Due.UTC()
+	}
+	return out
 }
 
 // ResolveRequest is the JSON body of POST /resolve/{key}: the response every

@@ -195,3 +195,29 @@ func TestRouteZeroWins(t *testing.T) {
 		t.Errorf("unset route fields must take the top level: wait %v handler_timeout %v", inherit.Wait, inherit.HandlerTimeout)
 	}
 }
+
+// Reconcile's settings are checked with the route they are in: the request,
+// the policy it needs, settings without it, and a store that keeps no jobs.
+func TestReconcileConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"routes:\n  - path: /charges\n    reconcile: GET /charges?key={key}\n", ""},
+		{"reconcile: GET /charges/{key}\nreconcile_attempts: 3\n", ""},
+		{"routes:\n  - path: /charges\n    reconcile: GET charges\n", "routes[0] (/charges): reconcile:"},
+		{"routes:\n  - path: /charges\n    reconcile: GET /c/{nope}\n", "{nope}"},
+		{"routes:\n  - path: /charges\n    reconcile: GET /c/{key}\n    unknown_outcome: release\n", "needs unknown_outcome hold"},
+		{"routes:\n  - path: /charges\n    reconcile_delay: 5s\n", "routes[0] (/charges): reconcile_delay: applies when reconcile is set"},
+		{"reconcile: GET /c/{key}\nreconcile_max_delay: 1ms\n", "must be at least reconcile_delay"},
+		{"reconcile: GET /c/{key}\nreconcile_done: [404]\n", "reconcile_not_found: 404 is also in reconcile_done"},
+		{"store: dynamodb://idem\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile: a DynamoDB store keeps no reconcile jobs"},
+	} {
+		file := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(file, []byte("upstream: http://u:1\n"+tc.file), 0o600)
+		_, err := proxy.ParseArgs([]string{"--config", file}, env(nil), &bytes.Buffer{})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.file, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one containing %q", tc.file, err, tc.want)
+		}
+	}
+}

@@ -119,7 +119,7 @@ Usage:
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
   idemproxy migrate --store dynamodb://TABLE [--apply]
   idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT
-  idemproxy version
+  idemproxy version (or --version)
 
 Requests with an Idempotency-Key header run once; repeats get the stored response.
 Every flag can also be set with the environment variable shown, and in the config file

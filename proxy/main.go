@@ -17,9 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Version is set at build time with -ldflags "-X github.com/idemproxy/idemproxy/proxy.Version=…".
-var Version = "dev"
-
 // Main is the idemproxy command. It returns the exit code: 0 success, 1 runtime
 // failure, 2 bad usage or configuration.
 func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -31,7 +28,7 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 			return migrateMain(args[1:], stdout, stderr, getenv)
 		case "sign":
 			return signMain(args[1:], os.Stdin, stdout, stderr)
-		case "version":
+		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0
 		}

@@ -14,21 +14,23 @@ import (
 // /metrics serves these alone (no Go runtime or process metrics: every family
 // it serves is on the dashboard in examples/grafana).
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *imetrics.Requests
-	upstream *imetrics.Upstream
-	settled  *imetrics.Settled
-	handler  http.Handler // /metrics
+	reg       *prometheus.Registry
+	requests  *imetrics.Requests
+	upstream  *imetrics.Upstream
+	settled   *imetrics.Settled
+	reconcile *imetrics.Reconcile
+	handler   http.Handler // /metrics
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg:      prometheus.NewPedanticRegistry(),
-		requests: imetrics.NewRequests(),
-		upstream: imetrics.NewUpstream(),
-		settled:  imetrics.NewSettled(),
+		reg:       prometheus.NewPedanticRegistry(),
+		requests:  imetrics.NewRequests(),
+		upstream:  imetrics.NewUpstream(),
+		settled:   imetrics.NewSettled(),
+		reconcile: imetrics.NewReconcile(),
 	}
-	m.reg.MustRegister(m.requests, m.upstream, m.settled) // a fresh registry: no clash
+	m.reg.MustRegister(m.requests, m.upstream, m.settled, m.reconcile) // a fresh registry: no clash
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }

@@ -45,6 +45,7 @@ type Proxy struct {
 	routes  []*route        // longest path first
 	guarded map[string]bool // methods tracked by some route, canonical: their paths must be canonical
 	metrics *metrics
+	rc      *reconciler // nil: no route reconciles (reconcile.go)
 }
 
 type route struct {
@@ -118,6 +119,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 		}
 	}
 	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].match) > len(p.routes[j].match) })
+	p.startReconcile()
 	return p, nil
 }
 
@@ -142,6 +144,9 @@ func (p *Proxy) buildRoute(path string, enabled bool, cc config.Config) (*route,
 	if p.cfg.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
+	if err := p.reconcileRoute(path, cc, &s); err != nil {
+		return nil, err
+	}
 	h, err := middleware.New(p.store, middleware.From(s))
 	if err != nil {
 		return nil, err
@@ -159,8 +164,11 @@ func (p *Proxy) Wait(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the store.
-func (p *Proxy) Close() error { return p.opened.Close() }
+// Close stops the reconcile worker and releases the store.
+func (p *Proxy) Close() error {
+	p.stopReconcile()
+	return p.opened.Close()
+}
 
 // match returns the route for a path in route form (middleware.Canonical.Route):
 // the longest matching prefix, whole segments.

@@ -91,6 +91,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ReleaseUnknown", testReleaseUnknown},
 		{"ResolveOnlyUnknown", testResolveOnlyUnknown},
 		{"TraceContextKept", testTraceContextKept},
+		{"ReconcileJobs", testReconcileJobs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

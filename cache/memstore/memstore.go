@@ -153,6 +153,7 @@ type Store struct {
 	records atomic.Int64
 	bytes   atomic.Int64
 	owners  owners
+	jobs    jobs // reconcile jobs (reconcile.go)
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -54,4 +54,12 @@ func ExampleSchema() {
 	// 	response    bytea
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
+	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
+	// 	key   bytea       PRIMARY KEY,
+	// 	due   timestamptz NOT NULL,
+	// 	token bytea,
+	// 	until timestamptz NOT NULL,
+	// 	job   bytea       NOT NULL
+	// );
+	// CREATE INDEX IF NOT EXISTS "idem_records_reconcile_due" ON "idem_records_reconcile" (due);
 }

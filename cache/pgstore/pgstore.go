@@ -85,7 +85,8 @@ type Store struct {
 	now          func() time.Time
 
 	q       queries
-	channel string // LISTEN/NOTIFY channel of this table
+	rq      reconcileQueries // reconcile.go
+	channel string           // LISTEN/NOTIFY channel of this table
 	sub     listener
 
 	localBytes int64
@@ -133,6 +134,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
 	}
 	s.q = buildQueries(s.table)
+	s.rq = buildReconcileQueries(s.table)
 	s.channel = "idemproxy_" + strings.ReplaceAll(s.table, ".", "_")
 	if s.createSchema {
 		if err := s.migrate(ctx); err != nil {

@@ -205,3 +205,38 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 		}}
 	})
 }
+
+// Sweep deletes reconcile jobs whose hold has ended (also when no instance
+// reconciles any more), and a table made before reconcile, without a job
+// table, sweeps as before.
+func TestSweepDropsLapsedReconcileJobs(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	s := mustNew(t, pool, pgstore.WithTable("jobs_swept"), pgstore.WithSweep(0, 2))
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 5 {
+		until := now.Add(time.Hour)
+		if i < 3 {
+			until = now.Add(-time.Second)
+		}
+		job := &cache.Job{Method: "GET", URL: "/x", State: cache.JobScheduled, Due: now.Add(time.Hour), Deadline: now.Add(time.Hour), Until: until}
+		if err := s.ScheduleReconcile(ctx, fmt.Sprint("k", i), job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 3 {
+		t.Fatalf("Sweep = %d, %v; want the 3 jobs past their hold", n, err)
+	}
+	for i := range 5 {
+		_, err := s.GetReconcile(ctx, fmt.Sprint("k", i))
+		if gone := errors.Is(err, cache.ErrNotFound); gone != (i < 3) {
+			t.Fatalf("job k%d: %v", i, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `DROP TABLE jobs_swept_reconcile`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sweep(ctx); err != nil {
+		t.Fatalf("Sweep without a job table: %v", err)
+	}
+}

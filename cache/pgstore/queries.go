@@ -66,7 +66,7 @@ func buildQueries(table string) queries {
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
-		schema: r.Replace(schemaSQL),
+		schema: r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
 		check:  r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.

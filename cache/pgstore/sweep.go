@@ -30,7 +30,8 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // Sweep deletes expired rows, batch rows per statement, until a statement finds
-// fewer than a batch or ctx ends; it returns how many it deleted. Each batch is
+// fewer than a batch or ctx ends, then the reconcile jobs whose hold has ended;
+// it returns how many it deleted. Each batch is
 // its own short transaction that skips rows other transactions hold, so it never
 // blocks requests for long. Reads ignore expired rows whether or not they are
 // swept.
@@ -43,7 +44,8 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(s.sweepBatch) {
-			return total, nil
+			n, err := s.sweepReconcile(ctx) // reconcile.go: jobs past their hold
+			return total + n, err
 		}
 		select { // let requests have the rows' pages between batches
 		case <-ctx.Done():

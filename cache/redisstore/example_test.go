@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"net/http"
 	"time"
@@ -11,7 +12,8 @@ import (
 )
 
 // A Go service on Redis. New does not dial: Ping at start-up to learn that Redis
-// is unreachable now rather than from the first request's 503.
+// is unreachable now rather than from the first request's 503, and check its
+// eviction policy.
 func Example() {
 	client, err := redisstore.NewClient("redis://127.0.0.1:6379/0")
 	if err != nil {
@@ -22,6 +24,14 @@ func Example() {
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
 		log.Fatalf("redis unreachable: %v", err)
+	}
+	// A Redis that may evict keys would drop in-flight locks at its memory
+	// limit, and a duplicate would run: refuse to start on one.
+	var evicting *redisstore.EvictionError
+	if err := redisstore.CheckEviction(ctx, client); errors.As(err, &evicting) {
+		log.Fatal(err)
+	} else if err != nil {
+		log.Printf("could not check Redis's maxmemory-policy (%v); make sure it is noeviction", err)
 	}
 	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
 	if err != nil {

@@ -72,7 +72,8 @@ var (
 // failover client or a redis.UniversalClient. Call Close when done with it: it
 // stops the store's pipeline workers and its pub/sub subscription.
 //
-// New does not dial: call the client's Ping to learn whether Redis answers.
+// New does not dial: call the client's Ping to learn whether Redis answers, and
+// CheckEviction to learn whether Redis may evict the store's locks.
 func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil client")

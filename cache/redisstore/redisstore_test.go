@@ -370,3 +370,41 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 		}}
 	})
 }
+
+// Reconcile keys expire an hour past the last hold they serve, never sooner:
+// jobs a configuration without reconcile leaves behind do not stay for ever.
+func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := mustNew(t, client, redisstore.WithPrefix("exp:"))
+	defer s.Close()
+	ctx := context.Background()
+	job := func(hold time.Duration) *cache.Job {
+		now := time.Now()
+		return &cache.Job{Method: "GET", URL: "/x", State: cache.JobScheduled, Due: now, Deadline: now.Add(time.Hour), Until: now.Add(hold)}
+	}
+	ttl := func() time.Duration {
+		d, err := client.PTTL(ctx, "exp:{reconcile}jobs").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if err := s.ScheduleReconcile(ctx, "a", job(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl(); d < 24*time.Hour || d > 25*time.Hour {
+		t.Fatalf("jobs expire in %v, want 25h", d)
+	}
+	if err := s.ScheduleReconcile(ctx, "b", job(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl(); d < 24*time.Hour {
+		t.Fatalf("a shorter hold shortened the expiry to %v", d)
+	}
+	for _, k := range []string{"exp:{reconcile}due"} {
+		if d, _ := client.PTTL(ctx, k).Result(); d < 24*time.Hour {
+			t.Fatalf("%s expires in %v", k, d)
+		}
+	}
+}

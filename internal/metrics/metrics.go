@@ -7,9 +7,11 @@
 // Both surfaces export Requests (idemproxy_requests_total by outcome and the
 // claim latency idemproxy_store_duration_seconds) and, with the memory store,
 // Memory (idemproxy_memory_*). Only the proxy exports Upstream (its first
-// executions' latency and how many run) and Settled (held unknown outcomes an
-// operator released or resolved through its admin API): under Caddy the rest of
-// the route is not one upstream call, and there is no admin API for keys.
+// executions' latency and how many run), Settled (held unknown outcomes an
+// operator released or resolved through its admin API) and Reconcile (the
+// reconcile requests it sent upstream, and what became of each job): under
+// Caddy the rest of the route is not one upstream call, there is no admin API
+// for keys, and no reconcile.
 package metrics
 
 import (
@@ -36,7 +38,7 @@ const (
 
 // ProxyOnly are the metrics whose meaning exists in the proxy alone (see the
 // package doc): the Caddy module does not export them.
-var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved}
+var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved, ReconcileAttempts, ReconcileOutcomes}
 
 // Untracked is the outcome label of a request that reached idemproxy with a
 // method it does not track (in the proxy also: on a disabled route, or refused

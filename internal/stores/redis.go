@@ -121,11 +121,12 @@ func DialRedis(ctx context.Context, rawURL string) (redis.UniversalClient, error
 	return client, nil
 }
 
-// EnforceNoEviction applies CheckEviction's answer: an evicting policy is an error
-// unless allowed (then a warning); an unanswered check is a warning.
+// EnforceNoEviction applies redisstore.CheckEviction's answer: an evicting
+// policy is an error unless allowed (then a warning); an unanswered check is a
+// warning.
 func EnforceNoEviction(ctx context.Context, client redis.UniversalClient, allow bool, warn func(string, ...any)) error {
-	err := CheckEviction(ctx, client)
-	var ev *EvictionError
+	err := redisstore.CheckEviction(ctx, client)
+	var ev *redisstore.EvictionError
 	switch {
 	case err == nil:
 		return nil
@@ -140,36 +141,4 @@ func EnforceNoEviction(ctx context.Context, client redis.UniversalClient, allow 
 		}
 	}
 	return nil
-}
-
-// EvictionError: Redis runs with a maxmemory-policy that may evict idemproxy's
-// keys, in-flight locks included, so a duplicate could run while the first runs.
-type EvictionError struct {
-	Policy string
-}
-
-func (e *EvictionError) Error() string {
-	return fmt.Sprintf("Redis maxmemory-policy is %s: at its memory limit Redis may evict in-flight locks, and a duplicate would run while the first still runs; set it to noeviction (CONFIG SET maxmemory-policy noeviction), or allow eviction explicitly", e.Policy)
-}
-
-// CheckEviction reads Redis's maxmemory-policy on every primary the client
-// reaches. It answers an *EvictionError for any policy but noeviction (every key
-// the store writes has a TTL, so volatile-* policies evict them too), and a
-// plain error when the server does not say (CONFIG refused, as on managed
-// Redis): the caller logs that and goes on.
-func CheckEviction(ctx context.Context, client redis.UniversalClient) error {
-	check := func(ctx context.Context, c redis.Cmdable) error {
-		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err != nil {
-			return fmt.Errorf("reading maxmemory-policy: %w", err)
-		}
-		if p, ok := res["maxmemory-policy"]; ok && p != "noeviction" {
-			return &EvictionError{Policy: p}
-		}
-		return nil
-	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-	}
-	return check(ctx, client)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/stores"
 )
@@ -54,7 +55,7 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := open(sp)
-		var ev *stores.EvictionError
+		var ev *redisstore.EvictionError
 		if !errors.As(err, &ev) || ev.Policy != policy || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("%s: err = %v, want a one-line EvictionError", policy, err)
 		}

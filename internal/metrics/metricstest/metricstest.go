@@ -270,7 +270,7 @@ func Check(t testing.TB, s *Surface, examples string, absent ...string) {
 func Reference(t testing.TB) *Surface {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	if err := metrics.Register(reg, metrics.NewRequests(), metrics.NewUpstream(), metrics.NewSettled(), metrics.NewMemory(fakeMemory{})); err != nil {
+	if err := metrics.Register(reg, metrics.NewRequests(), metrics.NewUpstream(), metrics.NewSettled(), metrics.NewReconcile(), metrics.NewMemory(fakeMemory{})); err != nil {
 		t.Fatal(err)
 	}
 	return Scrape(t, "package metrics", reg)
