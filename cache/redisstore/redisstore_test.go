@@ -408,3 +408,15 @@ func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
 		}
 	}
 }
+
+// The local cache needs one pub/sub order: with a Cluster client New refuses it.
+func TestLocalCacheRefusedOnCluster(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.WithLocalCache(1<<20)); err == nil || !strings.Contains(err.Error(), "Cluster") {
+		t.Fatalf("New(cluster, local cache) = %v, want a refusal naming Cluster", err)
+	}
+	if _, err := redisstore.New(c, redisstore.WithLocalCache(-1)); err == nil {
+		t.Fatal("a negative local cache was accepted")
+	}
+}
