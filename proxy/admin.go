@@ -49,7 +49,9 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := p.store.Ping(ctx); err != nil {
+		st := p.acquire()
+		defer st.release()
+		if err := st.cache.Ping(ctx); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
 			return
 		}
@@ -63,10 +65,11 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
 	mux.HandleFunc("POST /release/{key...}", p.adminSettle)
 	mux.HandleFunc("POST /resolve/{key...}", p.adminSettle)
-	if p.cfg.AdminToken == "" {
+	token := p.cur.Load().cfg.AdminToken // needs a restart to change
+	if token == "" {
 		return mux
 	}
-	want := []byte("Bearer " + p.cfg.AdminToken)
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemproxy admin"`)

@@ -27,7 +27,7 @@ import (
 // the port; these rules stop browsers only.
 func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
 	names := map[string]bool{}
-	for _, h := range p.cfg.AdminHosts {
+	for _, h := range p.cur.Load().cfg.AdminHosts { // needs a restart to change
 		names[normalHost(h)] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -73,27 +73,27 @@ type keyLookup struct {
 }
 
 // lookupKey rebuilds the request as the client would have sent it, for the scope.
-func (p *Proxy) lookupKey(r *http.Request) (*keyLookup, error) {
+func (p *Proxy) lookupKey(st *state, r *http.Request) (*keyLookup, error) {
 	key, err := middleware.ParseKey([]string{r.PathValue("key")})
 	if err != nil {
 		return nil, err
 	}
 	q := r.URL.Query()
-	rt := p.def
+	rt := st.def
 	if path := q.Get("path"); path != "" {
 		_, route, err := middleware.CanonicalPath(path)
 		if err != nil {
 			return nil, fmt.Errorf("path: %w", err)
 		}
-		rt = p.match(route)
+		rt = st.match(route)
 	}
 	host := q.Get("host")
 	if !q.Has("host") {
-		host = p.cfg.Listen
+		host = st.cfg.Listen
 	}
 	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
 	for name, vals := range r.Header {
-		if name == "Authorization" && p.cfg.AdminToken != "" {
+		if name == "Authorization" && st.cfg.AdminToken != "" {
 			continue // the admin credential, not the client's
 		}
 		if name == "Content-Type" || name == "Content-Length" {
@@ -123,7 +123,9 @@ func (p *Proxy) lookupKey(r *http.Request) (*keyLookup, error) {
 }
 
 func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
-	l, err := p.lookupKey(r)
+	st := p.acquire()
+	defer st.release()
+	l, err := p.lookupKey(st, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
@@ -131,7 +133,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if r.Method == http.MethodDelete {
-		err := p.store.Delete(ctx, l.storeKey)
+		err := st.cache.Delete(ctx, l.storeKey)
 		switch {
 		case errors.Is(err, cache.ErrNotFound):
 			writeJSON(w, http.StatusNotFound, l.notFound)
@@ -143,7 +145,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	rec, err := p.store.Get(ctx, l.storeKey)
+	rec, err := st.cache.Get(ctx, l.storeKey)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, l.notFound)
@@ -153,7 +155,7 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := keyRecord(l.keyHash, rec)
-	if jobs, ok := p.store.(cache.Reconciler); ok {
+	if jobs, ok := st.cache.(cache.Reconciler); ok {
 		if job, err := jobs.GetReconcile(ctx, l.storeKey); err == nil {
 			out.Reconcile = keyReconcile(job)
 		}
@@ -186,7 +188,9 @@ type ResolveRequest struct {
 // adminSettle serves POST /release/{key} and POST /resolve/{key}: it settles a
 // held unknown outcome in one atomic store operation.
 func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
-	l, err := p.lookupKey(r)
+	st := p.acquire()
+	defer st.release()
+	l, err := p.lookupKey(st, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
@@ -233,7 +237,7 @@ func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
 		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
 		p.metrics.settled.Resolved()
 		out := map[string]any{"resolved": true, "key_hash": l.keyHash}
-		if rec, err := p.store.Get(ctx, l.storeKey); err == nil {
+		if rec, err := st.cache.Get(ctx, l.storeKey); err == nil {
 			out["record"] = keyRecord(l.keyHash, rec)
 		}
 		writeJSON(w, http.StatusOK, out)

@@ -31,11 +31,29 @@ type Config struct {
 	AdminHosts        []string      `json:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
 	Metrics           string        `json:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored"`
+	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored (after a SIGHUP reload, the replaced configuration's background stores)"`
 	ReadHeaderTimeout time.Duration `json:"read_header_timeout" help:"time a client has to send its request headers"`
 	IdleTimeout       time.Duration `json:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
 	LogFormat         string        `json:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
 	LogLevel          string        `json:"log_level" help:"debug, info, warn or error"`
+
+	// TLSCert and TLSKey are the PEM files of the client listener's certificate
+	// (its chain) and private key: with both set, the listener serves HTTPS,
+	// HTTP/2 and HTTP/1.1, and SIGHUP reads them again.
+	TLSCert string `json:"tls_cert" help:"PEM file of the client listener's certificate chain; with tls_key, the listener serves HTTPS and HTTP/2 (re-read on SIGHUP)"`
+	TLSKey  string `json:"tls_key" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
+
+	// TrustedProxies are the peers (CIDRs or addresses) whose X-Forwarded-For,
+	// -Proto, -Host and Forwarded headers are kept and extended; from any other
+	// peer they are replaced with what the proxy saw (forwarding.go).
+	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded and request id headers are kept and extended; others' are replaced"`
+	// UpstreamHost is the Host the upstream receives: "upstream" (the
+	// upstream URL's), "client" (the one the client sent), or a host name.
+	UpstreamHost string `json:"upstream_host" help:"Host sent upstream: upstream (the upstream URL's host), client (the client's Host), or a literal host[:port]"`
+	// RequestIDHeader carries the request id: taken from a trusted proxy's
+	// request when it is well formed, generated otherwise, sent upstream and
+	// logged as request_id. Empty: generated and logged, not sent.
+	RequestIDHeader string `json:"request_id_header" help:"header of the request id: kept from a trusted proxy when well formed, generated otherwise; sent upstream and logged (empty: logged only)"`
 
 	// Stores are every store's settings; Store's URL picks which apply.
 	Stores stores.Settings `conf:"prefix="`
@@ -51,6 +69,11 @@ type Config struct {
 	sources map[string]string
 	// tracing: the OTEL_* variables asked for traces (Run sets it).
 	tracing bool
+	// file is the config file read, if any; reload builds the configuration
+	// again from the same flags and variables and the file as it is now
+	// (ParseArgs sets it).
+	file   string
+	reload func() (*Config, error)
 }
 
 // Route is the protection of one path prefix. A setting set in a route wins over
@@ -109,6 +132,8 @@ func DefaultConfig() Config {
 		IdleTimeout:       2 * time.Minute,
 		LogFormat:         "auto",
 		LogLevel:          "info",
+		UpstreamHost:      UpstreamHostUpstream,
+		RequestIDHeader:   "X-Request-Id",
 		Stores:            stores.DefaultSettings(),
 		Config:            config.Default(),
 	}
@@ -161,6 +186,18 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Metrics); err != nil {
 			return fmt.Errorf("%s %q: want host:port", c.source("metrics"), c.Metrics)
 		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("%s and %s: set both or neither", c.source("tls_cert"), c.source("tls_key"))
+	}
+	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+		return fmt.Errorf("%s: %w", c.source("trusted_proxies"), err)
+	}
+	if err := validUpstreamHost(c.UpstreamHost); err != nil {
+		return fmt.Errorf("%s %q: %w", c.source("upstream_host"), c.UpstreamHost, err)
+	}
+	if c.RequestIDHeader != "" && !isToken(c.RequestIDHeader) {
+		return fmt.Errorf("%s %q: not a header name", c.source("request_id_header"), c.RequestIDHeader)
 	}
 	if err := c.Stores.Validate(c.Store); err != nil {
 		return c.storeError(err)

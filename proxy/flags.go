@@ -91,6 +91,8 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c.file = path
+	c.reload = func() (*Config, error) { return ParseArgs(args, getenv, io.Discard) }
 	return &c, nil
 }
 
@@ -125,6 +127,8 @@ Requests with an Idempotency-Key header run once; repeats get the stored respons
 Every flag can also be set with the environment variable shown, and in the config file
 (with underscores: lock_ttl). Precedence: flag, variable, file, default. Sizes take a
 unit (512B, 64KiB, 10MiB, 10MB); durations take Go syntax or days (500ms, 30s, 24h, 2d).
+SIGHUP reloads: the same flags and variables, the config file as it is now, the TLS
+files (docs/proxy.md: Reload, TLS, load balancers); SIGINT and SIGTERM drain and stop.
 Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set;
 every OTEL_* variable of the OpenTelemetry SDK applies (see docs/tracing.md).
 

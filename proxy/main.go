@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +39,7 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "idemproxy:", err)
+		fmt.Fprintln(stderr, "idemproxy:", Redact(err.Error()))
 		return 2
 	}
 	log := NewLogger(cfg, stderr)
@@ -46,38 +47,22 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := Run(ctx, cfg, log); err != nil {
-		fmt.Fprintln(stderr, "idemproxy:", err)
+		fmt.Fprintln(stderr, "idemproxy:", Redact(err.Error()))
 		return 1
 	}
 	return 0
 }
 
-// NewLogger returns the slog logger the configuration asks for.
-func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(cfg.LogLevel) // checked by Validate
-	opts := &slog.HandlerOptions{Level: level}
-	format := cfg.LogFormat
-	if format == "auto" {
-		format = "json"
-		if f, ok := w.(*os.File); ok && isTerminal(f) {
-			format = "text"
-		}
-	}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 // Run serves until ctx is done, then shuts down gracefully: it stops accepting,
 // lets in-flight requests finish (their responses are stored) for up to
-// ShutdownTimeout, and closes the store.
+// ShutdownTimeout, and closes the store. On SIGHUP it builds the configuration
+// again (the same flags and variables, the file as it is now) and swaps it in
+// (Proxy.Reload); a configuration that does not load is logged and the
+// running one kept.
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if tracingWanted(os.Getenv) {
 		stopTracing, err := startTracing(ctx)
 		if err != nil {
@@ -108,6 +93,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	servers := []*http.Server{newServer(handler, cfg, log)}
 	listeners := []net.Listener{ln}
+	if cfg.TLSCert != "" {
+		servers[0].TLSConfig = &tls.Config{GetCertificate: p.certificate, MinVersion: tls.VersionTLS12}
+	}
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
@@ -135,22 +123,37 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() {
-			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+			serve := func() error { return srv.Serve(listeners[i]) }
+			if srv.TLSConfig != nil {
+				// ServeTLS offers HTTP/2 (ALPN h2) beside HTTP/1.1; the
+				// certificate comes from GetCertificate.
+				serve = func() error { return srv.ServeTLS(listeners[i], "", "") }
+			}
+			if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
 		}()
 	}
-	log.Info("idemproxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "store", stores.Redact(cfg.Store),
-		"admin", cfg.Admin, "version", Version)
+	log.Info("idemproxy listening", "addr", ln.Addr().String(), "tls", cfg.TLSCert != "", "upstream", cfg.Upstream,
+		"store", stores.Redact(cfg.Store), "admin", cfg.Admin, "version", Version)
 
 	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
-	case serveErr = <-errc:
-		log.Error("server failed", "error", serveErr)
+	for serving := true; serving; {
+		select {
+		case <-ctx.Done():
+			serving = false
+		case serveErr = <-errc:
+			log.Error("server failed", "error", serveErr)
+			serving = false
+		case <-hup:
+			reload(ctx, p, cfg, log)
+		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	timeout := p.cur.Load().cfg.ShutdownTimeout
+	if serveErr == nil {
+		log.Info("shutting down: draining in-flight requests", "timeout", timeout)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for _, srv := range servers {
 		if err := srv.Shutdown(sctx); err != nil {
@@ -164,16 +167,37 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return serveErr
 }
 
-// newServer bounds how long a client may take to send its request headers and
-// keep an idle connection. The body a request buffers is bounded by the core's
-// body_read_timeout; responses by handler_timeout. (http.Server.ReadTimeout would
-// cancel a slow pass-through response's context when it fires.)
+// reload answers a SIGHUP: the configuration built again from the flags and
+// variables Run started with and the file as it is now, swapped in; or one line
+// that says why not.
+func reload(ctx context.Context, p *Proxy, started *Config, log *slog.Logger) {
+	if started.reload == nil {
+		log.Warn("SIGHUP: this configuration was not built from flags and a file; nothing to reload")
+		return
+	}
+	log.Info("SIGHUP: reloading the configuration", "file", started.file)
+	next, err := started.reload()
+	if err == nil {
+		err = p.Reload(ctx, next)
+	}
+	if err != nil {
+		log.Error("configuration not reloaded; the running one is kept", "error", err)
+	}
+}
+
 // loopback reports whether addr is a loopback address.
 func loopback(addr net.Addr) bool {
 	ta, ok := addr.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
 }
 
+// newServer bounds how long a client may take to send its request headers
+// (over TLS: its handshake) and keep an idle connection, and the size of the
+// headers (over HTTP/2: the header list it advertises). The body a request
+// buffers is bounded by the core's body_read_timeout and body_budget, over
+// HTTP/1.1 and HTTP/2 alike; responses by handler_timeout.
+// (http.Server.ReadTimeout would cancel a slow pass-through response's
+// context when it fires.)
 func newServer(h http.Handler, cfg *Config, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,

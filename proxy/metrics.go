@@ -20,6 +20,7 @@ type metrics struct {
 	settled   *imetrics.Settled
 	reconcile *imetrics.Reconcile
 	handler   http.Handler // /metrics
+	mem       prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -35,10 +36,15 @@ func newMetrics() *metrics {
 	return m
 }
 
-// memory adds the memory store's gauges (idemproxy_memory_*); s is nil for the
-// other stores.
+// memory serves the gauges (idemproxy_memory_*) of the memory store s, in
+// place of the store's a reload replaced; s is nil for the other stores.
 func (m *metrics) memory(s *memstore.Store) {
+	if m.mem != nil {
+		m.reg.Unregister(m.mem)
+		m.mem = nil
+	}
 	if s != nil {
-		m.reg.MustRegister(imetrics.NewMemory(s)) // once, by New
+		m.mem = imetrics.NewMemory(s)
+		m.reg.MustRegister(m.mem)
 	}
 }

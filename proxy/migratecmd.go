@@ -77,12 +77,12 @@ key schema. Region, credentials and endpoint come from the AWS environment
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, *store)
 	if err != nil {
-		fmt.Fprintf(stderr, "idemproxy migrate: %s: %s\n", stores.Redact(*store), strings.Join(strings.Fields(err.Error()), " "))
+		fmt.Fprintf(stderr, "idemproxy migrate: %s: %s\n", stores.Redact(*store), Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		return 1
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, ddl); err != nil {
-		fmt.Fprintln(stderr, "idemproxy migrate:", err)
+		fmt.Fprintln(stderr, "idemproxy migrate:", Redact(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "idemproxy migrate: table %s ready\n", *table)
@@ -111,7 +111,7 @@ func migrateDynamoDB(store string, apply bool, stdout, stderr io.Writer) int {
 	}
 	s, closeFn, err := d.Open(context.Background(), store, stores.Env{Warn: warn})
 	if err != nil {
-		fmt.Fprintln(stderr, "idemproxy migrate:", strings.Join(strings.Fields(err.Error()), " "))
+		fmt.Fprintln(stderr, "idemproxy migrate:", Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		return 1
 	}
 	_ = closeFn()

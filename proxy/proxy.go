@@ -8,17 +8,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
-	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/tracing"
 )
@@ -33,19 +30,15 @@ const (
 )
 
 // Proxy serves clients: it routes each request to its route's idempotency handler
-// and forwards first executions to the upstream.
+// and forwards first executions to the upstream. Its configuration can be
+// swapped while it serves (Reload).
 type Proxy struct {
-	cfg     *Config
-	log     *slog.Logger
-	store   cache.Store
-	opened  *stores.Opened
-	rp      *httputil.ReverseProxy
-	next    middleware.Next
-	def     *route
-	routes  []*route        // longest path first
-	guarded map[string]bool // methods tracked by some route, canonical: their paths must be canonical
-	metrics *metrics
-	rc      *reconciler // nil: no route reconciles (reconcile.go)
+	log      *slog.Logger
+	metrics  *metrics
+	tracing  bool
+	cur      atomic.Pointer[state]
+	mu       sync.Mutex     // one Reload at a time
+	retiring sync.WaitGroup // states replaced by a reload, finishing
 }
 
 type route struct {
@@ -58,72 +51,17 @@ type route struct {
 
 // New builds the proxy and opens its store. An unreachable Redis is an error.
 func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
-	if err := cfg.Validate(); err != nil {
+	p := &Proxy{log: log, metrics: newMetrics(), tracing: cfg.tracing}
+	st, _, err := p.newState(ctx, cfg, nil)
+	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, log: log, metrics: newMetrics()}
-	opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: log.Warn, Trace: cfg.tracing})
-	if err != nil {
-		return nil, cfg.storeError(err)
-	}
-	p.opened, p.store = opened, opened.Store
-	p.metrics.memory(opened.Memory)
-	target, _ := url.Parse(cfg.Upstream) // checked by Validate
-	p.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.SetXForwarded()
-			// The core read the body into memory (GetBody is set only then).
-			// ReverseProxy wraps the outbound body in a type the transport
-			// does not know, so it would write the headers and the body
-			// upstream apart: two writes, two wake-ups of the upstream. A
-			// fresh reader over the same bytes goes out in one write.
-			if pr.In.GetBody != nil && pr.Out.ContentLength > 0 {
-				if b, err := pr.In.GetBody(); err == nil {
-					pr.Out.Body = b
-				}
-			}
-			if a, ok := pr.In.Context().Value(attemptKey{}).(*attempt); ok { // a first execution under the core
-				pr.Out = a.Guard(pr.Out, pr.In.GetBody)
-			}
-		},
-		Transport:    upstreamTransport(cfg),
-		BufferPool:   forward.BufferPool{},
-		ErrorHandler: p.upstreamError,
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	p.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
-		// A failed upstream call is classified for the core rather than answered
-		// here: upstreamError leaves it in the attempt.
-		var a attempt
-		defer p.metrics.upstream.Done(p.metrics.upstream.Start())
-		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
-		return a.Classify(a.err)
-	})
-	if p.def, err = p.buildRoute("", true, cfg.Config); err != nil {
-		p.Close()
-		return nil, cfg.named(err, nil, 0)
-	}
-	for i, rc := range cfg.Routes {
-		rt, err := p.buildRoute(rc.Path, rc.Enabled, cfg.route(rc))
-		if err != nil {
-			p.Close()
-			return nil, cfg.named(err, &cfg.Routes[i], i)
-		}
-		p.routes = append(p.routes, rt)
-	}
-	p.guarded = map[string]bool{}
-	for _, rt := range append([]*route{p.def}, p.routes...) {
-		for _, m := range rt.methods {
-			p.guarded[m] = true // upper case (Validate)
-		}
-	}
-	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].match) > len(p.routes[j].match) })
-	p.startReconcile()
+	p.metrics.memory(st.store.opened.Memory)
+	p.cur.Store(st)
 	return p, nil
 }
 
-func (p *Proxy) buildRoute(path string, enabled bool, cc config.Config) (*route, error) {
+func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Config) (*route, error) {
 	match := ""
 	if path != "" {
 		var err error
@@ -141,62 +79,74 @@ func (p *Proxy) buildRoute(path string, enabled bool, cc config.Config) (*route,
 		s.KeyNamespace = match
 	}
 	s.Logger, s.Observer = p.log, p.observe
-	if p.cfg.tracing {
+	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
-	if err := p.reconcileRoute(path, cc, &s); err != nil {
+	if err := p.reconcileRoute(st, path, cc, &s); err != nil {
 		return nil, err
 	}
-	h, err := middleware.New(p.store, middleware.From(s))
+	h, err := middleware.New(st.cache, middleware.From(s))
 	if err != nil {
 		return nil, err
 	}
 	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods}, nil
 }
 
-// Wait waits for responses whose storing is being retried (see middleware.Handler.Wait).
+// Wait waits for responses whose storing is being retried (see
+// middleware.Handler.Wait), those of configurations a reload replaced included.
 func (p *Proxy) Wait(ctx context.Context) error {
-	for _, rt := range append([]*route{p.def}, p.routes...) {
-		if err := rt.h.Wait(ctx); err != nil {
-			return err
-		}
+	if err := p.cur.Load().wait(ctx); err != nil {
+		return err
 	}
-	return nil
+	done := make(chan struct{})
+	go func() { p.retiring.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close stops the reconcile worker and releases the store.
 func (p *Proxy) Close() error {
-	p.stopReconcile()
-	return p.opened.Close()
+	st := p.cur.Load()
+	st.stopReconcile()
+	st.store.release()
+	return nil
 }
 
 // match returns the route for a path in route form (middleware.Canonical.Route):
 // the longest matching prefix, whole segments.
-func (p *Proxy) match(route string) *route {
-	for _, rt := range p.routes {
+func (st *state) match(route string) *route {
+	for _, rt := range st.routes {
 		if route == rt.match || strings.HasPrefix(route, rt.match) &&
 			(strings.HasSuffix(rt.match, "/") || route[len(rt.match)] == '/') {
 			return rt
 		}
 	}
-	return p.def
+	return st.def
 }
 
 // routeOf returns the route of r: the default one when its path is not
 // canonical.
-func (p *Proxy) routeOf(r *http.Request) *route {
+func (st *state) routeOf(r *http.Request) *route {
 	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		return p.def
+		return st.def
 	}
-	return p.match(route)
+	return st.match(route)
 }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.guarded[strings.ToUpper(r.Method)] { // "post" is POST
+	st := p.acquire()
+	defer st.release()
+	info := st.fwd.inbound(r)
+	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
+	if !st.guarded[strings.ToUpper(r.Method)] { // "post" is POST
 		p.metrics.requests.Untracked()
-		p.rp.ServeHTTP(w, r)
+		st.rp.ServeHTTP(w, r)
 		return
 	}
 	// Routes match the path as the core reads it (middleware.CanonicalPath):
@@ -206,25 +156,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		p.metrics.requests.Untracked()
-		p.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
 		return
 	}
-	rt := p.match(route)
+	rt := st.match(route)
+	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
 		p.metrics.requests.Untracked()
-		p.rp.ServeHTTP(w, r)
+		st.rp.ServeHTTP(w, r)
 		return
 	}
-	if err := rt.h.Handle(w, r, p.next); err != nil {
+	if err := rt.h.Handle(w, r, st.next); err != nil {
 		// The upstream failed and the key was released (the request never left,
 		// or the unknown_outcome policy is release): nothing was answered yet.
 		p.upstreamProblem(w, r, rt.h, err)
 	}
 }
 
+// name is the route as logs name it: its path, or "(top level)".
+func (rt *route) name() string {
+	if rt.path == "" {
+		return "(top level)"
+	}
+	return rt.path
+}
+
 func (p *Proxy) observe(ev middleware.Event) {
 	p.metrics.requests.Observe(ev)
-	if p.cfg.tracing {
+	if p.tracing {
 		tracing.Observe(ev)
 	}
 	r := ev.Request
@@ -271,7 +230,7 @@ type attempt struct {
 
 type attemptKey struct{}
 
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+func (p *Proxy) upstreamError(st *state, w http.ResponseWriter, r *http.Request, err error) {
 	level := slog.LevelWarn
 	if errors.Is(err, context.Canceled) {
 		level = slog.LevelDebug // the client went away
@@ -281,7 +240,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		a.err = err // the core answers
 		return
 	}
-	p.upstreamProblem(w, r, p.routeOf(r).h, err)
+	p.upstreamProblem(w, r, st.routeOf(r).h, err)
 }
 
 // upstreamProblem answers, in the route's error format, a failed upstream call

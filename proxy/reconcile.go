@@ -33,53 +33,55 @@ type reconciler struct {
 
 // reconcileRoute sets s.OnHold to schedule the route's held keys when cc names
 // a reconcile request.
-func (p *Proxy) reconcileRoute(path string, cc config.Config, s *middleware.Settings) error {
+func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *middleware.Settings) error {
 	rules, err := cc.ReconcileRules(*s)
 	if err != nil || rules == nil {
 		return err
 	}
-	jobs, ok := p.store.(cache.Reconciler)
+	jobs, ok := st.cache.(cache.Reconciler)
 	if !ok {
-		kind, _ := stores.KindOf(p.cfg.Store)
+		kind, _ := stores.KindOf(st.cfg.Store)
 		return &middleware.SettingsError{Field: "reconcile", Err: fmt.Errorf(
 			"the %s store keeps no reconcile jobs (memory, redis and postgres do; DynamoDB would need an index by due time that its table does not have)", kind)}
 	}
-	if p.rc == nil {
-		upstream, _ := url.Parse(p.cfg.Upstream) // checked by Validate
-		w := &reconcile.Worker{Store: p.store, Jobs: jobs, Routes: map[string]*reconcile.Rules{}, Upstream: upstream,
+	if st.rc == nil {
+		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate
+		w := &reconcile.Worker{Store: st.cache, Jobs: jobs, Routes: map[string]*reconcile.Rules{}, Upstream: upstream,
 			Logger: p.log, Observe: p.metrics.reconcile.Observe, StoreTimeout: s.StoreTimeout}
 		t := forward.NewTransport(0)
-		if p.cfg.tracing {
+		if p.tracing {
 			w.Transport, w.Trace = otelhttp.NewTransport(t), traceReconcile
 		} else {
 			w.Transport = t
 		}
-		p.rc = &reconciler{w: w}
+		st.rc = &reconciler{w: w}
 	}
-	p.rc.w.Routes[path] = rules
-	sched := &reconcile.Scheduler{Route: path, Rules: rules, Jobs: jobs, Due: p.rc.w.Wake, StoreTimeout: s.StoreTimeout}
+	st.rc.w.Routes[path] = rules
+	sched := &reconcile.Scheduler{Route: path, Rules: rules, Jobs: jobs, Due: st.rc.w.Wake, StoreTimeout: s.StoreTimeout}
 	s.OnHold = sched.Hold
 	return nil
 }
 
-// startReconcile starts the worker, when a route reconciles.
-func (p *Proxy) startReconcile() {
-	if p.rc == nil {
+// startReconcile starts the state's worker, when a route reconciles.
+func (st *state) startReconcile() {
+	if st.rc == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p.rc.cancel, p.rc.done = cancel, make(chan struct{})
+	st.rc.cancel, st.rc.done = cancel, make(chan struct{})
 	go func() {
-		defer close(p.rc.done)
-		p.rc.w.Run(ctx)
+		defer close(st.rc.done)
+		st.rc.w.Run(ctx)
 	}()
 }
 
-// stopReconcile stops the worker and waits for the attempts under way.
-func (p *Proxy) stopReconcile() {
-	if p.rc != nil && p.rc.cancel != nil {
-		p.rc.cancel()
-		<-p.rc.done
+// stopReconcile stops the state's worker and waits for the attempts under
+// way. A reload stops the replaced state's worker before its store closes;
+// the new state's worker takes the due jobs from the store.
+func (st *state) stopReconcile() {
+	if st.rc != nil && st.rc.cancel != nil {
+		st.rc.cancel()
+		<-st.rc.done
 	}
 }
 

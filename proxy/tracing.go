@@ -58,7 +58,7 @@ func startTracing(ctx context.Context) (func(context.Context) error, error) {
 // (the route's path prefix: few names, whatever the paths).
 func (p *Proxy) traced() http.Handler {
 	return otelhttp.NewHandler(p, "idemproxy", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		route := p.routeOf(r).path
+		route := p.cur.Load().routeOf(r).path
 		if route == "" {
 			route = "/"
 		}

@@ -80,6 +80,7 @@ func tracingOTLP(t *testing.T, rc *otlptest.Receiver) {
 	if first.Status != 201 || !again.Replayed || reuse.Status != 422 {
 		t.Fatalf("first %+v again %+v reuse %+v", first, again, reuse)
 	}
+	waitLog(t, p, `"trace_id":"`+clientTrace+`"`, 1) // on the request lines
 	var server []*tracepb.Span
 	var client *tracepb.Span
 	testutil.Eventually(t, 15*time.Second, "3 server spans and a client span", func() bool {

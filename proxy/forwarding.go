@@ -1,0 +1,338 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+)
+
+// UpstreamHost values besides a literal host.
+const (
+	UpstreamHostUpstream = "upstream" // the upstream URL's host (the default)
+	UpstreamHostClient   = "client"   // the Host the client sent
+)
+
+// maxHops bounds the addresses of an X-Forwarded-For chain and the elements of
+// a Forwarded header a trusted proxy may pass: a longer one is replaced, as a
+// malformed one is.
+const maxHops = 32
+
+// maxRequestID bounds a request id taken from a trusted proxy.
+const maxRequestID = 128
+
+// forwarding is how the proxy passes on who the client was: the
+// X-Forwarded-For, -Proto, -Host and Forwarded headers, the Host and the
+// request id.
+type forwarding struct {
+	trusted  []netip.Prefix
+	host     string // upstream_host
+	idHeader string // canonical; "" when none is sent
+}
+
+func newForwarding(cfg *Config) (*forwarding, error) {
+	trusted, err := parsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	f := &forwarding{trusted: trusted, host: cfg.UpstreamHost}
+	if cfg.RequestIDHeader != "" {
+		f.idHeader = http.CanonicalHeaderKey(cfg.RequestIDHeader)
+	}
+	return f, nil
+}
+
+// parsePrefixes reads trusted_proxies: CIDRs, or addresses (one host each).
+func parsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8, fd00::/8) or an address", s)
+			}
+			if p.Addr().Is4In6() {
+				return nil, fmt.Errorf("%q: write an IPv4 CIDR as such (10.0.0.0/8)", s)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8, fd00::/8) or an address", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// validUpstreamHost checks upstream_host: upstream, client, or host[:port].
+func validUpstreamHost(s string) error {
+	if s == UpstreamHostUpstream || s == UpstreamHostClient {
+		return nil
+	}
+	if !validHost(s) {
+		return errors.New("want upstream, client, or a host[:port] such as api.example.com")
+	}
+	return nil
+}
+
+// validHost reports whether s is a host name or IP address, with an optional
+// port: what a Host or X-Forwarded-Host may carry.
+func validHost(s string) bool {
+	host := s
+	if h, port, err := net.SplitHostPort(s); err == nil {
+		if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+			return false
+		}
+		host = h
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Zone() == "" && (a.Is4() || host != s) // IPv6 with a port is [bracketed]
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		a, err := netip.ParseAddr(s[1 : len(s)-1])
+		return err == nil && a.Is6() && a.Zone() == ""
+	}
+	return len(host) <= 253 && hostName.MatchString(host)
+}
+
+func (f *forwarding) trusts(a netip.Addr) bool {
+	for _, p := range f.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// reqInfo is what the proxy knows of a request beyond it, for its log lines
+// (logHandler) and its upstream request (rewrite).
+type reqInfo struct {
+	peer      netip.Addr // who connected; invalid if RemoteAddr does not parse
+	client    string     // the client's address (see inbound)
+	requestID string
+	route     string // the route's path; "" before routing, "(top level)"
+	tls       bool
+}
+
+type reqInfoKey struct{}
+
+func infoOf(ctx context.Context) *reqInfo {
+	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
+	return info
+}
+
+// inbound reads who sent r before anything else does. From a peer in
+// trusted_proxies, the forwarding headers it sent are kept (each if well
+// formed), and the client is the last address of the X-Forwarded-For chain
+// that is not a trusted proxy's. From any other peer they are removed, so
+// neither the core (scope_headers, fingerprint_headers), the logs nor the
+// upstream ever see what a client claims: the client is the peer. The request
+// id is kept from a trusted peer when well formed, generated otherwise.
+func (f *forwarding) inbound(r *http.Request) *reqInfo {
+	info := &reqInfo{tls: r.TLS != nil}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		info.peer = ap.Addr().Unmap()
+		info.client = info.peer.String()
+	} else {
+		info.client = r.RemoteAddr
+	}
+	h := r.Header
+	trusted := info.peer.IsValid() && f.trusts(info.peer)
+	if trusted {
+		if chain, ok := forwardedFor(h["X-Forwarded-For"]); ok {
+			client := info.peer
+			for i := len(chain) - 1; i >= 0 && f.trusts(client); i-- {
+				client = chain[i]
+			}
+			info.client = client.String()
+		} else {
+			delete(h, "X-Forwarded-For")
+		}
+		if v, ok := single(h["X-Forwarded-Proto"]); !ok || !strings.EqualFold(v, "http") && !strings.EqualFold(v, "https") {
+			delete(h, "X-Forwarded-Proto")
+		} else {
+			h["X-Forwarded-Proto"] = []string{strings.ToLower(v)}
+		}
+		if v, ok := single(h["X-Forwarded-Host"]); !ok || !validHost(v) {
+			delete(h, "X-Forwarded-Host")
+		}
+		if !validForwarded(h["Forwarded"]) {
+			delete(h, "Forwarded")
+		}
+	} else {
+		for _, name := range [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"} {
+			delete(h, name)
+		}
+	}
+	if f.idHeader != "" {
+		if v, ok := single(h[f.idHeader]); trusted && ok && validRequestID(v) {
+			info.requestID = v
+		}
+	}
+	if info.requestID == "" {
+		info.requestID = rand.Text()
+	}
+	if f.idHeader != "" {
+		h[f.idHeader] = []string{info.requestID}
+	}
+	return info
+}
+
+// single returns the one value of a header sent once.
+func single(vals []string) (string, bool) {
+	if len(vals) != 1 {
+		return "", false
+	}
+	return strings.TrimSpace(vals[0]), true
+}
+
+// forwardedFor parses an X-Forwarded-For chain, over every line of it: each
+// entry an IP address (IPv6 possibly in brackets), at most maxHops.
+func forwardedFor(lines []string) ([]netip.Addr, bool) {
+	if len(lines) == 0 {
+		return nil, true
+	}
+	var chain []netip.Addr
+	for _, line := range lines {
+		for e := range strings.SplitSeq(line, ",") {
+			e = strings.TrimSpace(e)
+			if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+				e = e[1 : len(e)-1]
+			}
+			a, err := netip.ParseAddr(e)
+			if err != nil || a.Zone() != "" || len(chain) == maxHops {
+				return nil, false
+			}
+			chain = append(chain, a.Unmap())
+		}
+	}
+	return chain, true
+}
+
+// validForwarded checks a Forwarded header (RFC 7239) over every line: elements
+// of token=value pairs, a value a token or a quoted string, at most maxHops.
+func validForwarded(lines []string) bool {
+	n := 0
+	for _, line := range lines {
+		for elem := range strings.SplitSeq(line, ",") {
+			if n++; n > maxHops {
+				return false
+			}
+			for pair := range strings.SplitSeq(strings.TrimSpace(elem), ";") {
+				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if !ok || !isToken(name) || !(isToken(value) || isQuoted(value)) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// isQuoted reports whether s is a quoted string without escapes or control
+// characters (the form a node or host takes: "[2001:db8::1]:4711").
+func isQuoted(s string) bool {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// validRequestID: 1 to maxRequestID visible ASCII characters, none of which
+// would need quoting in a log line or a header list.
+func validRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == ',' || c == ';' {
+			return false
+		}
+	}
+	return true
+}
+
+// rewrite sets the forwarding headers and the Host of the upstream request.
+// ReverseProxy has already removed X-Forwarded-* and Forwarded from pr.Out;
+// pr.In carries only what inbound kept.
+func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
+	in, out := pr.In, pr.Out.Header
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	var node string
+	if info := infoOf(in.Context()); info != nil && info.peer.IsValid() {
+		node = info.peer.String()
+	} else if ap, err := netip.ParseAddrPort(in.RemoteAddr); err == nil {
+		node = ap.Addr().Unmap().String()
+	}
+	if node != "" {
+		xff := node
+		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
+			xff = strings.Join(prior, ", ") + ", " + node
+		}
+		out["X-Forwarded-For"] = []string{xff}
+	}
+	if v := in.Header["X-Forwarded-Proto"]; len(v) == 1 {
+		out["X-Forwarded-Proto"] = v
+	} else {
+		out["X-Forwarded-Proto"] = []string{proto}
+	}
+	if v := in.Header["X-Forwarded-Host"]; len(v) == 1 {
+		out["X-Forwarded-Host"] = v
+	} else if in.Host != "" {
+		out["X-Forwarded-Host"] = []string{in.Host}
+	}
+	elem := "proto=" + proto
+	if node != "" {
+		if strings.Contains(node, ":") {
+			node = `"[` + node + `]"`
+		}
+		elem = "for=" + node + ";" + elem
+	}
+	if in.Host != "" {
+		if isToken(in.Host) {
+			elem += ";host=" + in.Host
+		} else if isQuoted(`"` + in.Host + `"`) {
+			elem += `;host="` + in.Host + `"`
+		}
+	}
+	if prior := in.Header["Forwarded"]; len(prior) > 0 {
+		elem = strings.Join(prior, ", ") + ", " + elem
+	}
+	out["Forwarded"] = []string{elem}
+	switch f.host {
+	case UpstreamHostUpstream:
+	case UpstreamHostClient:
+		pr.Out.Host = in.Host
+	default:
+		pr.Out.Host = f.host
+	}
+}

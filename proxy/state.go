@@ -1,0 +1,285 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/forward"
+	"github.com/idemproxy/idemproxy/internal/stores"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+// state is one configuration's routes, upstream and store: what a request is
+// served with. A reload builds a new state and swaps it in; a request keeps
+// the state it started with (acquire) to its end, and the old state's store
+// is released once the last such request and its background stores are done.
+type state struct {
+	cfg   *Config
+	store *sharedStore
+	cache cache.Store
+	fwd   *forwarding
+	cert  *tls.Certificate // nil without TLS
+	rp    *httputil.ReverseProxy
+	// transport to the upstream: kept by a reload that leaves upstream_timeout
+	// alone, with its idle connections.
+	transport http.RoundTripper
+	next      middleware.Next
+	def       *route
+	routes    []*route        // longest path first
+	guarded   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
+	users     atomic.Int64    // requests being served with this state
+	rc        *reconciler     // nil: no route reconciles (reconcile.go)
+}
+
+// sharedStore is an open store and the states that use it: a reload that does
+// not change the store's settings keeps it (the memory store keeps its
+// records), and it is closed when the last state using it is done.
+type sharedStore struct {
+	opened *stores.Opened
+	key    string // the settings it was opened with (storeKey)
+	refs   atomic.Int32
+}
+
+func (s *sharedStore) release() {
+	if s.refs.Add(-1) == 0 {
+		_ = s.opened.Close()
+	}
+}
+
+// storeKey is what opening a store depends on: its URL and every store setting.
+func storeKey(cfg *Config) string {
+	var b strings.Builder
+	b.WriteString(cfg.Store)
+	for _, f := range fields {
+		if kind, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(kind) {
+			fmt.Fprintf(&b, "\x00%s=%s", f.Name, f.Text(cfg))
+		}
+	}
+	return b.String()
+}
+
+// newState builds the state of cfg. It shares prev's store when the store's
+// settings are the same, and opens a new one otherwise (reopened).
+func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *state, reopened bool, err error) {
+	cfg.tracing = p.tracing
+	if err := cfg.Validate(); err != nil {
+		return nil, false, err
+	}
+	st = &state{cfg: cfg}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s, %s: %w", cfg.source("tls_cert"), cfg.source("tls_key"), err)
+		}
+		st.cert = &cert
+	}
+	if st.fwd, err = newForwarding(cfg); err != nil {
+		return nil, false, err
+	}
+	if key := storeKey(cfg); prev != nil && prev.store.key == key {
+		prev.store.refs.Add(1)
+		st.store = prev.store
+	} else {
+		opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: p.log.Warn, Trace: cfg.tracing})
+		if err != nil {
+			return nil, false, cfg.storeError(err)
+		}
+		st.store, reopened = &sharedStore{opened: opened, key: key}, true
+		st.store.refs.Store(1)
+	}
+	st.cache = st.store.opened.Store
+	if prev != nil && prev.cfg.UpstreamTimeout == cfg.UpstreamTimeout {
+		st.transport = prev.transport
+	} else {
+		st.transport = upstreamTransport(cfg)
+	}
+	if err := p.buildRoutes(st); err != nil {
+		st.store.release()
+		return nil, false, err
+	}
+	st.startReconcile()
+	return st, reopened, nil
+}
+
+// buildRoutes builds st's reverse proxy and its routes' handlers.
+func (p *Proxy) buildRoutes(st *state) error {
+	cfg := st.cfg
+	target, _ := url.Parse(cfg.Upstream) // checked by Validate
+	st.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			st.fwd.rewrite(pr)
+			// The core read the body into memory (GetBody is set only then).
+			// ReverseProxy wraps the outbound body in a type the transport
+			// does not know, so it would write the headers and the body
+			// upstream apart: two writes, two wake-ups of the upstream. A
+			// fresh reader over the same bytes goes out in one write.
+			if pr.In.GetBody != nil && pr.Out.ContentLength > 0 {
+				if b, err := pr.In.GetBody(); err == nil {
+					pr.Out.Body = b
+				}
+			}
+			if a, ok := pr.In.Context().Value(attemptKey{}).(*attempt); ok { // a first execution under the core
+				pr.Out = a.Guard(pr.Out, pr.In.GetBody)
+			}
+		},
+		Transport:    st.transport,
+		BufferPool:   forward.BufferPool{},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { p.upstreamError(st, w, r, err) },
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	st.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
+		// A failed upstream call is classified for the core rather than answered
+		// here: upstreamError leaves it in the attempt.
+		var a attempt
+		defer p.metrics.upstream.Done(p.metrics.upstream.Start())
+		st.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
+		return a.Classify(a.err)
+	})
+	var err error
+	if st.def, err = p.buildRoute(st, "", true, cfg.Config); err != nil {
+		return cfg.named(err, nil, 0)
+	}
+	for i, rc := range cfg.Routes {
+		rt, err := p.buildRoute(st, rc.Path, rc.Enabled, cfg.route(rc))
+		if err != nil {
+			return cfg.named(err, &cfg.Routes[i], i)
+		}
+		st.routes = append(st.routes, rt)
+	}
+	st.guarded = map[string]bool{}
+	for _, rt := range append([]*route{st.def}, st.routes...) {
+		for _, m := range rt.methods {
+			st.guarded[m] = true // upper case (Validate)
+		}
+	}
+	sort.SliceStable(st.routes, func(i, j int) bool { return len(st.routes[i].match) > len(st.routes[j].match) })
+	return nil
+}
+
+// acquire returns the current state, counted as in use until release.
+func (p *Proxy) acquire() *state {
+	for {
+		st := p.cur.Load()
+		st.users.Add(1)
+		if p.cur.Load() == st {
+			return st // a reload that swaps it now waits for this request
+		}
+		st.users.Add(-1) // swapped meanwhile: take the new one
+	}
+}
+
+func (st *state) release() { st.users.Add(-1) }
+
+// wait waits for responses whose storing is being retried (see
+// middleware.Handler.Wait).
+func (st *state) wait(ctx context.Context) error {
+	for _, rt := range append([]*route{st.def}, st.routes...) {
+		if err := rt.h.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retire lets old finish: its requests, then the responses it is still
+// storing (up to its shutdown_timeout), then releases its store.
+func (p *Proxy) retire(old *state) {
+	p.retiring.Add(1)
+	go func() {
+		defer p.retiring.Done()
+		old.stopReconcile() // the new state's worker takes the due jobs
+		for old.users.Load() > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), old.cfg.ShutdownTimeout)
+		defer cancel()
+		if err := old.wait(ctx); err != nil {
+			p.log.Warn("reload: responses of the previous configuration not all stored in time", "error", err)
+		}
+		old.store.release()
+		if t, ok := old.transport.(interface{ CloseIdleConnections() }); ok && old.transport != p.cur.Load().transport {
+			t.CloseIdleConnections() // no state uses it any more
+		}
+	}()
+}
+
+// Reload swaps in cfg: routes, upstream, forwarding, certificate and every
+// core setting at once, for the next request; requests in flight finish with
+// the configuration they started with. The store is kept unless its settings
+// changed. Settings that need a restart keep their running values and are
+// named in the log. On error the running configuration stays.
+func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.cur.Load()
+	needRestart := keepRestartOnly(old.cfg, cfg)
+	st, reopened, err := p.newState(ctx, cfg, old)
+	if err != nil {
+		return err
+	}
+	if reopened {
+		p.metrics.memory(st.store.opened.Memory)
+	}
+	p.cur.Store(st)
+	p.retire(old)
+	store := "kept"
+	if reopened {
+		store = "reopened"
+	}
+	if len(needRestart) > 0 {
+		p.log.Warn("reload: these settings changed but take effect only at a restart; their running values are kept",
+			"settings", strings.Join(needRestart, ", "))
+	}
+	p.log.Info("configuration reloaded", "file", cfg.file, "routes", len(cfg.Routes), "store", store,
+		"upstream", cfg.Upstream, "tls", cfg.TLSCert != "")
+	return nil
+}
+
+// keepRestartOnly gives c the running values of the settings that cannot
+// change without a restart (the listeners, their timeouts and guards, the
+// log's format and level, TLS on or off) and returns the names of those that
+// c had changed.
+func keepRestartOnly(old, c *Config) []string {
+	var changed []string
+	keep := func(name string, same bool) {
+		if !same {
+			changed = append(changed, name)
+		}
+	}
+	keep("listen", old.Listen == c.Listen)
+	keep("admin", old.Admin == c.Admin)
+	keep("admin_token", old.AdminToken == c.AdminToken)
+	keep("admin_hosts", slices.Equal(old.AdminHosts, c.AdminHosts))
+	keep("metrics", old.Metrics == c.Metrics)
+	keep("read_header_timeout", old.ReadHeaderTimeout == c.ReadHeaderTimeout)
+	keep("idle_timeout", old.IdleTimeout == c.IdleTimeout)
+	keep("log_format", old.LogFormat == c.LogFormat)
+	keep("log_level", old.LogLevel == c.LogLevel)
+	c.Listen, c.Admin, c.AdminToken, c.AdminHosts, c.Metrics = old.Listen, old.Admin, old.AdminToken, old.AdminHosts, old.Metrics
+	c.ReadHeaderTimeout, c.IdleTimeout, c.LogFormat, c.LogLevel = old.ReadHeaderTimeout, old.IdleTimeout, old.LogFormat, old.LogLevel
+	if (old.TLSCert == "") != (c.TLSCert == "") {
+		changed = append(changed, "tls_cert (TLS on or off)")
+		c.TLSCert, c.TLSKey = old.TLSCert, old.TLSKey
+	}
+	return changed
+}
+
+// certificate serves the current state's certificate (tls.Config.GetCertificate).
+func (p *Proxy) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if cert := p.cur.Load().cert; cert != nil {
+		return cert, nil
+	}
+	return nil, fmt.Errorf("no certificate")
+}
