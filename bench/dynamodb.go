@@ -28,7 +28,7 @@ func startDynamoDBLocal(launch func(core, name, addr string, argv ...string) (st
 	addr := procinfo.FreeAddr()
 	_, port, _ := net.SplitHostPort(addr)
 	lib := filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib")
-	endpoint, err := launch(coreEnv, "dynamodb", addr, java, "-Djava.library.path="+lib, "-jar", jar, "-inMemory", "-port", port)
+	endpoint, err := launch(coreEnv, "dynamodb", addr, java, "-Djava.library.path="+lib, "-jar", jar, "-inMemory", "-disableTelemetry", "-port", port)
 	if err != nil {
 		return nil, fmt.Errorf("starting DynamoDB Local: %w", err)
 	}
