@@ -4,8 +4,11 @@
 //
 // It starts, each as its own process: a trivial upstream, a bare
 // httputil.ReverseProxy with idemproxy's transport settings (the ceiling for a Go
-// proxy), idemproxy on the memory store and on Redis, and Caddy with and without
-// the idempotency module. The server under test runs on core 1; the load generator
+// proxy), idemproxy on the memory store, on Redis and on PostgreSQL (each also
+// with its local cache of completed records, for replays), on DynamoDB Local
+// when its jar is installed (internal/dynamotest finds it;
+// IDEMPROXY_DYNAMODB_LOCAL_JAR), and Caddy with and without the idempotency
+// module. The server under test runs on core 1; the load generator
 // (this process), the upstream and Redis share core 0 (taskset). Scenarios run
 // interleaved, round by round (A B C … A B C …), so drift on a noisy machine hits
 // them all alike; throughput is the median over rounds, latency percentiles pool

@@ -75,7 +75,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 		}
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-	fmt.Printf("\n%d rounds × %d requests per scenario, %d connections; server under test on core 1, load generator + upstream + Redis + PostgreSQL on core 0\n\n",
+	fmt.Printf("\n%d rounds × %d requests per scenario (DynamoDB Local a tenth), %d connections; server under test on core 1, load generator + upstream + Redis + PostgreSQL + DynamoDB Local on core 0\n\n",
 		cfg.rounds, cfg.requests, cfg.conns)
 	fmt.Println("| scenario | req/s (median) | p50 ms | p99 ms | p99.9 ms | throughput ratio (range over rounds) | p99 ratio | Redis cmds/req | wrong answers |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -117,7 +117,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 	// 100% is what limited a scenario.
 	fmt.Println("\nCPU per request (µs, from /proc and getrusage over every round) and core utilisation:")
 	fmt.Println()
-	fmt.Println("| scenario | server under test (core 1) | upstream | store (Redis, PostgreSQL) | load generator | core 1 busy | core 0 busy |")
+	fmt.Println("| scenario | server under test (core 1) | upstream | store (Redis, PostgreSQL, DynamoDB Local) | load generator | core 1 busy | core 0 busy |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, s := range scenarios {
 		if s.served == 0 || s.elapsed <= 0 {
@@ -159,7 +159,7 @@ func baseName(s *scenario) string {
 // samples its RSS: memory must stay bounded however many keys arrive.
 func flood(cfg benchConfig, dir, idemproxy, upURL string) error {
 	addr := procinfo.FreeAddr()
-	p, err := start(dir, coreTest, "idemproxy-flood", idemproxy, "--listen", addr, "--upstream", upURL,
+	p, err := start(dir, coreTest, "idemproxy-flood", nil, idemproxy, "--listen", addr, "--upstream", upURL,
 		"--log-level", "warn", "--memory-max-records", "100000", "--memory-max-bytes", "64MiB")
 	if err != nil {
 		return err

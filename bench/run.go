@@ -31,12 +31,16 @@ const (
 	coreTest = "1"
 )
 
-func start(dir, core, name string, argv ...string) (*proc, error) {
+// start runs argv on core; env, when not nil, is added to the environment.
+func start(dir, core, name string, env []string, argv ...string) (*proc, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command("taskset", append([]string{"-c", core}, argv...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -70,6 +74,7 @@ type scenario struct {
 	redis  bool
 	store  string // "redis" or "postgres": whose CPU the store column counts
 	group  string // "proxy" or "caddy": what the ratio is against
+	slow   int    // > 0: send requests/slow per round (DynamoDB Local)
 	rps    []float64
 	lat    []time.Duration
 	bad    int // answers of the wrong kind (not 201, or replayed when it should not be, …)
@@ -112,8 +117,10 @@ func run(cfg benchConfig) error {
 			p.stop()
 		}
 	}()
+	var env []string // for the next launch only
 	launch := func(core, name, addr string, argv ...string) (string, error) {
-		p, err := start(dir, core, name, argv...)
+		p, err := start(dir, core, name, env, argv...)
+		env = nil
 		if err != nil {
 			return "", err
 		}
@@ -164,6 +171,7 @@ func run(cfg benchConfig) error {
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
+	pg.Durable = true // default durability: fsync on, synchronous commits
 	if err := pg.Start(); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
@@ -193,6 +201,39 @@ func run(cfg benchConfig) error {
 		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
 		{name: "idemproxy PostgreSQL: first executions", target: pgURL, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
 		{name: "idemproxy PostgreSQL: replays", target: pgURL, replay: true, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
+	}
+	// The local cache of completed records (redis_local_cache,
+	// postgres_local_cache): its own instances, replays only (a first
+	// execution is what it was).
+	for _, c := range []struct{ name, store, url string }{
+		{"Redis", "redis", "redis://" + redisAddr + "/0?pool_size=64"},
+		{"PostgreSQL", "postgres", pg.URL() + "&pool_max_conns=32"},
+	} {
+		addr := procinfo.FreeAddr()
+		server := "idemproxy-" + c.store + "-cache"
+		u, err := launch(coreTest, server, addr, idemproxy, "--listen", addr, "--upstream", upURL,
+			"--store", c.url, "--"+c.store+"-local-cache", "64MiB", "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		scenarios = append(scenarios, &scenario{name: "idemproxy " + c.name + " + local cache: replays", target: u, replay: true,
+			redis: c.store == "redis", store: c.store, group: "proxy", server: server})
+	}
+	// DynamoDB Local, when its jar is installed (internal/dynamotest finds
+	// it): ratios only, DynamoDB Local is not DynamoDB.
+	if ddb, err := startDynamoDBLocal(launch); err != nil {
+		fmt.Println("DynamoDB Local scenarios left out:", err)
+	} else {
+		addr := procinfo.FreeAddr()
+		env = ddb.environ(dir)
+		u, err := launch(coreTest, "idemproxy-dynamodb", addr, idemproxy, "--listen", addr, "--upstream", upURL,
+			"--store", "dynamodb://bench", "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		scenarios = append(scenarios,
+			&scenario{name: "idemproxy DynamoDB Local: first executions", target: u, store: "dynamodb", group: "proxy", server: "idemproxy-dynamodb", slow: 10},
+			&scenario{name: "idemproxy DynamoDB Local: replays", target: u, replay: true, store: "dynamodb", group: "proxy", server: "idemproxy-dynamodb", slow: 10})
 	}
 	if !cfg.skipCaddy {
 		c1, c2 := procinfo.FreeAddr(), procinfo.FreeAddr()
@@ -234,7 +275,11 @@ func run(cfg benchConfig) error {
 				rdb.ConfigResetStat(context.Background())
 			}
 			cpu0 := cpuSnapshot(pids, s)
-			res := load(s.target, cfg.conns, cfg.requests, key)
+			n := cfg.requests
+			if s.slow > 0 {
+				n = max(n/s.slow, cfg.conns)
+			}
+			res := load(s.target, cfg.conns, n, key)
 			cpu1 := cpuSnapshot(pids, s)
 			s.cpuServer += cpu1.server - cpu0.server
 			s.cpuUp += cpu1.up - cpu0.up

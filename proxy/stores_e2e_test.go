@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -118,5 +120,45 @@ func TestE2EEvictingRedisRefused(t *testing.T) {
 	p := start(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--redis-allow-eviction")
 	if !strings.Contains(p.Logs.String(), "eviction allowed by configuration") {
 		t.Fatalf("no warning when eviction is allowed:\n%s", p.Logs)
+	}
+}
+
+// Two instances on one shared store, each with its local cache: A answers
+// replays from its cache, and a purge through B's admin API reaches A's cache
+// before B answers it, so the next request through A runs again.
+func TestE2ELocalCacheAcrossInstances(t *testing.T) {
+	skipShort(t)
+	t.Run("redis", func(t *testing.T) { localCacheAcross(t, redistest.Start(t).URL(), "--redis-local-cache") })
+	t.Run("postgres", func(t *testing.T) { localCacheAcross(t, pgtest.Start(t).URL(), "--postgres-local-cache") })
+}
+
+func localCacheAcross(t *testing.T, store, flag string) {
+	up := testutil.NewUpstream(t)
+	a := start(t, "--upstream", up.URL, "--store", store, flag, "1MiB")
+	admin := start(t, "--upstream", up.URL, "--store", store, flag, "1MiB").Admin
+	if r := a.Post(t, "/charge", "k", "x"); r.Status != 201 || r.Replayed {
+		t.Fatalf("first: %+v", r)
+	}
+	time.Sleep(500 * time.Millisecond) // the completion's announcement is in; A trusts its subscription
+	for i := 0; i < 3; i++ {           // the first replay fills A's cache, the others come from it
+		if r := a.Post(t, "/charge", "k", "x"); !r.Replayed {
+			t.Fatalf("replay %d: %+v", i, r)
+		}
+	}
+	req, err := http.NewRequest(http.MethodDelete, "http://"+admin+"/keys/k?host="+testutil.LoadBalancedHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("purge through B: %d %s", resp.StatusCode, body)
+	}
+	if r := a.Post(t, "/charge", "k", "x"); r.Replayed || up.Count("k") != 2 {
+		t.Fatalf("after the purge through B, A answered %+v (upstream ran %d times); want a second execution", r, up.Count("k"))
 	}
 }

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
@@ -246,5 +248,48 @@ func TestStatementTimeout(t *testing.T) {
 	}
 	if w := post(h, "k", "x"); w.Header().Get("Idempotent-Replayed") != "true" || calls.Load() != 2 {
 		t.Fatalf("retry: %d replayed=%q, %d calls", w.Code, w.Header().Get("Idempotent-Replayed"), calls.Load())
+	}
+}
+
+// Concurrent requests' statements share round trips (and transactions): 64
+// first executions on one connection take far fewer than 128 round trips,
+// and each is claimed and completed exactly once.
+func TestConcurrentStatementsBatched(t *testing.T) {
+	var rt turns
+	pool := pgtest.Start(t).Pool(rt.dial)
+	store := mustNew(t, pool, pgstore.WithTable("batched_rt"))
+	ctx := context.Background()
+	if _, _, err := store.LockOrGet(ctx, "warm", cache.Lock{Token: "w", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Complete(ctx, "warm", "w", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	before := rt.n.Load()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key, tok := fmt.Sprint("k", i), fmt.Sprint("t", i)
+			if _, loaded, err := store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+				failed.Add(1)
+				return
+			}
+			if err := store.Complete(ctx, key, tok, &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of %d first executions failed", failed.Load(), n)
+	}
+	if got := rt.n.Load() - before; got > n { // unbatched: 2n
+		t.Errorf("%d round trips for %d first executions, want at most %d (batched)", got, n, n)
+	} else {
+		t.Logf("%d round trips for %d first executions", got, n)
 	}
 }

@@ -31,14 +31,7 @@ const listenWait = 2 * time.Second
 // sharing the table. The first call waits (up to listenWait) until the store
 // listens.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
-	s.sub.mu.Lock()
-	if s.sub.stop == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.sub.stop, s.sub.done, s.sub.ready = cancel, make(chan struct{}), make(chan struct{})
-		go s.listen(ctx, s.sub.ready)
-	}
-	ready := s.sub.ready
-	s.sub.mu.Unlock()
+	ready := s.startListening()
 	ch, cancel := s.sub.waiters.Subscribe(key)
 	select {
 	case <-ready:
@@ -47,8 +40,31 @@ func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	return ch, cancel
 }
 
+// startListening starts the listener unless it runs, and returns the channel
+// closed once it first listens. With a local cache, it also starts the
+// cache's pings.
+func (s *Store) startListening() <-chan struct{} {
+	s.sub.mu.Lock()
+	defer s.sub.mu.Unlock()
+	if s.sub.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.sub.stop, s.sub.done, s.sub.ready = cancel, make(chan struct{}), make(chan struct{})
+		go s.listen(ctx, s.sub.ready)
+	}
+	return s.sub.ready
+}
+
 func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 	defer close(s.sub.done)
+	if s.local != nil {
+		var pinging sync.WaitGroup
+		pinging.Add(1)
+		go func() {
+			defer pinging.Done()
+			s.pingLoop(ctx)
+		}()
+		defer pinging.Wait()
+	}
 	var once sync.Once
 	for backoff := 50 * time.Millisecond; ctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
 		if s.listenOnce(ctx, func() { once.Do(func() { close(ready) }) }) {
@@ -62,8 +78,10 @@ func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 }
 
 // listenOnce connects, listens and dispatches until an error; it reports
-// whether LISTEN succeeded.
+// whether LISTEN succeeded. The local cache is flushed once listening (what
+// was announced before is lost) and again when the connection fails.
 func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
+	defer s.local.Flush()
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return false
@@ -72,15 +90,44 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		return false
 	}
+	s.local.Flush()
 	listening()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true
 		}
+		if s.local.IsPing(n.Payload) {
+			continue
+		}
 		if key, err := hex.DecodeString(n.Payload); err == nil {
+			s.local.Invalidate(string(key))
 			s.sub.waiters.Notify(string(key))
 		}
+	}
+}
+
+// pingLoop sends the local cache's pings (localcache.Cache.Ping) on a
+// connection of its own, so a busy pool never delays them.
+func (s *Store) pingLoop(ctx context.Context) {
+	var conn *pgx.Conn
+	s.local.Ping(ctx, func(ctx context.Context, payload string) error {
+		if conn == nil {
+			c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+			if err != nil {
+				return err
+			}
+			conn = c
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, payload); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			conn = nil
+			return err
+		}
+		return nil
+	})
+	if conn != nil {
+		conn.Close(context.WithoutCancel(ctx))
 	}
 }
 

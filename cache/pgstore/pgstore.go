@@ -3,9 +3,11 @@
 //
 // Each operation is one SQL statement, so one round trip: a claim, a replay or a
 // conflict is one; a first execution is two (claim, complete) plus one per lease
-// renewal. Every statement is atomic on its own (INSERT … ON CONFLICT … DO UPDATE
-// … WHERE, or a fenced UPDATE/DELETE), and idempotent for its token, like the Redis
-// store's scripts. Expiry is checked on every read; expired rows are deleted in the
+// renewal. A claim reads first: a replay or a conflict is a primary-key read
+// that writes nothing (no row lock, no WAL); the lock is inserted only when the
+// key has no row. Every statement is atomic on its own (INSERT … ON CONFLICT, or
+// a fenced UPDATE/DELETE), and idempotent for its token, like the Redis store's
+// scripts. Expiry is checked on every read; expired rows are deleted in the
 // background in small batches (Sweep).
 //
 // The middleware passes keys that are already SHA-256 hex digests, so a client's
@@ -14,6 +16,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"regexp"
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -53,6 +57,18 @@ func WithSweep(interval time.Duration, batch int) Option {
 	return func(s *Store) { s.sweepEvery, s.sweepBatch = interval, batch }
 }
 
+// WithLocalCache keeps up to maxBytes of completed records in this process's
+// memory, so a replay is answered without a round trip; 0 (the default) keeps
+// none. Deletes and resolves through any instance reach every instance's cache
+// before it answers again (how: cache/internal/localcache).
+func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
+
+// WithBatches sets how many batches the store keeps in flight: the request
+// path's statements from concurrent requests are sent together, one batch and
+// one transaction each (see batcher). 0 sends every statement on its own.
+// Default DefaultBatches.
+func WithBatches(n int) Option { return func(s *Store) { s.batches = n } }
+
 // WithClock makes the store use this clock instead of the database server's for
 // lease and record expiry (tests). Every process sharing the table must agree on
 // time, so production code leaves the server's clock in charge.
@@ -72,6 +88,12 @@ type Store struct {
 	rq      reconcileQueries // reconcile.go
 	channel string           // LISTEN/NOTIFY channel of this table
 	sub     listener
+
+	localBytes int64
+	local      *localcache.Cache // nil: no local cache
+
+	batches int
+	batch   *batcher // nil: every statement on its own
 
 	stopSweep context.CancelFunc
 	sweeping  sync.WaitGroup
@@ -97,12 +119,16 @@ func CheckTable(name string) error {
 // WithCreateSchema(false)) or checks that the table has the columns this
 // version needs, and starts the sweeper. Call Close when done with it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
-	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch}
+	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch,
+		batches: DefaultBatches}
 	for _, o := range opts {
 		o(s)
 	}
 	if err := CheckTable(s.table); err != nil {
 		return nil, err
+	}
+	if s.localBytes < 0 || s.batches < 0 {
+		return nil, fmt.Errorf("pgstore: the local cache and the batches must not be negative, got %d and %d", s.localBytes, s.batches)
 	}
 	if s.sweepEvery < 0 || s.sweepBatch < 1 {
 		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
@@ -117,6 +143,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	}
 	if _, err := s.pool.Exec(ctx, s.q.check); err != nil {
 		return nil, fmt.Errorf("pgstore: table %s is missing or not an idemproxy table (create it with `idemproxy migrate`): %w", s.table, err)
+	}
+	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
+		s.startListening()
+	}
+	if s.batches > 0 {
+		s.batch = newBatcher(s.pool, s.batches)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.stopSweep = cancel
@@ -134,6 +166,9 @@ func (s *Store) Close() error {
 		s.stopSweep()
 		s.sweeping.Wait()
 		s.sub.close()
+		if s.batch != nil {
+			s.batch.close()
+		}
 	})
 	return nil
 }
@@ -149,33 +184,64 @@ func (s *Store) nowArg() any {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// LockOrGet implements cache.Store in one statement. In the rare race where
-// another transaction inserted the key after this statement's snapshot was
-// taken, the statement finds the conflict but cannot read the row; it is run
-// again, and then sees it.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+// LockOrGet implements cache.Store, reading first: a replay or a conflict is
+// one primary-key read that writes nothing, and a first execution one
+// statement that inserts the lock. Only a row that lapsed and was not swept
+// yet costs a second statement (takeover). In the rare race where another
+// transaction inserted the key after a statement's snapshot was taken, the
+// statement finds the conflict but cannot read the row; it is run again, and
+// then sees it.
+//
+// With a local cache, a completed record it holds is answered with no round
+// trip at all.
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (rec *cache.Record, found bool, err error) {
 	if lock.Token == "" {
 		return nil, false, errors.New("pgstore: empty lock token")
 	}
+	if rec, ok := s.local.Get(key); ok {
+		return rec, true, nil
+	}
+	if s.local != nil {
+		read := s.local.Begin(key)
+		var ttl time.Duration
+		defer func() { s.local.End(read, rec, ttl) }()
+		rec, found, ttl, err = s.lockOrGet(ctx, key, lock)
+		return rec, found, err
+	}
+	rec, found, _, err = s.lockOrGet(ctx, key, lock)
+	return rec, found, err
+}
+
+// lockOrGet runs the claim; ttl is a found record's remaining life by the
+// database's clock.
+func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
+	query := s.q.claim
 	for attempt := 0; attempt < 5; attempt++ {
 		var (
-			claimed bool
+			outcome int16
 			rec     row
+			now     time.Time
 		)
-		err := s.pool.QueryRow(ctx, s.q.claim, []byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)).
-			Scan(&claimed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)},
+			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue
 		case err != nil:
-			return nil, false, fmt.Errorf("pgstore: claiming key: %w", err)
-		case claimed:
-			return nil, false, nil
+			return nil, false, 0, fmt.Errorf("pgstore: claiming key: %w", err)
+		case outcome == 0:
+			return nil, false, 0, nil
+		case outcome == 2: // a lapsed row: take it over
+			query = s.q.takeover
+			continue
 		}
 		r, err := rec.record()
-		return r, err == nil, err
+		if err != nil {
+			return nil, false, 0, err
+		}
+		return r, true, rec.expiresAt.Sub(now), nil
 	}
-	return nil, false, errors.New("pgstore: claiming key: the row kept changing under the claim")
+	return nil, false, 0, errors.New("pgstore: claiming key: the row kept changing under the claim")
 }
 
 // Complete implements cache.Store.
@@ -218,13 +284,22 @@ func (s *Store) fenced(ctx context.Context, what, query string, key, token strin
 		ok       bool
 		notified int64
 	)
-	if err := s.pool.QueryRow(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...).Scan(&ok, &notified); err != nil {
+	if err := s.queryRow(ctx, key, query, append([]any{[]byte(key), []byte(token)}, args...), &ok, &notified); err != nil {
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
 	if !ok {
 		return cache.ErrLockLost
 	}
 	return nil
+}
+
+// queryRow runs one request-path statement, through a batch when the store
+// batches, and scans its one row.
+func (s *Store) queryRow(ctx context.Context, key, query string, args []any, dest ...any) error {
+	if s.batch == nil {
+		return s.pool.QueryRow(ctx, query, args...).Scan(dest...)
+	}
+	return s.batch.run(ctx, key, query, args, dest...)
 }
 
 // Resolve implements cache.Store.
@@ -245,6 +320,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	}
 	switch n {
 	case 1:
+		s.settle(ctx, key)
 		return nil
 	case 0:
 		return cache.ErrNotFound
@@ -277,46 +353,20 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if !live {
 		return cache.ErrNotFound
 	}
+	s.settle(ctx, key)
 	return nil
+}
+
+// settle follows a Delete or Resolve that changed key: it drops key from this
+// instance's local cache and waits until every instance's has applied the
+// notification or stopped trusting itself (localcache.Settle). Every store
+// waits, with a local cache or not: another instance may have one.
+func (s *Store) settle(ctx context.Context, key string) {
+	s.local.Invalidate(key)
+	localcache.Settle(ctx)
 }
 
 // Ping implements cache.Store.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.pool.Ping(ctx)
-}
-
-// row is a record as the table holds it.
-type row struct {
-	state                int16
-	fingerprint          []byte
-	createdAt, expiresAt time.Time
-	response             []byte
-}
-
-func (r *row) record() (*cache.Record, error) {
-	rec := &cache.Record{Version: cache.FormatVersion, State: cache.State(r.state), Fingerprint: string(r.fingerprint),
-		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
-	switch rec.State {
-	case cache.StateInFlight:
-		if len(r.response) > 0 {
-			rec.Trace = r.response // in flight, the column holds the lock's trace context
-		}
-	case cache.StateCompleted:
-		resp, err := cache.DecodeResponse(r.response)
-		if err != nil {
-			return nil, err
-		}
-		rec.Response = resp
-	default:
-		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
-	}
-	return rec, nil
-}
-
-// traceArg is a lock's trace context as a statement argument: NULL when it has none.
-func traceArg(t []byte) any {
-	if len(t) == 0 {
-		return nil
-	}
-	return t
 }

@@ -44,7 +44,13 @@ func TestConformance(t *testing.T) {
 
 func TestMiddlewareSuite(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	middlewaretest.Run(t, func(t *testing.T) cache.Store { return mustNew(t, pool, freshTable()) })
+	for _, local := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
+			middlewaretest.Run(t, func(t *testing.T) cache.Store {
+				return mustNew(t, pool, freshTable(), pgstore.WithLocalCache(local))
+			})
+		})
+	}
 }
 
 // With the server's clock (no injection), leases lapse in real time, and the
@@ -138,6 +144,66 @@ func TestTableAndSchema(t *testing.T) {
 			t.Fatalf("concurrent start: %v", err)
 		}
 	}
+}
+
+// A replay and a conflict read, never write: the claim leaves an existing row
+// untouched (no row lock, which would set its xmax, and no new version, which
+// would change its xmin), for a completed record and a lock in flight alike.
+func TestClaimReadsFirst(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	s := mustNew(t, pool, pgstore.WithTable("readfirst"))
+	ctx := context.Background()
+	version := func(key string) string {
+		t.Helper()
+		var v string
+		if err := pool.QueryRow(ctx, "SELECT xmin::text || '/' || xmax::text FROM readfirst WHERE key = $1", []byte(key)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	lock := func(tok string) cache.Lock { return cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute} }
+	if _, _, err := s.LockOrGet(ctx, "done", lock("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "done", "a", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.LockOrGet(ctx, "running", lock("b")); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"done", "running"} {
+		before := version(key)
+		for i := 0; i < 3; i++ {
+			if rec, loaded, err := s.LockOrGet(ctx, key, lock("c")); err != nil || !loaded || rec == nil {
+				t.Fatalf("%s: duplicate claim: %v %v %v", key, rec, loaded, err)
+			}
+		}
+		if after := version(key); after != before {
+			t.Errorf("%s: a duplicate claim wrote the row: xmin/xmax %s → %s", key, before, after)
+		}
+	}
+	// The holder's re-sent claim answers "claimed", also without a write.
+	before := version("running")
+	if rec, loaded, err := s.LockOrGet(ctx, "running", lock("b")); err != nil || loaded || rec != nil {
+		t.Fatalf("re-sent claim: %v %v %v", rec, loaded, err)
+	}
+	if after := version("running"); after != before {
+		t.Errorf("a re-sent claim wrote the row: %s → %s", before, after)
+	}
+}
+
+func TestLocalCacheAcrossInstances(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
+		table := fmt.Sprintf("idem_%d", tables.Add(1))
+		a := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
+		b := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
+		return cachetest.Instances{A: a, B: b, Drop: func(t *testing.T, key string) {
+			if _, err := pool.Exec(context.Background(), "DELETE FROM "+table+" WHERE key = $1", []byte(key)); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
 }
 
 // Sweep deletes reconcile jobs whose hold has ended (also when no instance

@@ -44,9 +44,9 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 
 // queries are the statements for one table.
 type queries struct {
-	schema, check                                          string
-	claim, complete, release, extend, resolve, get, delete string
-	sweep                                                  string
+	schema, check                                                    string
+	claim, takeover, complete, release, extend, resolve, get, delete string
+	sweep                                                            string
 }
 
 // Schema returns the DDL that creates table and its index (what New runs unless
@@ -70,10 +70,34 @@ func buildQueries(table string) queries {
 		check:  r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.
-		// Claims a free key (absent or lapsed), or answers "claimed" again to the
-		// token that holds the lock (a re-sent claim); otherwise returns the live
-		// row and writes nothing.
+		// Read first: the row under the key is read by its primary key, and the
+		// lock is inserted only when there is none (ON CONFLICT DO NOTHING, which
+		// takes no row lock). A replay or a conflict therefore writes nothing:
+		// no row lock, no WAL, no transaction id. Answers (outcome, the row's
+		// state, fingerprint, created, expires, response, now): outcome 0 claimed
+		// (also for the token that holds the live lock: a re-sent claim), 1 a
+		// live record, 2 a lapsed row (the caller takes it over with takeover).
+		// No row at all: another transaction inserted the key after this
+		// statement's snapshot; the caller runs it again.
 		claim: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
+cur AS (SELECT r.state, r.token = $2 AS mine, r.fingerprint, r.created_at, r.expires_at, r.response FROM {T} r WHERE r.key = $1),
+ins AS (
+	INSERT INTO {T} (key, state, token, fingerprint, created_at, expires_at, unknown, response)
+	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, $6::bytea FROM c
+	WHERE NOT EXISTS (SELECT 1 FROM cur)
+	ON CONFLICT (key) DO NOTHING
+	RETURNING 1
+)
+SELECT 0::smallint, 0::smallint, ''::bytea, c.now, c.now, NULL::bytea, c.now FROM ins, c
+UNION ALL
+SELECT CASE WHEN cur.expires_at <= c.now THEN 2 WHEN cur.state = 1 AND cur.mine THEN 0 ELSE 1 END::smallint,
+	cur.state, cur.fingerprint, cur.created_at, cur.expires_at, cur.response, c.now FROM cur, c`),
+
+		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.
+		// Takes over a lapsed row (claim answered 2): claims the key if it is
+		// free (absent or lapsed) or held by the token (a re-sent claim);
+		// otherwise returns the live row and writes nothing. Answers as claim.
+		takeover: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
 ins AS (
 	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
 	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, $6::bytea FROM c
@@ -82,9 +106,9 @@ ins AS (
 	WHERE r.expires_at <= excluded.created_at OR (r.state = 1 AND r.token = excluded.token)
 	RETURNING 1
 )
-SELECT true, 0::smallint, ''::bytea, c.now, c.now, NULL::bytea FROM ins, c
+SELECT 0::smallint, 0::smallint, ''::bytea, c.now, c.now, NULL::bytea, c.now FROM ins, c
 UNION ALL
-SELECT false, r.state, r.fingerprint, r.created_at, r.expires_at, r.response FROM {T} r, c
+SELECT 1::smallint, r.state, r.fingerprint, r.created_at, r.expires_at, r.response, c.now FROM {T} r, c
 WHERE r.key = $1 AND r.expires_at > c.now AND NOT EXISTS (SELECT 1 FROM ins)`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 created, $5 ttl ms, $6 response,

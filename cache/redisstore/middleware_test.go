@@ -291,10 +291,14 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 func TestMiddlewareSuite(t *testing.T) {
 	srv := redistest.Start(t)
 	n := 0
-	middlewaretest.Run(t, func(t *testing.T) cache.Store {
-		n++
-		s := mustNew(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("suite%d:", n)))
-		t.Cleanup(func() { s.Close() })
-		return s
-	})
+	for _, local := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
+			middlewaretest.Run(t, func(t *testing.T) cache.Store {
+				n++
+				s := mustNew(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("suite%d:", n)), redisstore.WithLocalCache(local))
+				t.Cleanup(func() { s.Close() })
+				return s
+			})
+		})
+	}
 }

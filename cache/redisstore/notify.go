@@ -2,9 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"net"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemproxy/idemproxy/cache/internal/waiters"
+	"github.com/redis/go-redis/v9"
 )
 
 // channel is the pub/sub channel on which this store's scripts announce changes.
@@ -32,25 +37,69 @@ func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	return s.sub.waiters.Subscribe(s.prefix + key)
 }
 
-// startSubscriber opens the subscription; s.sub.mu is held.
+// healthEvery is how long the subscription may be quiet before it is pinged.
+const healthEvery = 30 * time.Second
+
+// startSubscriber opens the subscription; s.sub.mu is held. With a local
+// cache, it also starts the cache's pings, and every (re)subscription or
+// error flushes the cache: what was announced while the connection was down
+// is lost.
 func (s *Store) startSubscriber() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.sub.stop = cancel
 	s.sub.done = make(chan struct{})
 	ps := s.c.Subscribe(ctx, s.channel())
+	var pinging sync.WaitGroup
+	if s.local != nil {
+		pinging.Add(1)
+		go func() {
+			defer pinging.Done()
+			s.local.Ping(ctx, func(ctx context.Context, payload string) error {
+				return s.c.Publish(ctx, s.channel(), payload).Err()
+			})
+		}()
+	}
+	go func() { // a blocked Receive ends only when the subscription closes
+		<-ctx.Done()
+		ps.Close()
+	}()
 	go func() {
 		defer close(s.sub.done)
-		defer ps.Close()
-		msgs := ps.Channel() // go-redis reconnects and resubscribes by itself
-		for {
-			select {
-			case <-ctx.Done():
+		defer pinging.Wait()
+		for backoff := 10 * time.Millisecond; ; {
+			// go-redis reconnects and resubscribes by itself after an error.
+			msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+			if ctx.Err() != nil {
 				return
-			case m, ok := <-msgs:
-				if !ok {
-					return
+			}
+			var nerr net.Error
+			if errors.As(err, &nerr) && nerr.Timeout() {
+				// Quiet: a PING tells a live connection from a dead one
+				// (whose write fails, and go-redis reconnects).
+				_ = ps.Ping(ctx)
+				continue
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				s.local.Flush()
+			case *redis.Message:
+				backoff = 10 * time.Millisecond
+				if s.local.IsPing(m.Payload) {
+					continue
+				}
+				if key, ok := strings.CutPrefix(m.Payload, s.prefix); ok {
+					s.local.Invalidate(key)
 				}
 				s.sub.waiters.Notify(m.Payload)
+			}
+			if err != nil {
+				s.local.Flush()
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
 			}
 		}
 	}()

@@ -9,12 +9,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,6 +35,13 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 // every call on its own. Default DefaultPipelines.
 func WithPipelines(n int) Option { return func(s *Store) { s.pipelines = n } }
 
+// WithLocalCache keeps up to maxBytes of completed records in this process's
+// memory, so a replay is answered without a round trip; 0 (the default) keeps
+// none. Deletes and resolves through any instance reach every instance's cache
+// before it answers again (how: cache/internal/localcache).
+// Not with Redis Cluster, whose pub/sub does not keep one order across nodes.
+func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
+
 // WithClock makes the store use this clock instead of the Redis server's TIME for
 // lease and record expiry (tests). Every process sharing the store must agree on
 // time, so production code leaves the server's clock in charge.
@@ -49,6 +58,9 @@ type Store struct {
 
 	waitReplicas int // replicas that must acknowledge each write; 0: none
 	waitTimeout  time.Duration
+
+	localBytes int64
+	local      *localcache.Cache // nil: no local cache
 }
 
 var (
@@ -79,13 +91,23 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
 	case s.waitReplicas > 0 && s.waitTimeout < time.Millisecond:
 		return nil, fmt.Errorf("redisstore: the wait for replicas needs a timeout of at least 1ms, got %v", s.waitTimeout)
+	case s.localBytes < 0:
+		return nil, fmt.Errorf("redisstore: the local cache must not be negative, got %d", s.localBytes)
 	}
 	_, cluster := c.(*redis.ClusterClient)
+	if cluster && s.localBytes > 0 {
+		return nil, errors.New("redisstore: the local cache needs one pub/sub order, which Redis Cluster does not keep across nodes: turn it off")
+	}
 	// In Cluster, a pipeline spreads over nodes and a keyless WAIT would go to
 	// any of them: waited writes go one by one to their key's primary instead.
 	if s.pipelines > 0 && !(cluster && s.waitReplicas > 0) {
 		s.pipe = newPipeliner(c, s.pipelines)
 		s.pipe.waitReplicas, s.pipe.waitTimeout = s.waitReplicas, s.waitTimeout
+	}
+	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
+		s.sub.mu.Lock()
+		s.startSubscriber()
+		s.sub.mu.Unlock()
 	}
 	return s, nil
 }
@@ -125,11 +147,29 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
-// LockOrGet implements cache.Store in one round trip.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+// LockOrGet implements cache.Store in one round trip, or none when the local
+// cache holds the completed record.
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (rec *cache.Record, found bool, err error) {
 	if lock.Token == "" {
 		return nil, false, errors.New("redisstore: empty lock token")
 	}
+	if rec, ok := s.local.Get(key); ok {
+		return rec, true, nil
+	}
+	if s.local != nil {
+		read := s.local.Begin(key)
+		var ttl time.Duration
+		defer func() { s.local.End(read, rec, ttl) }()
+		rec, found, ttl, err = s.lockOrGet(ctx, key, lock)
+		return rec, found, err
+	}
+	rec, found, _, err = s.lockOrGet(ctx, key, lock)
+	return rec, found, err
+}
+
+// lockOrGet runs the claim; ttl is a found record's remaining life by the
+// server's clock.
+func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
 	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg(), string(lock.Trace)).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
@@ -139,13 +179,17 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channel()).Err()
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("redisstore: claiming key: %w", err)
+		return nil, false, 0, fmt.Errorf("redisstore: claiming key: %w", err)
 	}
 	rec, found, err := parseRecord(res)
-	if err != nil {
-		return nil, false, err
+	if err != nil || !found {
+		return nil, false, 0, err
 	}
-	return rec, found, nil
+	var ttl time.Duration
+	if now, ok := res[len(res)-1].(int64); ok && len(res) == 8 {
+		ttl = rec.ExpiresAt.Sub(time.UnixMilli(now))
+	}
+	return rec, true, ttl, nil
 }
 
 // Complete implements cache.Store.
@@ -189,6 +233,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	case err != nil:
 		return fmt.Errorf("redisstore: resolving key: %w", err)
 	case n == 1:
+		s.settle(ctx, key)
 		return nil
 	case n == 0:
 		return cache.ErrNotFound
@@ -247,7 +292,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if n != 1 {
 		return cache.ErrNotFound
 	}
+	s.settle(ctx, key)
 	return nil
+}
+
+// settle follows a Delete or Resolve that changed key: it drops key from this
+// instance's local cache and waits until every instance's has applied the
+// announcement or stopped trusting itself (localcache.Settle). Every store
+// waits, with a local cache or not: another instance may have one.
+func (s *Store) settle(ctx context.Context, key string) {
+	s.local.Invalidate(key)
+	localcache.Settle(ctx)
 }
 
 // Ping implements cache.Store.

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -349,6 +350,27 @@ func mustNew(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *
 	return s
 }
 
+func TestLocalCacheAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
+		prefix := fmt.Sprintf("lc%d:", time.Now().UnixNano())
+		open := func() *redisstore.Store {
+			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(prefix), redisstore.WithLocalCache(1<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		admin := srv.Client()
+		return cachetest.Instances{A: open(), B: open(), Drop: func(t *testing.T, key string) {
+			if err := admin.Del(context.Background(), prefix+key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
+}
+
 // Reconcile keys expire an hour past the last hold they serve, never sooner:
 // jobs a configuration without reconcile leaves behind do not stay for ever.
 func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
@@ -384,5 +406,17 @@ func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
 		if d, _ := client.PTTL(ctx, k).Result(); d < 24*time.Hour {
 			t.Fatalf("%s expires in %v", k, d)
 		}
+	}
+}
+
+// The local cache needs one pub/sub order: with a Cluster client New refuses it.
+func TestLocalCacheRefusedOnCluster(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.WithLocalCache(1<<20)); err == nil || !strings.Contains(err.Error(), "Cluster") {
+		t.Fatalf("New(cluster, local cache) = %v, want a refusal naming Cluster", err)
+	}
+	if _, err := redisstore.New(c, redisstore.WithLocalCache(-1)); err == nil {
+		t.Fatal("a negative local cache was accepted")
 	}
 }

@@ -101,11 +101,12 @@ const restartKeepMS = 300000
 
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context.
 // Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
-// claim), {1, v, st, fp, ca, ex, resp} when another live record exists.
+// claim), {1, v, st, fp, ca, ex, resp, now} when another live record exists
+// (now: the clock the script used, for the record's remaining life).
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
 if live then
   if r[2] == '1' and r[7] == ARGV[1] then return {0} end
-  return {1, r[1], r[2], r[3], r[4], r[5], r[6]}
+  return {1, r[1], r[2], r[3], r[4], r[5], r[6] or false, now}
 end
 if kind == 'hash' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]), 'ls', ARGV[3])

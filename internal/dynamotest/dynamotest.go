@@ -185,7 +185,8 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
-// start runs java -jar DynamoDBLocal.jar -inMemory on the server's port, from
+// start runs java -jar DynamoDBLocal.jar -inMemory -disableTelemetry (nothing
+// is sent anywhere) on the server's port, from
 // the jar's folder (it loads its native libraries from DynamoDBLocal_lib there).
 func (s *Server) start() error {
 	java, err := Java()
@@ -198,7 +199,7 @@ func (s *Server) start() error {
 		return err
 	}
 	s.logf = logf.Name()
-	cmd := exec.Command(java, "-Djava.library.path=DynamoDBLocal_lib", "-jar", filepath.Base(s.jar), "-inMemory", "-port", port)
+	cmd := exec.Command(java, "-Djava.library.path=DynamoDBLocal_lib", "-jar", filepath.Base(s.jar), "-inMemory", "-disableTelemetry", "-port", port)
 	cmd.Dir = filepath.Dir(s.jar)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Killed with the test binary too, should it die before Main's cleanup.

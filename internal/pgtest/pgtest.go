@@ -31,9 +31,12 @@ import (
 // soak: Init once, then Start and Stop as often as needed.
 type Cluster struct {
 	Addr string // 127.0.0.1:port
-	dir  string
-	bin  string     // the directory of initdb, pg_ctl, postgres
-	as   *user.User // the user to run as, when we are root
+	// Durable runs the server at PostgreSQL's default durability (fsync and
+	// full page writes on), for benchmarks; tests leave them off.
+	Durable bool
+	dir     string
+	bin     string     // the directory of initdb, pg_ctl, postgres
+	as      *user.User // the user to run as, when we are root
 }
 
 // Server is a Cluster owned by one test.
@@ -169,12 +172,16 @@ func (s *Cluster) ctl(args ...string) ([]byte, error) {
 	return s.run("pg_ctl", append([]string{"-D", s.data()}, args...)...)
 }
 
-// start runs the server. fsync is off (the OS keeps what a killed server
-// wrote), but commits are synchronous: a committed row survives Stop.
+// start runs the server. Unless Durable, fsync is off (the OS keeps what a
+// killed server wrote), but commits are synchronous: a committed row survives
+// Stop.
 func (s *Cluster) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	opts := strings.Join([]string{"-p", port, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.dir,
-		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}, " ")
+	args := []string{"-p", port, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.dir, "-c", "max_connections=200"}
+	if !s.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	opts := strings.Join(args, " ")
 	out, err := s.ctl("start", "-w", "-t", "30", "-l", filepath.Join(s.dir, "server.log"), "-o", opts)
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))

@@ -21,6 +21,9 @@ type Postgres struct {
 	// SweepInterval is how often expired rows are deleted, in small batches; 0
 	// turns this instance's sweeper off.
 	SweepInterval time.Duration `json:"sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
+	// LocalCache is how many bytes of completed records this instance keeps
+	// in memory, so a replay costs no round trip; 0 keeps none.
+	LocalCache int64 `json:"local_cache" unit:"bytes" help:"PostgreSQL store: bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through LISTEN/NOTIFY; see docs/stores.md); 0 = off"`
 }
 
 // DefaultPostgres is the PostgreSQL store's defaults.
@@ -64,7 +67,7 @@ func (p Postgres) Open(ctx context.Context, rawURL string, env Env) (*pgstore.St
 		return nil, nil, &UnreachableError{Store: "PostgreSQL", URL: Redact(rawURL), Err: redactErr(err, rawURL)}
 	}
 	ps, err := pgstore.New(pctx, pool, pgstore.WithTable(p.Table), pgstore.WithCreateSchema(p.CreateSchema),
-		pgstore.WithSweep(p.SweepInterval, pgstore.DefaultSweepBatch))
+		pgstore.WithSweep(p.SweepInterval, pgstore.DefaultSweepBatch), pgstore.WithLocalCache(p.LocalCache))
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -79,6 +82,9 @@ func (p Postgres) Check() error {
 	}
 	if p.SweepInterval < 0 {
 		return fieldErr("postgres", "sweep_interval", "must not be negative, got %v", p.SweepInterval)
+	}
+	if p.LocalCache < 0 {
+		return fieldErr("postgres", "local_cache", "must not be negative, got %d", p.LocalCache)
 	}
 	return nil
 }

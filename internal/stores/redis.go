@@ -27,6 +27,10 @@ type Redis struct {
 	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis in docs/stores.md)"`
 	// WaitTimeout is how long a write waits for WaitReplicas.
 	WaitTimeout time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
+	// LocalCache is how many bytes of completed records this instance keeps
+	// in memory, so a replay costs no round trip; 0 keeps none. Not with
+	// Redis Cluster.
+	LocalCache int64 `json:"local_cache" unit:"bytes" help:"bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through pub/sub; see docs/stores.md); 0 = off; not with Redis Cluster"`
 }
 
 // DefaultRedis is the Redis store's defaults.
@@ -55,6 +59,8 @@ func (r Redis) Check() error {
 		return fieldErr("redis", "wait_replicas", "must not be negative, got %d", r.WaitReplicas)
 	case r.WaitTimeout < time.Millisecond:
 		return fieldErr("redis", "wait_timeout", "must be at least 1ms, got %v", r.WaitTimeout)
+	case r.LocalCache < 0:
+		return fieldErr("redis", "local_cache", "must not be negative, got %d", r.LocalCache)
 	}
 	return nil
 }
@@ -91,7 +97,7 @@ func (r Redis) Open(ctx context.Context, rawURL string, env Env) (*redisstore.St
 		}
 	}
 	rs, err := redisstore.New(client, redisstore.WithPrefix(r.Prefix),
-		redisstore.WithWaitReplicas(int(r.WaitReplicas), r.WaitTimeout))
+		redisstore.WithWaitReplicas(int(r.WaitReplicas), r.WaitTimeout), redisstore.WithLocalCache(r.LocalCache))
 	if err != nil {
 		client.Close()
 		return nil, nil, err

@@ -1,0 +1,172 @@
+package cachetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// Instances are two instances of a store sharing one backend, each with a
+// local cache of completed records (WithLocalCache), on the backend's own
+// clock: the cache's expiry is real time.
+type Instances struct {
+	A, B cache.Store
+	// Drop deletes key in the backend behind the stores' backs (no
+	// announcement), so that an answer for it can only come from a cache.
+	Drop func(t *testing.T, key string)
+}
+
+// cacheWarm is how long a new cache takes to trust its subscription (its
+// first pings coming back), with room for a loaded machine.
+const cacheWarm = 500 * time.Millisecond
+
+// RunLocalCache runs the local cache's promises across two instances: a
+// delete or a resolve through one reaches the other's cache before it answers
+// again; unknown outcomes and in-flight locks are never cached; an entry
+// expires with its record; a retry with another fingerprint still sees the
+// first one's (the middleware answers 422).
+func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, in Instances)
+	}{
+		{"DeleteViaOtherInstance", testCacheDeleteViaOther},
+		{"ResolveViaOtherInstance", testCacheResolveViaOther},
+		{"InFlightNotCached", testCacheInFlight},
+		{"ExpiresWithRecord", testCacheExpiry},
+		{"MismatchStillSeen", testCacheMismatch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := newInstances(t)
+			time.Sleep(cacheWarm)
+			tc.fn(t, in)
+		})
+	}
+}
+
+func lockOrGet(t *testing.T, s cache.Store, key, fp string) (*cache.Record, bool) {
+	t.Helper()
+	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: Token(), Fingerprint: fp, Lease: lease})
+	if err != nil {
+		t.Fatalf("LockOrGet(%s): %v", key, err)
+	}
+	return rec, loaded
+}
+
+// cached completes key through in.A with rec and ttl, has A read it (which
+// keeps it), and proves A answers it from its cache: a second key stored and
+// read the same way, then dropped in the backend, is still answered.
+func cached(t *testing.T, in Instances, key string, rec *cache.Record, ttl time.Duration) {
+	t.Helper()
+	probe := key + ":probe"
+	for _, k := range []string{key, probe} {
+		tok := claim(t, in.A, k, rec.Fingerprint)
+		// The completion's own announcement, once it arrives, drops the key
+		// and spoils a read in flight: wait for it, as a waiter would.
+		changed, cancel := in.A.(cache.Notifier).Subscribe(k)
+		if err := in.A.Complete(context.Background(), k, tok, rec, ttl); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, changed, "Complete")
+		cancel()
+		if _, loaded := lockOrGet(t, in.A, k, rec.Fingerprint); !loaded {
+			t.Fatalf("%s: not found after Complete", k)
+		}
+	}
+	in.Drop(t, probe)
+	if _, loaded := lockOrGet(t, in.A, probe, rec.Fingerprint); !loaded {
+		t.Fatal("A did not answer a completed record from its local cache")
+	}
+}
+
+func testCacheDeleteViaOther(t *testing.T, in Instances) {
+	key := Key(t, "k")
+	cached(t, in, key, completed(201, "first"), ttl)
+	if err := in.B.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded {
+		t.Fatalf("after a delete through B, A still answered the deleted record: %d %q", rec.Response.Status, rec.Response.Body)
+	}
+}
+
+func testCacheResolveViaOther(t *testing.T, in Instances) {
+	for _, del := range []bool{false, true} {
+		key := Key(t, "k")
+		unknown := completed(502, "outcome unknown")
+		unknown.Response.Unknown = true
+		cached(t, in, key+":warm", completed(200, "x"), ttl) // A trusts its cache
+		tok := claim(t, in.A, key, "fp")
+		if err := in.A.Complete(context.Background(), key, tok, unknown, ttl); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ { // a read that would keep it, then one that would answer it
+			if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || !rec.Response.Unknown {
+				t.Fatalf("the unknown outcome: loaded=%v %+v", loaded, rec)
+			}
+		}
+		var resolved *cache.Response
+		if !del {
+			resolved = &cache.Response{Status: 201, Body: []byte("settled")}
+		}
+		if err := in.B.Resolve(context.Background(), key, resolved, ttl); err != nil {
+			t.Fatal(err)
+		}
+		rec, loaded := lockOrGet(t, in.A, key, "fp")
+		switch {
+		case del && loaded:
+			t.Fatalf("after B resolved by deleting, A answered %d %q", rec.Response.Status, rec.Response.Body)
+		case !del && (!loaded || rec.Response.Unknown || rec.Response.Status != 201):
+			t.Fatalf("after B resolved with 201, A answered loaded=%v %+v", loaded, rec)
+		}
+	}
+}
+
+func testCacheInFlight(t *testing.T, in Instances) {
+	key := Key(t, "k")
+	cached(t, in, key+":warm", completed(200, "x"), ttl)
+	tok := claim(t, in.B, key, "fp")
+	for i := 0; i < 2; i++ {
+		if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateInFlight {
+			t.Fatalf("the lock in flight: loaded=%v %+v", loaded, rec)
+		}
+	}
+	if err := in.B.Complete(context.Background(), key, tok, completed(201, "done"), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateCompleted || string(rec.Response.Body) != "done" {
+		t.Fatalf("after B completed, A answered loaded=%v %+v", loaded, rec)
+	}
+}
+
+func testCacheExpiry(t *testing.T, in Instances) {
+	key := Key(t, "k")
+	const life = 1500 * time.Millisecond
+	start := time.Now()
+	cached(t, in, key, completed(201, "short-lived"), life)
+	if time.Since(start) > life/2 {
+		t.Skip("the machine is too slow to cache a record within half its life")
+	}
+	time.Sleep(time.Until(start.Add(life + 100*time.Millisecond)))
+	if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded {
+		t.Fatalf("A answered a record past its TTL: %d %q", rec.Response.Status, rec.Response.Body)
+	}
+}
+
+func testCacheMismatch(t *testing.T, in Instances) {
+	key := Key(t, "k")
+	cached(t, in, key, completed(201, "first"), ttl)
+	in.Drop(t, key) // only A's cache has it now
+	rec, loaded := lockOrGet(t, in.A, key, "another-body")
+	if !loaded || rec.Fingerprint != "fp" {
+		t.Fatalf("a retry with another body: loaded=%v %+v, want the cached record with the first fingerprint", loaded, rec)
+	}
+	// The caller's copy is its own: changing it does not change the cache.
+	rec.Fingerprint, rec.Response.Body[0] = "changed", 'X'
+	if rec, _ := lockOrGet(t, in.A, key, "fp"); rec.Fingerprint != "fp" || string(rec.Response.Body) != "first" {
+		t.Fatalf("the cache kept a caller's change: %+v", rec)
+	}
+}

@@ -1,0 +1,104 @@
+package localcache
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+func rec(body string) *cache.Record {
+	return &cache.Record{State: cache.StateCompleted, Fingerprint: "f", Response: &cache.Response{Status: 200, Body: []byte(body)}}
+}
+
+// trusted returns a cache whose pings come straight back, as from a healthy
+// subscription.
+func trusted(t *testing.T, max int64) *Cache {
+	c := New(max, "me")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Ping(ctx, func(_ context.Context, p string) error { c.IsPing(p); return nil })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	for !c.trusted() {
+		time.Sleep(time.Millisecond)
+	}
+	return c
+}
+
+func keep(c *Cache, key string, r *cache.Record) {
+	c.End(c.Begin(key), r, time.Hour)
+}
+
+func TestReadsSpoiledByAnnouncementOrFlush(t *testing.T) {
+	c := trusted(t, 1<<20)
+	r := c.Begin("k")
+	c.Invalidate("k")
+	c.End(r, rec("old"), time.Hour)
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("kept a read that an announcement overtook")
+	}
+	r = c.Begin("k")
+	c.Flush()
+	c.End(r, rec("old"), time.Hour)
+	if c.Len() != 0 {
+		t.Fatal("kept a read that a flush overtook")
+	}
+	for !c.trusted() { // a flush distrusts until a new ping comes back
+		time.Sleep(time.Millisecond)
+	}
+	keep(c, "k", rec("new"))
+	if got, ok := c.Get("k"); !ok || string(got.Response.Body) != "new" {
+		t.Fatalf("Get = %v, %v", got, ok)
+	}
+}
+
+func TestOnlyCompletedKnownOutcomes(t *testing.T) {
+	c := trusted(t, 1<<20)
+	unknown := rec("u")
+	unknown.Response.Unknown = true
+	keep(c, "unknown", unknown)
+	keep(c, "inflight", &cache.Record{State: cache.StateInFlight, Fingerprint: "f"})
+	c.End(c.Begin("expired"), rec("x"), 0)
+	if c.Len() != 0 {
+		t.Fatalf("kept %d records, want none", c.Len())
+	}
+}
+
+func TestUntrustedAnswersNothing(t *testing.T) {
+	c := New(1<<20, "me") // no pings: the subscription is not known to work
+	keep(c, "k", rec("x"))
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("answered without a ping back")
+	}
+	c.IsPing(pingPrefix + "other 1") // another instance's ping proves nothing
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("answered on another instance's ping")
+	}
+	if !c.IsPing(pingPrefix+"me x") || c.IsPing("idem:"+pingPrefix) {
+		t.Fatal("IsPing misreads payloads")
+	}
+}
+
+func TestBoundInBytes(t *testing.T) {
+	c := trusted(t, 64<<10)
+	body := strings.Repeat("b", 1000)
+	for i := 0; i < 200; i++ {
+		keep(c, fmt.Sprint("k", i), rec(body))
+	}
+	if c.size > c.max || c.Len() == 0 || c.Len() > 64 {
+		t.Fatalf("%d records, %d bytes, bound %d", c.Len(), c.size, c.max)
+	}
+	if _, ok := c.Get("k199"); !ok {
+		t.Fatal("the most recent record was evicted")
+	}
+	keep(c, "huge", rec(strings.Repeat("h", 16<<10)))
+	if _, ok := c.Get("huge"); ok {
+		t.Fatal("kept a record over an eighth of the bound")
+	}
+}

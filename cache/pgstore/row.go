@@ -1,0 +1,44 @@
+package pgstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// row is a record as the table holds it.
+type row struct {
+	state                int16
+	fingerprint          []byte
+	createdAt, expiresAt time.Time
+	response             []byte
+}
+
+func (r *row) record() (*cache.Record, error) {
+	rec := &cache.Record{Version: cache.FormatVersion, State: cache.State(r.state), Fingerprint: string(r.fingerprint),
+		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
+	switch rec.State {
+	case cache.StateInFlight:
+		if len(r.response) > 0 {
+			rec.Trace = r.response // in flight, the column holds the lock's trace context
+		}
+	case cache.StateCompleted:
+		resp, err := cache.DecodeResponse(r.response)
+		if err != nil {
+			return nil, err
+		}
+		rec.Response = resp
+	default:
+		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
+	}
+	return rec, nil
+}
+
+// traceArg is a lock's trace context as a statement argument: NULL when it has none.
+func traceArg(t []byte) any {
+	if len(t) == 0 {
+		return nil
+	}
+	return t
+}
