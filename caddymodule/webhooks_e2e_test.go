@@ -79,6 +79,26 @@ func TestCaddyWebhookExamples(t *testing.T) {
 	if n := up.Count("POST"); n != len(cases) {
 		t.Fatalf("forwarded %d deliveries, want %d", n, len(cases))
 	}
+
+	// A forged delivery under another spelling of a webhook's path reaches no
+	// upstream. Caddy's path matcher is exact: /webhooks/stripe;x=1 (Tomcat,
+	// Jetty, Spring: /webhooks/stripe), /webhooks/stripe/ (Express), and
+	// /webhooks/ſtripe (Python's re.IGNORECASE, Java's equalsIgnoreCase) once
+	// skipped every idempotency handler and went to the route's reverse_proxy
+	// unsigned (a red-team finding after issue 24).
+	for _, c := range cases {
+		name := strings.TrimPrefix(c.path, "/webhooks/")
+		folded := strings.Replace(strings.Replace(name, "s", "%C5%BF", 1), "i", "%C4%B1", 1)
+		for _, spelling := range []string{c.path + ";x=1", c.path + "/", c.path + "/x", "/webhooks/" + folded,
+			c.path + ".", c.path + "%20", "/Webhooks/" + strings.ToUpper(name) + ";v=1"} {
+			if code, body, _ := post(spelling, c.body, c.wrong); code != 401 && code != 404 {
+				t.Errorf("forged %s: %d %q; want 401 or 404", spelling, code, body)
+			}
+		}
+	}
+	if n := up.Count("POST"); n != len(cases) {
+		t.Fatalf("forwarded %d deliveries, want %d: forged ones under other spellings reached the upstream", n, len(cases))
+	}
 }
 
 // Rotating a webhook secret in its file, then `caddy reload --force` (the

@@ -11,8 +11,12 @@ import (
 // errOverloaded: the body does not fit in the body budget.
 var errOverloaded = errors.New("the request bodies held in memory reached body_budget")
 
-// budget is one pool of request-body bytes, shared by every Handler built with
-// the same size.
+// errReplayOverloaded: a stored body to replay does not fit in the body budget.
+var errReplayOverloaded = errors.New("the bodies held in memory reached body_budget: a replay was refused")
+
+// budget is one pool of body bytes held in memory (request bodies being read
+// and fingerprinted, stored bodies being replayed), shared by every Handler
+// built with the same size.
 type budget struct {
 	size int64
 	used atomic.Int64

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/net/idna"
 )
@@ -29,8 +30,10 @@ type Canonical struct {
 	Path string
 	// Route is the path for route matching: each segment decoded, its
 	// ;parameters removed (Tomcat, Jetty and Spring drop them), lower-cased
-	// (Express, ASP.NET and IIS route case-insensitively). A trailing slash is
-	// kept.
+	// (Express, ASP.NET and IIS route case-insensitively), each letter as the
+	// lower case of its upper case (ſ is s, ı is i, as Unicode-aware matchers
+	// fold them), each segment without its trailing dots and spaces (Windows
+	// drops them). A trailing slash is kept.
 	Route string
 	// Host is the Host lower-cased (IDNA names in their ASCII form), without a
 	// trailing dot or a default port (80, 443); an IPv6 literal in its RFC 5952
@@ -81,8 +84,9 @@ func CanonicalMethod(m string) string {
 
 // CanonicalPath reads an escaped path (URL.EscapedPath) into its fingerprint and
 // route forms; see Canonical. An empty path is "/". It fails with an error
-// wrapping ErrNonCanonicalPath for an empty, "." or ".." segment (a trailing
-// slash is allowed; ";parameters" and percent-encoding do not hide one), an
+// wrapping ErrNonCanonicalPath for an empty, "." or ".." segment, or one of
+// dots and spaces alone ("...", ".. ", which Windows reads as "." or "..") (a
+// trailing slash is allowed; ";parameters" and percent-encoding do not hide one), an
 // encoded "/" or "\", a "\" of any kind, a NUL or control character, or a
 // malformed escape.
 func CanonicalPath(escaped string) (path, route string, err error) {
@@ -112,6 +116,8 @@ func CanonicalPath(escaped string) (path, route string, err error) {
 			return "", "", &pathError{"has an empty segment (//)"}
 		case name == "." || name == "..":
 			return "", "", &pathError{"has a \"" + name + "\" segment"}
+		case name != "" && strings.TrimRight(name, ". ") == "":
+			return "", "", &pathError{"has a segment of dots and spaces (" + strconv.Quote(name) + "), which Windows reads as \".\" or \"..\""}
 		}
 	}
 	return pb.String(), rb.String(), nil
@@ -125,8 +131,8 @@ func simplePath(p string) (string, bool) {
 	for i := 1; i <= len(p); i++ {
 		if i == len(p) || p[i] == '/' {
 			seg := p[segStart:i]
-			if seg == "." || seg == ".." || seg == "" && i != len(p) {
-				return "", false
+			if seg == "" && i != len(p) || strings.HasSuffix(seg, ".") {
+				return "", false // also ".", ".." and "stripe.": see writeSegment
 			}
 			segStart = i + 1
 			continue
@@ -141,8 +147,9 @@ func simplePath(p string) (string, bool) {
 }
 
 // writeSegment writes one escaped segment's fingerprint form to pb and its route
-// form (decoded, without ;parameters, lower-cased) to rb, and returns the
-// decoded name (before any ";").
+// form (decoded, without ;parameters, lower-cased, without trailing dots and
+// spaces, which Windows drops: "stripe." and "stripe " open "stripe") to rb, and
+// returns the decoded name (before any ";").
 func writeSegment(pb, rb *strings.Builder, seg string) (string, error) {
 	var name strings.Builder
 	inParams := false
@@ -183,8 +190,23 @@ func writeSegment(pb, rb *strings.Builder, seg string) (string, error) {
 		name.WriteByte(decoded)
 	}
 	n := name.String()
-	rb.WriteString(strings.ToLower(n))
+	rb.WriteString(foldCase(strings.TrimRight(n, ". ")))
 	return n, nil
+}
+
+// foldCase is s in the route form's case: each letter is the lower case of its
+// upper case. strings.ToLower alone leaves the letters that are lower case
+// already but whose upper case is another letter's, ſ (U+017F, upper case S)
+// and ı (U+0131, upper case I): Python's re.IGNORECASE, JavaScript's /iu,
+// Java's equalsIgnoreCase and strings.EqualFold read "/chargeſ" as "/charges",
+// and a route must not miss what an upstream so matched reaches.
+func foldCase(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, s)
+		}
+	}
+	return strings.ToLower(s)
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

@@ -50,7 +50,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	c.ctx = ctx
 
 	renew := c.startRenewal()
-	rw := &recorder{w: w, ignored: h.c.ignored, maxBody: h.s.MaxBody}
+	rw := &recorder{w: w, client: progressWriter{w: w, timeout: h.s.BodyReadTimeout}, ignored: h.c.ignored, maxBody: h.s.MaxBody}
 	returned := false
 	defer func() {
 		if returned {
@@ -75,6 +75,11 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 			return // runtime.Goexit, not a panic: let it continue
 		}
 		panic(p)
+	}()
+	defer func() { // after the answer is stored: a slow client cannot delay it
+		if returned && rw.clientErr == nil && !rw.switched() {
+			rw.client.finish()
+		}
 	}()
 	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
 	err = next.ServeHTTP(rw, r.WithContext(ctx))

@@ -340,14 +340,22 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			t.problem(w, OutcomeNotReplayable, err, p, 0)
 			return
 		}
+		// The body is held until the client took it: it counts in the
+		// budget, or a client that never reads could hold any number of them.
+		if !t.hold.grow(min(int64(len(resp.Body)), h.budget.size)) {
+			t.problem(w, OutcomeOverloaded, errReplayOverloaded, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
+				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
+			return
+		}
 		t.ev.Outcome, t.ev.Status = OutcomeReplayed, resp.Status
 		t.emit()
 		h.replayEchoing(w, resp, t.key, dec) // keyecho.go
 	}
 }
 
-// replay writes a stored response, its body decoded when dec is not nil.
-func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody) {
+// replay writes a stored response, its body decoded when dec is not nil; the
+// client must take each piece of the body within timeout (see progressWriter).
+func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeout time.Duration) {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -373,9 +381,11 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody) {
 	switch {
 	case !bodyAllowed(resp.Status) || len(resp.Body) == 0:
 	case dec != nil:
-		_, _ = dec.copyTo(w, dec.size) // decoded once already: the same bytes
+		pw := progressWriter{w: w, timeout: timeout}
+		_, _ = dec.copyTo(&pw, dec.size) // decoded once already: the same bytes
+		pw.finish()
 	default:
-		_, _ = w.Write(resp.Body)
+		writeBody(w, resp.Body, timeout)
 	}
 	for name, vals := range resp.Trailer {
 		h[name] = vals // announced above: net/http sends them after the body

@@ -54,5 +54,5 @@ func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key
 		}
 		resp = &c
 	}
-	replay(w, resp, dec)
+	replay(w, resp, dec, h.s.BodyReadTimeout)
 }

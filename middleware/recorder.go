@@ -12,9 +12,11 @@ import (
 //
 // It keeps recording when the client has gone: a write that fails is reported to
 // the handler as a success, so a reverse proxy keeps reading its upstream and the
-// whole response is stored for the client's retry.
+// whole response is stored for the client's retry. A client that stops reading
+// is gone too once it took nothing for body_read_timeout (see progressWriter).
 type recorder struct {
 	w         http.ResponseWriter
+	client    progressWriter  // rw.w under a progress deadline
 	ignored   map[string]bool // ignore_headers, canonical
 	maxBody   int64           // max_body
 	status    int             // final status; 0 until written
@@ -70,9 +72,7 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if rw.clientErr == nil {
-		if _, err := rw.w.Write(p); err != nil {
-			rw.clientErr = err
-		}
+		rw.clientErr = rw.client.write(p)
 	}
 	return len(p), nil
 }
@@ -83,6 +83,7 @@ func (rw *recorder) FlushError() error {
 		rw.WriteHeader(http.StatusOK)
 	}
 	if rw.clientErr == nil {
+		rw.client.move()
 		if err := http.NewResponseController(rw.w).Flush(); err != nil && err != http.ErrNotSupported {
 			rw.clientErr = err
 		}

@@ -76,7 +76,9 @@ type Settings struct {
 	// least MaxRequestBody. When the bodies held fall back to none after a
 	// quarter of the budget or more was in use, the freed memory is returned
 	// to the operating system (debug.FreeOSMemory, at most once a minute).
-	BodyBudget int64 `json:"body_budget" unit:"bytes" help:"request-body bytes tracked requests hold in memory at once, shared by the process's handlers with the same value; past it 503 overloaded"`
+	// A replay holds its stored body's size (at most the whole budget) until
+	// the client took it; one that does not fit gets the same 503.
+	BodyBudget int64 `json:"body_budget" unit:"bytes" help:"request bodies being read and stored bodies being replayed that tracked requests hold in memory at once, shared by the process's handlers with the same value; past it 503 overloaded"`
 
 	// MaxBody is the largest response body stored for replay. A larger
 	// response is remembered as done; repeats get a not-replayable problem,
@@ -90,8 +92,12 @@ type Settings struct {
 
 	// BodyReadTimeout bounds the time a client has to send the body of a
 	// keyed request, which the core buffers; a slower one gets 400 and its
-	// connection is closed (HTTP/2: the stream ends). 0 means no bound.
-	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it); 0 = no bound"`
+	// connection is closed (HTTP/2: the stream ends). It also bounds how long
+	// an answer (a replay, or a first execution's) waits for the client to
+	// take each 64 KiB; a client that stalls longer has its connection
+	// closed, and a first execution's answer is still stored in full. 0 means
+	// no bound.
+	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it), and to take each 64 KiB of an answer; 0 = no bound"`
 
 	// IgnoreHeaders are response headers never stored nor replayed.
 	IgnoreHeaders []string `json:"ignore_headers" help:"response headers never stored nor replayed"`

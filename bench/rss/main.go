@@ -13,6 +13,10 @@
 // json: one -size JSON array of -element (0) sent at once to a proxy run with
 // --key-source json:/id.
 //
+// replay: one keyed request whose answer is -size bytes (10 MiB), read once;
+// then -conns connections send it again and never read the replay. They stay
+// open, and the proxy's memory is sampled for -after.
+//
 // It prints the proxy's resident set size (VmRSS) at rest before, its peak
 // (VmHWM), and for the flood the answers the connections got and the resident
 // size at the end of the flood and after it. The proxy runs with its defaults
@@ -41,7 +45,7 @@ import (
 
 func main() {
 	bin := flag.String("bin", "bin/idemproxy", "the idemproxy binary to measure")
-	scenario := flag.String("scenario", "flood", "flood or json")
+	scenario := flag.String("scenario", "flood", "flood, json or replay")
 	conns := flag.Int("conns", 60, "flood: connections")
 	size := flag.Int64("size", 10<<20, "body size in bytes (declared, for the flood)")
 	rate := flag.Int64("rate", 1<<20, "flood: bytes a second each connection sends")
@@ -63,6 +67,9 @@ func run(bin, scenario string, conns int, size, rate int64, hold, after time.Dur
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusCreated)
+		if r.URL.Path == "/big" {
+			_, _ = w.Write(bytes.Repeat([]byte("r"), int(size)))
+		}
 	}))
 	defer up.Close()
 
@@ -81,7 +88,8 @@ func run(bin, scenario string, conns int, size, rate int64, hold, after time.Dur
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pid := cmd.Process.Pid
-	if err := waitUp("http://" + admin + "/healthz"); err != nil {
+	var err error
+	if err = waitUp("http://" + admin + "/healthz"); err != nil {
 		return err
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -110,8 +118,13 @@ func run(bin, scenario string, conns int, size, rate int64, hold, after time.Dur
 		peak := procinfo.PeakRSSKiB(pid)
 		fmt.Printf("one %d-byte JSON array: %d in %v\npeak: RSS %s (+%s over rest)\n",
 			doc.Len(), resp.StatusCode, time.Since(began).Round(time.Millisecond), mib(peak), mib(peak-base))
-	case "flood":
-		statuses := flood(addr, conns, size, rate, hold, pid)
+	case "flood", "replay":
+		var statuses string
+		if scenario == "flood" {
+			statuses = flood(addr, conns, size, rate, hold, pid)
+		} else if statuses, err = stalledReaders(addr, conns, pid); err != nil {
+			return err
+		}
 		peak := procinfo.PeakRSSKiB(pid)
 		fmt.Printf("answers: %s\npeak: RSS %s (+%s over rest)\n", statuses, mib(peak), mib(peak-base))
 		// Go returns freed memory after a GC, and an idle process is collected
@@ -128,10 +141,10 @@ func run(bin, scenario string, conns int, size, rate int64, hold, after time.Dur
 				continue
 			}
 			time.Sleep(time.Until(hungUp.Add(at)))
-			fmt.Printf("%v after the hang-up: RSS %s\n", at, mib(procinfo.RSSKiB(pid)))
+			fmt.Printf("%v after the %s: RSS %s\n", at, map[string]string{"flood": "hang-up", "replay": "last request"}[scenario], mib(procinfo.RSSKiB(pid)))
 		}
 	default:
-		return fmt.Errorf("unknown scenario %q: want flood or json", scenario)
+		return fmt.Errorf("unknown scenario %q: want flood, json or replay", scenario)
 	}
 	return nil
 }
@@ -220,3 +233,53 @@ func waitUp(url string) error {
 }
 
 func mib(kib int64) string { return fmt.Sprintf("%.0f MiB", float64(kib)/1024) }
+
+// stalledReaders reads /big's answer once under a key, then opens conns
+// connections that ask for its replay and never read; it returns a summary of
+// the status lines they got (the first bytes only, which the kernel buffers),
+// and sets hungUp to when the last one asked. The connections stay open.
+func stalledReaders(addr string, conns, pid int) (string, error) {
+	const req = "POST /big HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: replay-1\r\nContent-Length: 2\r\n\r\n{}"
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", err
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	fmt.Printf("first execution: %d, %d bytes; RSS %s\n", resp.StatusCode, n, mib(procinfo.RSSKiB(pid)))
+	time.Sleep(time.Second) // stored
+	answers := map[string]int{}
+	for range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			answers["dial error"]++
+			continue
+		}
+		_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+		_, _ = io.WriteString(c, req)
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		line := make([]byte, len("HTTP/1.1 200"))
+		if _, err := io.ReadFull(c, line); err != nil {
+			answers["no answer"]++
+		} else {
+			answers[string(line[len("HTTP/1.1 "):])]++
+		}
+		// left open, never read again (closed when the process ends)
+	}
+	hungUp = time.Now()
+	fmt.Printf("%d stalled readers: RSS %s\n", conns, mib(procinfo.RSSKiB(pid)))
+	var parts []string
+	for k, v := range answers {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", "), nil
+}
