@@ -194,22 +194,11 @@ func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 //
 // With a local cache, a completed record it holds is answered with no round
 // trip at all.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (rec *cache.Record, found bool, err error) {
+func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
 	if lock.Token == "" {
 		return nil, false, errors.New("pgstore: empty lock token")
 	}
-	if rec, ok := s.local.Get(key); ok {
-		return rec, true, nil
-	}
-	if s.local != nil {
-		read := s.local.Begin(key)
-		var ttl time.Duration
-		defer func() { s.local.End(read, rec, ttl) }()
-		rec, found, ttl, err = s.lockOrGet(ctx, key, lock)
-		return rec, found, err
-	}
-	rec, found, _, err = s.lockOrGet(ctx, key, lock)
-	return rec, found, err
+	return s.local.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return s.lockOrGet(ctx, key, lock) })
 }
 
 // lockOrGet runs the claim; ttl is a found record's remaining life by the

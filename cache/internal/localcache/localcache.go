@@ -130,6 +130,21 @@ type Read struct {
 	inval uint64
 }
 
+// Claim is a store's claim through the cache: a completed record the cache
+// holds answers it with no round trip; otherwise claim runs (its ttl is a found
+// record's remaining life by the store's clock) and a completed record it
+// returns is kept, unless an announcement came while it ran. A nil *Cache just
+// runs claim.
+func (c *Cache) Claim(key string, claim func() (*cache.Record, bool, time.Duration, error)) (*cache.Record, bool, error) {
+	if rec, ok := c.Get(key); ok {
+		return rec, true, nil
+	}
+	read := c.Begin(key)
+	rec, found, ttl, err := claim()
+	c.End(read, rec, ttl)
+	return rec, found, err
+}
+
 // Begin registers a read of key from the store, before it is sent.
 func (c *Cache) Begin(key string) *Read {
 	if c == nil {
