@@ -163,23 +163,7 @@ func dynamoSigkill(t *testing.T) {
 	if r := q.Post(t, "/pay", "kill", "x"); r.Status != 422 {
 		t.Fatalf("other request, same key: %+v", r)
 	}
-	stop, exited := make(chan struct{}), make(chan struct{})
-	defer func() { close(stop); <-exited }()
-	go func() { // a retry that reaches the upstream is let through at once
-		defer close(exited)
-		for {
-			select {
-			case <-up.Started:
-				select {
-				case up.Release <- struct{}{}:
-				case <-stop:
-					return
-				}
-			case <-stop:
-				return
-			}
-		}
-	}()
+	defer up.PassBlocked()() // a retry that reaches the upstream is let through at once
 	saw409 := false
 	var ranAt time.Time
 	deadline := time.Now().Add(15 * time.Second)

@@ -49,23 +49,7 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 		// /pay differs from /block: a different request under the same key.
 		t.Fatalf("other request, same key: %+v", r)
 	}
-	stop, exited := make(chan struct{}), make(chan struct{})
-	defer func() { close(stop); <-exited }()
-	go func() { // a retry that reaches the upstream is let through at once
-		defer close(exited)
-		for {
-			select {
-			case <-up.Started:
-				select {
-				case up.Release <- struct{}{}:
-				case <-stop:
-					return
-				}
-			case <-stop:
-				return
-			}
-		}
-	}()
+	defer up.PassBlocked()() // a retry that reaches the upstream is let through at once
 	saw409 := false
 	deadline := time.Now().Add(10 * time.Second)
 	for {

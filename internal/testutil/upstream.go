@@ -44,6 +44,28 @@ type Upstream struct {
 // UpstreamOption configures an Upstream.
 type UpstreamOption func(*Upstream)
 
+// PassBlocked lets every /block request that arrives from now on answer at
+// once, until the returned stop is called (it waits for the helper to end).
+func (u *Upstream) PassBlocked() (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-u.Started:
+				select {
+				case u.Release <- struct{}{}:
+				case <-done:
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
 // CountBy names each request for Count (the Idempotency-Key when not given).
 func CountBy(name func(*http.Request) string) UpstreamOption {
 	return func(u *Upstream) { u.by = name }
