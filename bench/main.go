@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 )
 
 func main() {
@@ -46,7 +47,16 @@ func main() {
 	fs.StringVar(&cfg.bin, "bin", "bin", "directory with idemproxy and caddy")
 	fs.BoolVar(&cfg.skipCaddy, "skip-caddy", false, "leave out the Caddy scenarios")
 	fs.IntVar(&cfg.flood, "flood", 300000, "unique keys sent in the memory-bound flood (0: skip)")
+	only := fs.String("only", "", "run only the scenarios whose names match this regular expression (the upstream and the bare proxy, the references, always run)")
 	_ = fs.Parse(os.Args[1:])
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -only:", err)
+			os.Exit(2)
+		}
+		cfg.only = re
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/pgtest"
@@ -18,6 +19,7 @@ type benchConfig struct {
 	requests, rounds, conns, flood int
 	bin                            string
 	skipCaddy                      bool
+	only                           *regexp.Regexp // nil: every scenario
 }
 
 type proc struct {
@@ -254,6 +256,16 @@ func run(cfg benchConfig) error {
 			&scenario{name: "Caddy + idempotency: first executions", target: "http://" + c2, group: "caddy", server: "caddy-idempotency"},
 			&scenario{name: "Caddy + idempotency: replays", target: "http://" + c2, replay: true, group: "caddy", server: "caddy-idempotency"},
 		)
+	}
+
+	if cfg.only != nil {
+		kept := scenarios[:0]
+		for _, s := range scenarios {
+			if s.group == "ref" || s.group == "proxy-base" || s.group == "caddy-base" || cfg.only.MatchString(s.name) {
+				kept = append(kept, s)
+			}
+		}
+		scenarios = kept
 	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
