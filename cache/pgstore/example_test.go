@@ -51,7 +51,8 @@ func ExampleSchema() {
 	// 	created_at  timestamptz NOT NULL,
 	// 	expires_at  timestamptz NOT NULL,
 	// 	unknown     boolean     NOT NULL DEFAULT false,
-	// 	response    bytea
+	// 	response    bytea,
+	// 	waited      boolean     NOT NULL DEFAULT false
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
@@ -62,4 +63,5 @@ func ExampleSchema() {
 	// 	job   bytea       NOT NULL
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_reconcile_due" ON "idem_records_reconcile" (due);
+	// ALTER TABLE "idem_records" ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
 }

@@ -26,19 +26,33 @@ type listener struct {
 // connection: a notification sent before it listens is lost (waiters poll).
 const listenWait = 2 * time.Second
 
-// Subscribe implements cache.Notifier. Complete, Release, Resolve and Delete
-// announce the change with pg_notify in their own statement, from every process
-// sharing the table. The first call waits (up to listenWait) until the store
+// Subscribe implements cache.Notifier. Resolve and Delete announce the change
+// with pg_notify in their own statement, from every process sharing the table;
+// Complete and Release do for a lock marked as waited for, which Subscribe does
+// (one UPDATE, which writes nothing once the lock is marked or when the key
+// holds no lock). The first call waits (up to listenWait) until the store
 // listens.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	ready := s.startListening()
 	ch, cancel := s.sub.waiters.Subscribe(key)
+	timer := time.NewTimer(listenWait)
+	defer timer.Stop()
 	select {
 	case <-ready:
-	case <-time.After(listenWait):
+	case <-timer.C:
 	}
+	// After listening, before the caller reads the record: a Complete that
+	// commits after the mark announces itself, one before it is what the read
+	// finds. A failed mark (the database unreachable for markWait) costs the
+	// waiter its notification, not correctness: waiters poll.
+	ctx, stop := context.WithTimeout(context.Background(), markWait)
+	_, _ = s.pool.Exec(ctx, s.q.mark, []byte(key))
+	stop()
 	return ch, cancel
 }
+
+// markWait bounds Subscribe's mark of the lock.
+const markWait = 2 * time.Second
 
 // startListening starts the listener unless it runs, and returns the channel
 // closed once it first listens. With a local cache, it also starts the

@@ -142,7 +142,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 		}
 	}
 	if _, err := s.pool.Exec(ctx, s.q.check); err != nil {
-		return nil, fmt.Errorf("pgstore: table %s is missing or not an idemproxy table (create it with `idemproxy migrate`): %w", s.table, err)
+		return nil, fmt.Errorf("pgstore: table %s is missing, not an idemproxy table, or of an earlier version (apply the DDL `idemproxy migrate` prints): %w", s.table, err)
 	}
 	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
 		s.startListening()
@@ -172,6 +172,9 @@ func (s *Store) Close() error {
 	})
 	return nil
 }
+
+// quoted is the table's name as SQL reads it (quoted, case kept).
+func (s *Store) quoted() string { return pgx.Identifier(strings.Split(s.table, ".")).Sanitize() }
 
 // nowArg is the injected clock's time, or nil: the statement then reads the
 // server's clock (statement_timestamp()).

@@ -19,6 +19,8 @@ import (
 //	unknown      the response is a held unknown outcome (so Resolve need not decode it)
 //	response     msgpack-encoded response (completed); in flight, the lock's trace
 //	             context (Lock.Trace, raw) or NULL
+//	waited       a duplicate waits for this in-flight lock (Subscribe): only then
+//	             do complete and release announce the change (pg_notify)
 //
 // The index on expires_at makes the sweep's batches cheap.
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
@@ -29,14 +31,33 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	created_at  timestamptz NOT NULL,
 	expires_at  timestamptz NOT NULL,
 	unknown     boolean     NOT NULL DEFAULT false,
-	response    bytea
+	response    bytea,
+	waited      boolean     NOT NULL DEFAULT false
 );
 CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
 `
 
-// Statements that announce a change (pg_notify, for waiters) return the number
-// of announcements as a last column: a CTE that nothing reads is never run. The
+// addWaitedSQL brings a table created before the waited column up to date. A
+// constant default makes it a change of the catalog only (no rewrite), but
+// ALTER TABLE takes the table's exclusive lock even when the column exists, so
+// New runs it only when the column is missing (hasWaitedSQL); Schema prints it
+// for the operator's migration.
+const addWaitedSQL = `ALTER TABLE {T} ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
+`
+
+// hasWaitedSQL: $1 the table's name as to_regclass reads it.
+const hasWaitedSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'waited' AND NOT attisdropped)`
+
+// Statements that announce a change (pg_notify) return the number of
+// announcements as a last column: a CTE that nothing reads is never run. The
 // fenced statements all answer (ok, announcements); extend announces nothing.
+//
+// Complete and release announce only a change to a lock a duplicate waits for
+// (waited, set by mark): a notifying transaction takes a database-wide lock
+// from its commit until its WAL is flushed, so notifying every completion would
+// make concurrent commits wait for one another, and send every completion to
+// every listening instance. Resolve and delete always announce: every
+// instance's local cache must hear of them.
 
 // nowSQL is the statement's clock: the injected one (tests) or the server's.
 // statement_timestamp() is fixed for the whole statement.
@@ -44,18 +65,20 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 
 // queries are the statements for one table.
 type queries struct {
-	schema, check                                                    string
-	claim, takeover, complete, release, extend, resolve, get, delete string
-	sweep                                                            string
+	schema, addWaited, hasWaited, check                                    string
+	claim, takeover, complete, release, extend, resolve, get, delete, mark string
+	sweep                                                                  string
 }
 
-// Schema returns the DDL that creates table and its index (what New runs unless
-// WithCreateSchema(false), and `idemproxy migrate` prints).
+// Schema returns the DDL that creates table and its index, or brings a table
+// of an earlier version up to date (what New runs unless WithCreateSchema(false),
+// and `idemproxy migrate` prints). Every statement is idempotent.
 func Schema(table string) (string, error) {
 	if err := CheckTable(table); err != nil {
 		return "", err
 	}
-	return buildQueries(table).schema, nil
+	q := buildQueries(table)
+	return q.schema + q.addWaited, nil
 }
 
 func buildQueries(table string) queries {
@@ -66,8 +89,10 @@ func buildQueries(table string) queries {
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
-		schema: r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
-		check:  r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response FROM {T} LIMIT 0`),
+		schema:    r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
+		addWaited: r.Replace(addWaitedSQL),
+		hasWaited: hasWaitedSQL,
+		check:     r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.
 		// Read first: the row under the key is read by its primary key, and the
@@ -102,7 +127,8 @@ ins AS (
 	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
 	SELECT $1, 1, $2, $3, c.now, c.now + $4::bigint * interval '1 millisecond', false, $6::bytea FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 1, token = excluded.token, fingerprint = excluded.fingerprint,
-		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = excluded.response
+		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = excluded.response,
+		waited = false
 	WHERE r.expires_at <= excluded.created_at OR (r.state = 1 AND r.token = excluded.token)
 	RETURNING 1
 )
@@ -127,9 +153,9 @@ up AS (
 		created_at = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
 			THEN r.created_at ELSE excluded.created_at END
 	WHERE r.expires_at <= (SELECT now FROM c) OR (r.state = 1 AND r.token = excluded.token)
-	RETURNING 1
+	RETURNING r.waited
 ),
-n AS (SELECT pg_notify($9, encode($1, 'hex')) FROM up)
+n AS (SELECT pg_notify($9, encode($1, 'hex')) FROM up WHERE up.waited)
 SELECT EXISTS (SELECT 1 FROM up)
 	OR EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.state = 2 AND r.token = $2 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
@@ -137,8 +163,8 @@ SELECT EXISTS (SELECT 1 FROM up)
 		// $1 key, $2 token, $3 now, $4 channel. True when the key is free
 		// afterwards: released now, lapsed, or nobody held it (a re-sent Release).
 		release: r.Replace(`WITH c AS (SELECT {NOW3} AS now),
-d AS (DELETE FROM {T} r USING c WHERE r.key = $1 AND (r.expires_at <= c.now OR (r.state = 1 AND r.token = $2)) RETURNING 1),
-n AS (SELECT pg_notify($4, encode($1, 'hex')) FROM d)
+d AS (DELETE FROM {T} r USING c WHERE r.key = $1 AND (r.expires_at <= c.now OR (r.state = 1 AND r.token = $2)) RETURNING r.waited),
+n AS (SELECT pg_notify($4, encode($1, 'hex')) FROM d WHERE d.waited)
 SELECT EXISTS (SELECT 1 FROM d)
 	OR NOT EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
@@ -162,6 +188,11 @@ d AS (DELETE FROM {T} r USING c
 n AS (SELECT pg_notify($5, encode($1, 'hex')) FROM (SELECT 1 FROM u UNION ALL SELECT 1 FROM d) x)
 SELECT CASE WHEN EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM d) THEN 1
 	WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 0 ELSE 2 END, (SELECT count(*) FROM n)`),
+
+		// $1 key. Marks an in-flight lock as waited for (Subscribe), so its
+		// complete or release announces itself; writes nothing when it is
+		// marked already, or is no lock.
+		mark: r.Replace(`UPDATE {T} SET waited = true WHERE key = $1 AND state = 1 AND NOT waited`),
 
 		// $1 key, $2 now.
 		get: r.Replace(`SELECT state, fingerprint, created_at, expires_at, response FROM {T}

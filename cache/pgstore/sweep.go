@@ -20,7 +20,14 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.q.schema)
+		if _, err := tx.Exec(ctx, s.q.schema); err != nil {
+			return err
+		}
+		var has bool
+		if err := tx.QueryRow(ctx, s.q.hasWaited, s.quoted()).Scan(&has); err != nil || has {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.q.addWaited) // a table of an earlier version
 		return err
 	})
 	if err != nil {
