@@ -27,15 +27,26 @@ type subscriber struct {
 
 // Subscribe implements cache.Notifier. Announcements come from every process
 // sharing the store; one may be lost (e.g. while the connection reconnects), so
-// waiters also poll.
+// waiters also poll. Complete and Release announce a lock only once it is
+// marked as waited for, which Subscribe does (markScript, one round trip),
+// before the caller reads the record: a Complete after the mark announces
+// itself, one before it is what the read finds. A failed mark costs the waiter
+// its notification, not correctness.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	s.sub.mu.Lock()
 	if s.sub.stop == nil {
 		s.startSubscriber()
 	}
 	s.sub.mu.Unlock()
-	return s.sub.waiters.Subscribe(s.prefix + key)
+	ch, cancel := s.sub.waiters.Subscribe(s.prefix + key)
+	ctx, stop := context.WithTimeout(context.Background(), markWait)
+	_ = markScript.Run(ctx, s.c, []string{s.prefix + key}).Err()
+	stop()
+	return ch, cancel
 }
+
+// markWait bounds Subscribe's mark of the lock.
+const markWait = 2 * time.Second
 
 // healthEvery is how long the subscription may be quiet before it is pinged.
 const healthEvery = 30 * time.Second

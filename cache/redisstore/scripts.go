@@ -20,6 +20,8 @@ import (
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
 //	ls   an in-flight lock's lease, ms (restartGraceLua)
 //	gr   when the first claim after a restart found the lock lapsed, ms (restartGraceLua)
+//	w    "1" when a duplicate waits for this lock in flight (markScript): only then
+//	     do Complete and Release announce the change
 //
 // PEXPIRE removes the key when ex passes (an in-flight lock restartKeepMS later); ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
@@ -121,9 +123,21 @@ local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex')
 if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now then return 0 end
 `
 
-// Complete, release and delete announce the change on the store's notification
-// channel (the last ARGV), for duplicates waiting on the key: a PUBLISH inside the
-// script, so it costs no round trip.
+// Complete and release announce the change on the store's notification channel
+// (an ARGV) when a duplicate waits for the lock (w, set by markScript); resolve
+// and delete always, since every instance's local cache must hear of them. A
+// PUBLISH inside the script costs no round trip, but reaches every subscribed
+// instance: announcing every completion would send each to all of them.
+
+// markScript: KEYS[1]. Marks an in-flight lock as waited for (Subscribe). Answers 1
+// when the key holds a lock in flight (marked now or before), 0 otherwise.
+var markScript = redis.NewScript(`
+local st = redis.pcall('HGET', KEYS[1], 'st')
+if type(st) == 'table' and st['err'] then return 0 end
+if st ~= '1' then return 0 end
+redis.call('HSET', KEYS[1], 'w', '1')
+return 1
+`)
 
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
 // fingerprint, created ms, unknown ("1" or "0"). Answers 1 when the record is stored, or was already
@@ -131,7 +145,7 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // holds the key. A key that is free (absent, or a lapsed lock) is completed as
 // well: the operation ran, and nobody else claimed the key since.
 var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
-local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
+local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex', 'w')
 if h['err'] then return 0 end
 if not h[1] and not h[3] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local live = tonumber(h[3]) and tonumber(h[3]) > now
@@ -145,7 +159,7 @@ end
 redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'u', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', ARGV[5], KEYS[1])
+if h[4] == '1' then redis.call('PUBLISH', ARGV[5], KEYS[1]) end
 return 1
 `)
 
@@ -178,7 +192,7 @@ return 1
 // free afterwards (released now, or nobody held it: a re-sent Release), 0 when
 // another claim or a completed record holds it.
 var releaseScript = redis.NewScript(fmt.Sprintf(nowLua, 2) + `
-local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex')
+local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex', 'w')
 if h['err'] then return 0 end
 if not h[1] and not h[3] then
   if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -187,7 +201,7 @@ end
 local live = tonumber(h[3]) and tonumber(h[3]) > now
 if live and (h[1] ~= '1' or h[2] ~= ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], KEYS[1])
+if h[4] == '1' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end
 return 1
 `)
 

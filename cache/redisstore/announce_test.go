@@ -1,0 +1,112 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/redisstore"
+	"github.com/idemproxy/idemproxy/internal/redistest"
+)
+
+// Complete and release announce a change only for a lock a duplicate waits
+// for (Subscribe marks it): a PUBLISH reaches every subscribed instance, so
+// announcing every completion would send each to all of them. Messages arrive
+// in the order Redis ran the scripts, so the first one heard after an unwaited
+// complete and release must be the waited complete's, the next the waited
+// release's; delete always announces (every local cache must hear of it).
+func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	ctx := context.Background()
+	s := mustNew(t, client, redisstore.WithPrefix("ann:"))
+	defer s.Close()
+	ps := client.Subscribe(ctx, "ann:notify")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	msgs := ps.Channel()
+	claim := func(key string) {
+		t.Helper()
+		if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok-" + key, Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+			t.Fatalf("claim %s: loaded=%v err=%v", key, loaded, err)
+		}
+	}
+	complete := func(key string) {
+		t.Helper()
+		if err := s.Complete(ctx, key, "tok-"+key, &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := func(key string) {
+		t.Helper()
+		if err := s.Release(ctx, key, "tok-"+key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(want string) {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			if m.Payload != "ann:"+want {
+				t.Fatalf("announced %q, want %q (only waited locks are announced)", m.Payload, "ann:"+want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no announcement of %s", want)
+		}
+	}
+	for _, k := range []string{"unwaited-done", "unwaited-released", "waited-done", "waited-released"} {
+		claim(k)
+	}
+	_, cancelDone := s.Subscribe("waited-done")
+	defer cancelDone()
+	_, cancelReleased := s.Subscribe("waited-released")
+	defer cancelReleased()
+	complete("unwaited-done")
+	release("unwaited-released")
+	complete("waited-done")
+	next("waited-done")
+	release("waited-released")
+	next("waited-released")
+	claim("deleted")
+	complete("deleted")
+	if err := s.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	next("deleted")
+}
+
+// A waiter on one instance marks the lock; the completion on another announces
+// it, and wakes the waiter.
+func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	a := mustNew(t, srv.Client(), redisstore.WithPrefix("across:"))
+	defer a.Close()
+	b := mustNew(t, srv.Client(), redisstore.WithPrefix("across:"))
+	defer b.Close()
+	if _, loaded, err := a.LockOrGet(ctx, "k", cache.Lock{Token: "tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	changed, cancel := b.Subscribe("k")
+	defer cancel()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // b listens
+		n, err := srv.Client().PubSubNumSub(ctx, "across:notify").Result()
+		if err == nil && n["across:notify"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b did not subscribe: %v %v", n, err)
+		}
+	}
+	if err := a.Complete(ctx, "k", "tok", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter on the other instance was not woken by the completion")
+	}
+}
