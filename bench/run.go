@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/procinfo"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -204,6 +205,28 @@ func run(cfg benchConfig) error {
 		{name: "idemproxy PostgreSQL: first executions", target: pgURL, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
 		{name: "idemproxy PostgreSQL: replays", target: pgURL, replay: true, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
 	}
+	// PostgreSQL's durability trade-offs, documented options, off by default
+	// (docs/stores.md, "Durability trade-offs"): synchronous_commit off, and a
+	// table the operator made unlogged. First executions only: a replay
+	// writes nothing either way.
+	if err := pgExec(context.Background(), pg.URL(), "CREATE UNLOGGED TABLE IF NOT EXISTS bench_unlogged (LIKE idemproxy_records INCLUDING ALL)"); err != nil {
+		return fmt.Errorf("postgres: the unlogged table: %w", err)
+	}
+	for _, c := range []struct {
+		name, server string
+		args         []string
+	}{
+		{"PostgreSQL, synchronous_commit off", "idemproxy-postgres-async", []string{"--postgres-synchronous-commit", "off"}},
+		{"PostgreSQL, unlogged table", "idemproxy-postgres-unlogged", []string{"--postgres-table", "bench_unlogged"}},
+	} {
+		addr := procinfo.FreeAddr()
+		u, err := launch(coreTest, c.server, addr, append([]string{idemproxy, "--listen", addr, "--upstream", upURL,
+			"--store", pg.URL() + "&pool_max_conns=32", "--log-level", "warn"}, c.args...)...)
+		if err != nil {
+			return err
+		}
+		scenarios = append(scenarios, &scenario{name: "idemproxy " + c.name + ": first executions", target: u, store: "postgres", group: "proxy", server: c.server})
+	}
 	// The local cache of completed records (redis_local_cache,
 	// postgres_local_cache): its own instances, replays only (a first
 	// execution is what it was).
@@ -337,4 +360,15 @@ func caddyConfig(listen, upstream string, module bool) string {
 	return `{"admin":{"disabled":true},"logging":{"logs":{"default":{"level":"WARN"}}},
 "apps":{"http":{"servers":{"bench":{"listen":["` + listen + `"],"automatic_https":{"disable":true},
 "routes":[{"handle":[` + handlers + `]}]}}}}}`
+}
+
+// pgExec runs one statement on the database at url.
+func pgExec(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }

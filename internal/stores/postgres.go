@@ -3,6 +3,8 @@ package stores
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,7 +26,15 @@ type Postgres struct {
 	// LocalCache is how many bytes of completed records this instance keeps
 	// in memory, so a replay costs no round trip; 0 keeps none.
 	LocalCache int64 `json:"local_cache" unit:"bytes" help:"PostgreSQL store: bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through LISTEN/NOTIFY; see docs/stores.md); 0 = off"`
+	// SynchronousCommit is PostgreSQL's synchronous_commit for this store's
+	// connections; empty leaves the server's (on unless configured). off
+	// answers before a commit is flushed: a database crash may then lose the
+	// last moments' claims and completions, and a retry run the request again.
+	SynchronousCommit string `json:"synchronous_commit" help:"PostgreSQL store: synchronous_commit for this store's connections (on, off, local, remote_write, remote_apply); empty = the server's. off trades durability for latency: a database crash may lose the last moments' claims and completions, so a retry may run again (docs/stores.md)"`
 }
+
+// synchronousCommit is what synchronous_commit accepts.
+var synchronousCommit = []string{"on", "off", "local", "remote_write", "remote_apply"}
 
 // DefaultPostgres is the PostgreSQL store's defaults.
 func DefaultPostgres() Postgres {
@@ -56,6 +66,9 @@ func (p Postgres) Open(ctx context.Context, rawURL string, env Env) (*pgstore.St
 	if env.Trace {
 		cfg.ConnConfig.Tracer = newPGTracer()
 	}
+	if p.SynchronousCommit != "" { // every connection's start-up parameter, overriding the URL's
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = p.SynchronousCommit
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
@@ -85,6 +98,9 @@ func (p Postgres) Check() error {
 	}
 	if p.LocalCache < 0 {
 		return fieldErr("postgres", "local_cache", "must not be negative, got %d", p.LocalCache)
+	}
+	if p.SynchronousCommit != "" && !slices.Contains(synchronousCommit, p.SynchronousCommit) {
+		return fieldErr("postgres", "synchronous_commit", "want one of %s, or empty for the server's, got %q", strings.Join(synchronousCommit, ", "), p.SynchronousCommit)
 	}
 	return nil
 }
