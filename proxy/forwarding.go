@@ -118,6 +118,7 @@ func (f *forwarding) trusts(a netip.Addr) bool {
 // (logHandler) and its upstream request (rewrite).
 type reqInfo struct {
 	peer      netip.Addr // who connected; invalid if RemoteAddr does not parse
+	node      string     // peer as text ("" if invalid): what rewrite appends
 	client    string     // the client's address (see inbound)
 	requestID string
 	route     string    // the route's path; "" before routing, "(top level)"
@@ -143,7 +144,8 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 	info := &reqInfo{tls: r.TLS != nil}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		info.peer = ap.Addr().Unmap()
-		info.client = info.peer.String()
+		info.node = info.peer.String()
+		info.client = info.node
 	} else {
 		info.client = r.RemoteAddr
 	}
@@ -303,10 +305,13 @@ func isToken(s string) bool {
 // isQuoted reports whether s is a quoted string without escapes or control
 // characters (the form a node or host takes: "[2001:db8::1]:4711").
 func isQuoted(s string) bool {
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return false
-	}
-	for i := 1; i < len(s)-1; i++ {
+	return len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' && quotable(s[1:len(s)-1])
+}
+
+// quotable reports whether s can be put in quotes as it is: no quote,
+// backslash or control character.
+func quotable(s string) bool {
+	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
 			return false
 		}
@@ -331,6 +336,15 @@ func validRequestID(s string) bool {
 // rewrite sets the forwarding headers and the Host of the upstream request.
 // ReverseProxy has already removed X-Forwarded-* and Forwarded from pr.Out;
 // pr.In carries only what inbound kept.
+//
+// It runs on every proxied request, so it allocates little: the values it
+// sets share one backing array (each slice capped at its one value, as
+// http.Header.Clone does), each list is built in one strings.Builder of the
+// length it needs, and the peer's address is the text inbound made. The
+// header map itself still grows once past its small size (eight entries) on a
+// request with more than four headers: ReverseProxy sized its clone for the
+// request's headers, and these four come on top. Swapping in a larger map
+// costs as much as the growth (one allocation more, the same instructions).
 func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	in, out := pr.In, pr.Out.Header
 	proto := "http"
@@ -339,45 +353,29 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	}
 	var node string
 	if info := infoOf(in.Context()); info != nil && info.peer.IsValid() {
-		node = info.peer.String()
+		node = info.node
 	} else if ap, err := netip.ParseAddrPort(in.RemoteAddr); err == nil {
 		node = ap.Addr().Unmap().String()
 	}
+	vals := make([]string, 4)
 	if node != "" {
-		xff := node
-		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
-			xff = strings.Join(prior, ", ") + ", " + node
-		}
-		out["X-Forwarded-For"] = []string{xff}
+		vals[0] = joinPrior(in.Header["X-Forwarded-For"], node)
+		out["X-Forwarded-For"] = vals[0:1:1]
 	}
 	if v := in.Header["X-Forwarded-Proto"]; len(v) == 1 {
 		out["X-Forwarded-Proto"] = v
 	} else {
-		out["X-Forwarded-Proto"] = []string{proto}
+		vals[1] = proto
+		out["X-Forwarded-Proto"] = vals[1:2:2]
 	}
 	if v := in.Header["X-Forwarded-Host"]; len(v) == 1 {
 		out["X-Forwarded-Host"] = v
 	} else if in.Host != "" {
-		out["X-Forwarded-Host"] = []string{in.Host}
+		vals[2] = in.Host
+		out["X-Forwarded-Host"] = vals[2:3:3]
 	}
-	elem := "proto=" + proto
-	if node != "" {
-		if strings.Contains(node, ":") {
-			node = `"[` + node + `]"`
-		}
-		elem = "for=" + node + ";" + elem
-	}
-	if in.Host != "" {
-		if isToken(in.Host) {
-			elem += ";host=" + in.Host
-		} else if isQuoted(`"` + in.Host + `"`) {
-			elem += `;host="` + in.Host + `"`
-		}
-	}
-	if prior := in.Header["Forwarded"]; len(prior) > 0 {
-		elem = strings.Join(prior, ", ") + ", " + elem
-	}
-	out["Forwarded"] = []string{elem}
+	vals[3] = forwarded(in.Header["Forwarded"], node, proto, in.Host)
+	out["Forwarded"] = vals[3:4:4]
 	switch f.host {
 	case UpstreamHostUpstream:
 	case UpstreamHostClient:
@@ -385,4 +383,71 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	default:
 		pr.Out.Host = f.host
 	}
+}
+
+// joinPrior returns the lines of a list header a trusted proxy sent and this
+// hop's entry as one line, joined by ", ": in one allocation, none when there
+// was no such header.
+func joinPrior(prior []string, last string) string {
+	if len(prior) == 0 {
+		return last
+	}
+	n := len(last)
+	for _, p := range prior {
+		n += len(p) + len(", ")
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prior {
+		b.WriteString(p)
+		b.WriteString(", ")
+	}
+	b.WriteString(last)
+	return b.String()
+}
+
+// forwarded returns the Forwarded header sent upstream: the lines a trusted
+// proxy sent, then this hop's element, for=node;proto=…;host=…, the node
+// "[quoted]" when IPv6 and left out when unknown, the host a token or a
+// quoted string and left out when it can be neither. One allocation.
+func forwarded(prior []string, node, proto, host string) string {
+	quoteNode := strings.Contains(node, ":")
+	quoteHost := host != "" && !isToken(host)
+	if quoteHost && !quotable(host) {
+		host = ""
+	}
+	n := len(`for="[]";proto=;host=""`) + len(node) + len(proto) + len(host)
+	for _, p := range prior {
+		n += len(p) + len(", ")
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prior {
+		b.WriteString(p)
+		b.WriteString(", ")
+	}
+	if node != "" {
+		b.WriteString("for=")
+		if quoteNode {
+			b.WriteString(`"[`)
+			b.WriteString(node)
+			b.WriteString(`]"`)
+		} else {
+			b.WriteString(node)
+		}
+		b.WriteByte(';')
+	}
+	b.WriteString("proto=")
+	b.WriteString(proto)
+	if host != "" {
+		b.WriteString(";host=")
+		if quoteHost {
+			b.WriteByte('"')
+			b.WriteString(host)
+			b.WriteByte('"')
+		} else {
+			b.WriteString(host)
+		}
+	}
+	return b.String()
 }
