@@ -195,11 +195,11 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 // A request id is 26 characters of the base32 alphabet (A–Z, 2–7), 130 random
 // bits: the form crypto/rand.Text gives, which the proxy used before. Drawn
 // from the operating system per request, those bits cost a getrandom call
-// each (about 0.1 µs through the vDSO of Linux 6.11 and later, 0.5 µs as the
-// system call of earlier kernels, on the bench host); they now come from a
-// pool of ChaCha8 generators, each seeded with 32 bytes of crypto/rand when
-// the pool makes it (at start, and again when a garbage collection has
-// emptied the pool): about 0.05–0.08 µs, in user space.
+// each (0.1 µs or so through the vDSO of Linux 6.11 and later, 0.5 µs as the
+// system call of earlier kernels); they now come from a pool of ChaCha8
+// generators, each seeded with 32 bytes of crypto/rand when the pool makes it
+// (at start, and again when a garbage collection has emptied the pool): a
+// little less than the vDSO call, in user space (BENCHMARKS.md, issue 27).
 //
 // What a request id needs is that it cannot be predicted or counted (a
 // counter would tell the request volume, and a guessable id could be planted
