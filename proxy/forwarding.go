@@ -2,14 +2,16 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"strings"
+	"sync"
 )
 
 // UpstreamHost values besides a literal host.
@@ -116,9 +118,11 @@ func (f *forwarding) trusts(a netip.Addr) bool {
 // (logHandler) and its upstream request (rewrite).
 type reqInfo struct {
 	peer      netip.Addr // who connected; invalid if RemoteAddr does not parse
+	node      string     // peer as text ("" if invalid): what rewrite appends
 	client    string     // the client's address (see inbound)
 	requestID string
-	route     string // the route's path; "" before routing, "(top level)"
+	route     string    // the route's path; "" before routing, "(top level)"
+	idValue   [1]string // the request id header's value, allocated with the rest
 	tls       bool
 }
 
@@ -140,7 +144,8 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 	info := &reqInfo{tls: r.TLS != nil}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		info.peer = ap.Addr().Unmap()
-		info.client = info.peer.String()
+		info.node = info.peer.String()
+		info.client = info.node
 	} else {
 		info.client = r.RemoteAddr
 	}
@@ -178,12 +183,59 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 		}
 	}
 	if info.requestID == "" {
-		info.requestID = rand.Text()
+		info.requestID = newRequestID()
 	}
 	if f.idHeader != "" {
-		h[f.idHeader] = []string{info.requestID}
+		info.idValue[0] = info.requestID
+		h[f.idHeader] = info.idValue[:]
 	}
 	return info
+}
+
+// A request id is 26 characters of the base32 alphabet (A–Z, 2–7), 130 random
+// bits: the form crypto/rand.Text gives, which the proxy used before. Drawn
+// from the operating system per request, those bits cost a getrandom call
+// each (0.1 µs or so through the vDSO of Linux 6.11 and later, 0.5 µs as the
+// system call of earlier kernels); they now come from a pool of ChaCha8
+// generators, each seeded with 32 bytes of crypto/rand when the pool makes it
+// (at start, and again when a garbage collection has emptied the pool): a
+// little less than the vDSO call, in user space (BENCHMARKS.md, issue 27).
+//
+// What a request id needs is that it cannot be predicted or counted (a
+// counter would tell the request volume, and a guessable id could be planted
+// in someone else's trail) and that it does not repeat, across processes and
+// restarts too. It is no secret: nothing is authorised by it. math/rand/v2's
+// ChaCha8 is documented as a cryptographically strong generator (the one the
+// Go runtime itself uses), rekeying itself from its own output every
+// kilobyte, so that a memory dump tells at most the last few dozen ids of a
+// generator (which the logs hold anyway): with a secret 256-bit seed per
+// generator, an id tells nothing of any other, and two ids repeat only by a
+// 130-bit coincidence. (The package as a whole warns against
+// security-sensitive use; ChaCha8 is the generator it documents as
+// cryptographically strong. Its top-level functions are not used: their
+// source is not documented as such, and is shared with the whole process.) A
+// generator serves one request at a time, without a lock; the pool keeps one
+// per busy goroutine rather than one per request.
+var idSources = sync.Pool{New: func() any {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // never fails (it aborts the process instead)
+	return rand.NewChaCha8(seed)
+}}
+
+const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+// requestIDLen characters of 5 bits: ⌈128/5⌉, as crypto/rand.Text.
+const requestIDLen = 26
+
+func newRequestID() string {
+	var b [requestIDLen]byte
+	src := idSources.Get().(*rand.ChaCha8)
+	_, _ = src.Read(b[:])
+	idSources.Put(src)
+	for i := range b {
+		b[i] = base32Alphabet[b[i]%32] // 256 is a multiple of 32: uniform
+	}
+	return string(b[:])
 }
 
 // single returns the one value of a header sent once.
@@ -253,10 +305,13 @@ func isToken(s string) bool {
 // isQuoted reports whether s is a quoted string without escapes or control
 // characters (the form a node or host takes: "[2001:db8::1]:4711").
 func isQuoted(s string) bool {
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return false
-	}
-	for i := 1; i < len(s)-1; i++ {
+	return len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' && quotable(s[1:len(s)-1])
+}
+
+// quotable reports whether s can be put in quotes as it is: no quote,
+// backslash or control character.
+func quotable(s string) bool {
+	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
 			return false
 		}
@@ -281,6 +336,15 @@ func validRequestID(s string) bool {
 // rewrite sets the forwarding headers and the Host of the upstream request.
 // ReverseProxy has already removed X-Forwarded-* and Forwarded from pr.Out;
 // pr.In carries only what inbound kept.
+//
+// It runs on every proxied request, so it allocates little: the values it
+// sets share one backing array (each slice capped at its one value, as
+// http.Header.Clone does), each list is built in one strings.Builder of the
+// length it needs, and the peer's address is the text inbound made. The
+// header map itself still grows once past its small size (eight entries) on a
+// request with more than four headers: ReverseProxy sized its clone for the
+// request's headers, and these four come on top. Swapping in a larger map
+// costs as much as the growth (one allocation more, the same instructions).
 func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	in, out := pr.In, pr.Out.Header
 	proto := "http"
@@ -289,45 +353,29 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	}
 	var node string
 	if info := infoOf(in.Context()); info != nil && info.peer.IsValid() {
-		node = info.peer.String()
+		node = info.node
 	} else if ap, err := netip.ParseAddrPort(in.RemoteAddr); err == nil {
 		node = ap.Addr().Unmap().String()
 	}
+	vals := make([]string, 4)
 	if node != "" {
-		xff := node
-		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
-			xff = strings.Join(prior, ", ") + ", " + node
-		}
-		out["X-Forwarded-For"] = []string{xff}
+		vals[0] = joinPrior(in.Header["X-Forwarded-For"], node)
+		out["X-Forwarded-For"] = vals[0:1:1]
 	}
 	if v := in.Header["X-Forwarded-Proto"]; len(v) == 1 {
 		out["X-Forwarded-Proto"] = v
 	} else {
-		out["X-Forwarded-Proto"] = []string{proto}
+		vals[1] = proto
+		out["X-Forwarded-Proto"] = vals[1:2:2]
 	}
 	if v := in.Header["X-Forwarded-Host"]; len(v) == 1 {
 		out["X-Forwarded-Host"] = v
 	} else if in.Host != "" {
-		out["X-Forwarded-Host"] = []string{in.Host}
+		vals[2] = in.Host
+		out["X-Forwarded-Host"] = vals[2:3:3]
 	}
-	elem := "proto=" + proto
-	if node != "" {
-		if strings.Contains(node, ":") {
-			node = `"[` + node + `]"`
-		}
-		elem = "for=" + node + ";" + elem
-	}
-	if in.Host != "" {
-		if isToken(in.Host) {
-			elem += ";host=" + in.Host
-		} else if isQuoted(`"` + in.Host + `"`) {
-			elem += `;host="` + in.Host + `"`
-		}
-	}
-	if prior := in.Header["Forwarded"]; len(prior) > 0 {
-		elem = strings.Join(prior, ", ") + ", " + elem
-	}
-	out["Forwarded"] = []string{elem}
+	vals[3] = forwarded(in.Header["Forwarded"], node, proto, in.Host)
+	out["Forwarded"] = vals[3:4:4]
 	switch f.host {
 	case UpstreamHostUpstream:
 	case UpstreamHostClient:
@@ -335,4 +383,71 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	default:
 		pr.Out.Host = f.host
 	}
+}
+
+// joinPrior returns the lines of a list header a trusted proxy sent and this
+// hop's entry as one line, joined by ", ": in one allocation, none when there
+// was no such header.
+func joinPrior(prior []string, last string) string {
+	if len(prior) == 0 {
+		return last
+	}
+	n := len(last)
+	for _, p := range prior {
+		n += len(p) + len(", ")
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prior {
+		b.WriteString(p)
+		b.WriteString(", ")
+	}
+	b.WriteString(last)
+	return b.String()
+}
+
+// forwarded returns the Forwarded header sent upstream: the lines a trusted
+// proxy sent, then this hop's element, for=node;proto=…;host=…, the node
+// "[quoted]" when IPv6 and left out when unknown, the host a token or a
+// quoted string and left out when it can be neither. One allocation.
+func forwarded(prior []string, node, proto, host string) string {
+	quoteNode := strings.Contains(node, ":")
+	quoteHost := host != "" && !isToken(host)
+	if quoteHost && !quotable(host) {
+		host = ""
+	}
+	n := len(`for="[]";proto=;host=""`) + len(node) + len(proto) + len(host)
+	for _, p := range prior {
+		n += len(p) + len(", ")
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prior {
+		b.WriteString(p)
+		b.WriteString(", ")
+	}
+	if node != "" {
+		b.WriteString("for=")
+		if quoteNode {
+			b.WriteString(`"[`)
+			b.WriteString(node)
+			b.WriteString(`]"`)
+		} else {
+			b.WriteString(node)
+		}
+		b.WriteByte(';')
+	}
+	b.WriteString("proto=")
+	b.WriteString(proto)
+	if host != "" {
+		b.WriteString(";host=")
+		if quoteHost {
+			b.WriteByte('"')
+			b.WriteString(host)
+			b.WriteByte('"')
+		} else {
+			b.WriteString(host)
+		}
+	}
+	return b.String()
 }
