@@ -1,10 +1,15 @@
 package pgstore_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/internal/procinfo"
 	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 )
 
@@ -12,4 +17,36 @@ import (
 // PostgreSQL on loopback (each includes the round trips: 2 and 1).
 func BenchmarkCorePostgres(b *testing.B) {
 	middlewaretest.Bench(b, mustNew(b, pgtest.Start(b).Pool(), pgstore.WithTable("bench")))
+}
+
+// BenchmarkPostgresServerCPU: what one first execution (a claim, then a
+// complete, one after the other) costs the PostgreSQL server, in CPU µs of the
+// postmaster and its backends per op (pg-µs/op; /proc, in 10 ms ticks, so use
+// a few thousand ops). Pin it away from the server for steadier figures:
+//
+//	taskset -c 1 go test -run '^$' -bench PostgresServerCPU -benchtime 6000x ./cache/pgstore
+func BenchmarkPostgresServerCPU(b *testing.B) {
+	srv := pgtest.Start(b)
+	s := mustNew(b, srv.Pool(), pgstore.WithTable("cpu"))
+	ctx := context.Background()
+	rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201, Body: []byte(`{"id":"ch_1","status":"paid"}`)}}
+	run := func(i int) {
+		key := fmt.Sprintf("%s-%d", b.Name(), i)
+		if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+			b.Fatalf("claim: loaded=%v err=%v", loaded, err)
+		}
+		if err := s.Complete(ctx, key, "t", rec, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < 200; i++ { // warm: prepared statements, generic plans
+		run(-i - 1)
+	}
+	cpu0 := procinfo.TreeCPUTime(srv.PID())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run(i)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((procinfo.TreeCPUTime(srv.PID())-cpu0).Microseconds())/float64(b.N), "pg-µs/op")
 }

@@ -255,6 +255,12 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 			created = s.now()
 		}
 	}
+	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.channel)
+	if !errors.Is(err, cache.ErrLockLost) {
+		return err
+	}
+	// Not the token's live lock: a lapsed or absent one, a re-sent Complete, or
+	// another holder. The full statement tells them apart.
 	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.channel)
 }
 

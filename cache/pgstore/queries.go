@@ -67,7 +67,7 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 type queries struct {
 	schema, addWaited, hasWaited, check                                    string
 	claim, takeover, complete, release, extend, resolve, get, delete, mark string
-	sweep                                                                  string
+	completeHeld, sweep                                                    string
 }
 
 // Schema returns the DDL that creates table and its index, or brings a table
@@ -87,7 +87,7 @@ func buildQueries(table string) queries {
 	idx := pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize()
 	r := strings.NewReplacer("{T}", t, "{I}", idx,
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
-		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW8}", fmt.Sprintf(nowSQL, 8))
+		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW6}", fmt.Sprintf(nowSQL, 6), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
 		schema:    r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
 		addWaited: r.Replace(addWaitedSQL),
@@ -159,6 +159,19 @@ n AS (SELECT pg_notify($9, encode($1, 'hex')) FROM up WHERE up.waited)
 SELECT EXISTS (SELECT 1 FROM up)
 	OR EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.state = 2 AND r.token = $2 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
+
+		// $1 key, $2 token, $3 response, $4 unknown, $5 ttl ms, $6 now, $7
+		// channel. The common Complete: the token's own live lock, a plain
+		// UPDATE of the row it holds (no speculative insert, no subplans), which
+		// writes what complete writes in that case. False in every other case,
+		// which complete then decides (a lapsed or absent lock, a re-sent
+		// Complete, another holder).
+		completeHeld: r.Replace(`WITH c AS (SELECT {NOW6} AS now),
+up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.now + $5::bigint * interval '1 millisecond'
+	FROM c WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now
+	RETURNING r.waited),
+n AS (SELECT pg_notify($7, encode($1, 'hex')) FROM up WHERE up.waited)
+SELECT EXISTS (SELECT 1 FROM up), (SELECT count(*) FROM n)`),
 
 		// $1 key, $2 token, $3 now, $4 channel. True when the key is free
 		// afterwards: released now, lapsed, or nobody held it (a re-sent Release).
