@@ -8,6 +8,7 @@
 package middlewaretest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) cache.Store) {
 		{"ScopeKeepsClientsApart", scope},
 		{"WaitThenReplay", waitThenReplay},
 		{"WaitAfterReleaseOneRuns", waitReleaseOneRuns},
+		{"WaiterWokenByALockClaimedAfterItSubscribed", waitOnRelock},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
@@ -277,5 +279,88 @@ func sendWithin(t *testing.T, d time.Duration, up *upstream, h http.Handler, key
 		close(up.gate)
 		t.Fatalf("the duplicate was not answered while the first ran: it ran too (executions %d)", up.calls.Load())
 		return nil
+	}
+}
+
+// relocking passes a store through, but the first claim once armed is preceded
+// by another instance's claim of the same key (under its fingerprint): a
+// duplicate woken by the first request's release reads a lock that another
+// waiter took after this one subscribed.
+type relocking struct {
+	cache.Store
+	armed   atomic.Bool
+	claimed chan [2]string // key, fingerprint: the other claim was made
+	subs    atomic.Int64
+}
+
+func (s *relocking) Subscribe(key string) (<-chan struct{}, func()) {
+	s.subs.Add(1)
+	return s.Store.(cache.Notifier).Subscribe(key)
+}
+
+func (s *relocking) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+	if !s.armed.CompareAndSwap(true, false) {
+		return s.Store.LockOrGet(ctx, key, lock)
+	}
+	other := lock
+	other.Token = "another-instance"
+	if _, loaded, err := s.Store.LockOrGet(ctx, key, other); err != nil || loaded {
+		panic(fmt.Sprintf("the other claim: loaded=%v err=%v", loaded, err))
+	}
+	rec, loaded, err := s.Store.LockOrGet(ctx, key, lock)
+	s.claimed <- [2]string{key, lock.Fingerprint}
+	return rec, loaded, err
+}
+
+// waitOnRelock: a duplicate waits for the first request; that one fails (its
+// key is released) and, before the duplicate reads again, another instance's
+// waiter claims the key. The duplicate now waits for that lock, which may have
+// been claimed after its last Subscribe; its completion must still wake it,
+// polling or not (here: polling once an hour).
+func waitOnRelock(t *testing.T, store cache.Store) {
+	if _, ok := store.(cache.Notifier); !ok {
+		t.Skip("the store announces nothing")
+	}
+	s := &relocking{Store: store, claimed: make(chan [2]string, 1)}
+	gate := make(chan struct{})
+	var calls atomic.Int64
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-gate
+		w.WriteHeader(http.StatusServiceUnavailable) // released
+	})
+	h := newHandler(t, s, func(s *middleware.Settings) { s.Wait = 5 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = time.Hour }).Wrap(next)
+	first := make(chan int, 1)
+	go func() { first <- send(h, "relock", "x").Code }()
+	testutil.Eventually(t, 10*time.Second, "the first execution", func() bool { return calls.Load() == 1 })
+	dup := make(chan *httptest.ResponseRecorder, 1)
+	go func() { dup <- send(h, "relock", "x") }()
+	testutil.Eventually(t, 10*time.Second, "the duplicate waiting", func() bool { return s.subs.Load() > 0 })
+	time.Sleep(50 * time.Millisecond) // the duplicate has read the lock and waits
+	s.armed.Store(true)
+	close(gate)
+	if c := <-first; c != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d", c)
+	}
+	var other [2]string
+	select {
+	case other = <-s.claimed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the duplicate did not read the key again after the release")
+	}
+	rec := &cache.Record{Fingerprint: other[1], Response: &cache.Response{Status: http.StatusCreated, Body: []byte("by another instance")}}
+	if err := store.Complete(context.Background(), other[0], "another-instance", rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-dup:
+		if d.Code != http.StatusCreated || d.Body.String() != "by another instance" {
+			t.Fatalf("the duplicate got %d %q, want the other instance's 201", d.Code, d.Body)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the duplicate was not woken by the completion of the lock it waited for")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times, want 1", n)
 	}
 }
