@@ -121,7 +121,10 @@ type Store interface {
 type Notifier interface {
 	// Subscribe returns a channel that is closed at the key's next change, and a
 	// function to call when the caller no longer waits. Subscribe before reading the
-	// record, so a change between the read and the wait is not missed.
+	// record, so a change between the read and the wait is not missed. A store may
+	// announce only the changes of a lock in flight when Subscribe ran (PostgreSQL
+	// and Redis mark it): a waiter that reads a lock claimed after that subscribes
+	// and reads again before waiting for it.
 	Subscribe(key string) (changed <-chan struct{}, cancel func())
 }
 

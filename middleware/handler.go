@@ -163,7 +163,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
 		// Never failed open: the first request may still run.
-		if rec, loaded, err = h.waitForFirst(r, c.storeKey, c.fp, c.token, owner); err != nil {
+		if rec, loaded, err = h.waitForFirst(r, c.storeKey, c.fp, c.token, owner, rec.CreatedAt); err != nil {
 			h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			t.storeUnavailable(w, err)

@@ -9,11 +9,19 @@ import (
 
 // waitForFirst waits, up to the configured wait, for the in-flight request holding
 // key to finish. It returns the record as last read (loaded=true), or loaded=false
-// when this request claimed the key itself (the first one was released).
-func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string) (*cache.Record, bool, error) {
+// when this request claimed the key itself (the first one was released). seen is
+// when the lock the caller read was created.
+//
+// A store may announce only the changes of a lock that was in flight when
+// Subscribe ran (PostgreSQL and Redis mark it then). A lock the read finds that
+// was not the one read before Subscribe (another waiter claimed the key after a
+// release, or took over a lapsed lock) may be younger than the mark: it is
+// subscribed to and read once more before waiting for it.
+func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string, seen time.Time) (*cache.Record, bool, error) {
 	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
+	reread := false // the last pass found a lock other than seen, and did not wait
 	for {
 		var changed <-chan struct{}
 		cancel := func() {}
@@ -28,6 +36,13 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string) (*
 			cancel()
 			return rec, loaded, err
 		}
+		if !rec.CreatedAt.Equal(seen) && notifier != nil && !reread {
+			seen, reread = rec.CreatedAt, true
+			cancel()
+			continue
+		}
+		reread = false
+		seen = rec.CreatedAt
 		poll := time.NewTimer(h.s.WaitPoll)
 		select {
 		case <-changed:
