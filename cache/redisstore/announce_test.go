@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +110,57 @@ func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	case <-changed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter on the other instance was not woken by the completion")
+	}
+}
+
+// Subscribe's mark writes a lock once: every waiting duplicate subscribes again
+// at every wake-up and poll, and a write each time (propagated to replicas and
+// the append-only file) would let a client that sends duplicates with wait on
+// make the server write without bound. A value under the key that is not one
+// of the store's records is never written to.
+func TestMarkWritesOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	ctx := context.Background()
+	s := mustNew(t, client, redisstore.WithPrefix("mark:"))
+	defer s.Close()
+	dirty := func() int64 {
+		t.Helper()
+		info, err := client.Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "rdb_changes_since_last_save:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no rdb_changes_since_last_save in %q", info)
+		return 0
+	}
+	if _, loaded, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	_, cancel := s.Subscribe("k") // the first mark writes
+	cancel()
+	before := dirty()
+	for range 50 {
+		_, cancel := s.Subscribe("k")
+		cancel()
+	}
+	if n := dirty() - before; n != 0 {
+		t.Fatalf("50 more Subscribes of a marked lock made %d writes, want none", n)
+	}
+	if err := client.HSet(ctx, "mark:foreign", "st", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, cancel = s.Subscribe("foreign")
+	cancel()
+	if fields, err := client.HGetAll(ctx, "mark:foreign").Result(); err != nil || len(fields) != 1 {
+		t.Fatalf("a foreign hash after Subscribe: %v %v, want it untouched", fields, err)
 	}
 }
