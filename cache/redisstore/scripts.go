@@ -130,12 +130,15 @@ if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now
 // instance: announcing every completion would send each to all of them.
 
 // markScript: KEYS[1]. Marks an in-flight lock as waited for (Subscribe). Answers 1
-// when the key holds a lock in flight (marked now or before), 0 otherwise.
+// when the key holds a lock in flight (marked now or before), 0 otherwise. It
+// writes only an unmarked lock of ours: every waiting duplicate runs it at each
+// wake-up and poll, and a write (propagated to replicas and the append-only
+// file) each time would let duplicates make the server write without bound.
 var markScript = redis.NewScript(`
-local st = redis.pcall('HGET', KEYS[1], 'st')
-if type(st) == 'table' and st['err'] then return 0 end
-if st ~= '1' then return 0 end
-redis.call('HSET', KEYS[1], 'w', '1')
+local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'w')
+if h['err'] then return 0 end
+if h[1] ~= '1' or h[2] ~= '1' then return 0 end
+if h[3] ~= '1' then redis.call('HSET', KEYS[1], 'w', '1') end
 return 1
 `)
 
