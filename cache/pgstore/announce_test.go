@@ -193,3 +193,52 @@ func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 		t.Fatal("the waiter on the other instance was not woken by the completion")
 	}
 }
+
+// Adding the waited column takes the table's exclusive lock, which waits for
+// every transaction that holds the table (a pg_dump, a long report), while
+// every statement of every running instance queues behind it. Start-up must
+// give up soon, and say why, rather than stop the other instances' traffic
+// for as long as that transaction lasts.
+func TestAddingTheColumnDoesNotStallTraffic(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE stall (
+	key bytea PRIMARY KEY, state smallint NOT NULL, token bytea NOT NULL, fingerprint bytea NOT NULL,
+	created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, unknown boolean NOT NULL DEFAULT false, response bytea)`); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := pool.Begin(ctx) // a long reader: pg_dump holds ACCESS SHARE for its whole run
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dump.Rollback(ctx)
+	if _, err := dump.Exec(ctx, `SELECT count(*) FROM stall`); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() {
+		s, err := pgstore.New(ctx, pool, pgstore.WithTable("stall"))
+		if err == nil {
+			s.Close()
+		}
+		started <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the ALTER waits for the lock by now
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := pool.Exec(rctx, `SELECT 1 FROM stall WHERE key = 'k'`); err != nil {
+		t.Fatalf("another instance's read: %v after %v", err, time.Since(t0))
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("another instance's read waited %v behind the migration", d)
+	}
+	select {
+	case err := <-started:
+		if err == nil || !strings.Contains(err.Error(), "waited") {
+			t.Fatalf("start-up with the table held: %v, want an error about the waited column", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("start-up waits for the lock for as long as the transaction lasts")
+	}
+}
