@@ -9,6 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// addWaitedLockWait bounds how long migrate waits for the lock that adds the
+// waited column to a table of an earlier version (lock_timeout).
+const addWaitedLockWait = 2 * time.Second
+
 // migrate creates the table and its index if they are missing, under an
 // advisory lock: instances starting together would otherwise race in CREATE
 // TABLE IF NOT EXISTS (which is not safe against itself).
@@ -27,8 +31,16 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, s.q.hasWaited, s.quoted()).Scan(&has); err != nil || has {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.q.addWaited) // a table of an earlier version
-		return err
+		// A table of an earlier version. The ALTER's exclusive lock waits for
+		// every transaction holding the table (a dump, a long query), and every
+		// other statement on it queues behind the ALTER meanwhile: wait briefly.
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addWaitedLockWait.Milliseconds())); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.q.addWaited); err != nil {
+			return fmt.Errorf("adding the column waited: the table's exclusive lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", addWaitedLockWait, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("pgstore: creating table %s: %w", s.table, err)
