@@ -144,6 +144,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "postgres bad table", input: "idempotency {\nstore postgres postgres://db/app {\ntable a;b\n}\n}", wantErr: "table: postgres table"},
 		{name: "postgres bad create_schema", input: "idempotency {\nstore postgres postgres://db/app {\ncreate_schema maybe\n}\n}", wantErr: `create_schema: "maybe" is not a boolean`},
 		{name: "postgres bad sweep", input: "idempotency {\nstore postgres postgres://db/app {\nsweep_interval -1s\n}\n}", wantErr: "sweep_interval: \"-1s\": must not be negative"},
+		{name: "postgres synchronous_commit", input: "idempotency {\nstore postgres postgres://db/app {\nsynchronous_commit off\n}\n}", want: `{"store":{"type":"postgres","url":"postgres://db/app","synchronous_commit":"off"}}`},
+		{name: "postgres bad synchronous_commit", input: "idempotency {\nstore postgres postgres://db/app {\nsynchronous_commit never\n}\n}", wantErr: `synchronous_commit: want one of on, off, local, remote_write, remote_apply`},
 		{name: "unknown postgres option", input: "idempotency {\nstore postgres postgres://db/app {\nprefix x\n}\n}", wantErr: `unknown postgres store option "prefix"`},
 		{name: "unknown redis option", input: "idempotency {\nstore redis redis://h:1 {\n db 2\n}\n}", wantErr: `unknown redis store option "db"`},
 		{name: "unknown memory option", input: "idempotency {\nstore memory {\n size 2\n}\n}", wantErr: `unknown memory store option "size"`},
