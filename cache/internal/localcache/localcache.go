@@ -9,8 +9,10 @@
 //     sent plus the record's remaining life by the store's clock, so a local
 //     clock that is off changes nothing.
 //   - Every change the store announces on its channel (Redis pub/sub,
-//     PostgreSQL LISTEN/NOTIFY: Complete, Release, Resolve, Delete) drops the
-//     key, and marks reads of it in flight so their answer is not kept.
+//     PostgreSQL LISTEN/NOTIFY: Resolve and Delete always, Complete and Release
+//     of a lock a duplicate waits for) drops the key, and marks reads of it in
+//     flight so their answer is not kept. (A Complete or Release changes no
+//     completed record a cache may hold, so it need not be announced.)
 //   - The cache is trusted only while its subscription is known to deliver:
 //     the store publishes a ping of this cache's own on the channel every
 //     Window/8, and an entry is answered only while a ping sent less than
