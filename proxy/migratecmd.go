@@ -30,8 +30,10 @@ func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) st
        idemproxy migrate --store dynamodb://TABLE [--apply]
 
 Prints the DDL of the PostgreSQL store's table and index (CREATE … IF NOT
-EXISTS), for teams that manage their schema themselves and run idemproxy with
---postgres-create-schema=false. With --apply, runs it against --store.
+EXISTS, and the columns later versions added, each added only when missing),
+for teams that manage their schema themselves and run idemproxy with
+--postgres-create-schema=false. With --apply, runs it against --store; running
+it again changes nothing and takes no exclusive lock.
 
 With --store dynamodb://TABLE, prints the DynamoDB table's definition instead,
 as the AWS CLI commands that create it (for teams that run idemproxy with

@@ -242,3 +242,35 @@ func TestAddingTheColumnDoesNotStallTraffic(t *testing.T) {
 		t.Fatal("start-up waits for the lock for as long as the transaction lasts")
 	}
 }
+
+// The printed DDL adds the column only when it is missing: applied to an up to
+// date table (`idemproxy migrate --apply` on every deploy), it takes no
+// exclusive lock, so a transaction holding the table does not block it.
+func TestPrintedDDLTakesNoExclusiveLockWhenUpToDate(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	ctx := context.Background()
+	mustNew(t, pool, pgstore.WithTable("up_to_date"))
+	ddl, err := pgstore.Schema("up_to_date")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM up_to_date`); err != nil { // holds ACCESS SHARE until it ends
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 1000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, ddl); err != nil {
+		t.Fatalf("applying the DDL to an up-to-date table while another transaction reads it: %v", err)
+	}
+}

@@ -63,5 +63,9 @@ func ExampleSchema() {
 	// 	job   bytea       NOT NULL
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_reconcile_due" ON "idem_records_reconcile" (due);
-	// ALTER TABLE "idem_records" ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
+	// DO $$ BEGIN
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
+	// 		ALTER TABLE "idem_records" ADD COLUMN waited boolean NOT NULL DEFAULT false;
+	// 	END IF;
+	// END $$;
 }

@@ -40,9 +40,14 @@ CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
 // addWaitedSQL brings a table created before the waited column up to date. A
 // constant default makes it a change of the catalog only (no rewrite), but
 // ALTER TABLE takes the table's exclusive lock even when the column exists, so
-// New runs it only when the column is missing (hasWaitedSQL); Schema prints it
-// for the operator's migration.
-const addWaitedSQL = `ALTER TABLE {T} ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
+// it runs only when the column is missing: New checks first (hasWaitedSQL, and
+// bounds the lock's wait), and the DDL Schema prints checks in a DO block, so
+// that `idemproxy migrate --apply` on every deploy never takes the lock again.
+const addWaitedSQL = `DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
+		ALTER TABLE {T} ADD COLUMN waited boolean NOT NULL DEFAULT false;
+	END IF;
+END $$;
 `
 
 // hasWaitedSQL: $1 the table's name as to_regclass reads it.
