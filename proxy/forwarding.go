@@ -392,18 +392,28 @@ func joinPrior(prior []string, last string) string {
 	if len(prior) == 0 {
 		return last
 	}
-	n := len(last)
+	var b strings.Builder
+	b.Grow(priorLen(prior) + len(last))
+	writePrior(&b, prior)
+	b.WriteString(last)
+	return b.String()
+}
+
+// priorLen is what writePrior writes.
+func priorLen(prior []string) int {
+	n := 0
 	for _, p := range prior {
 		n += len(p) + len(", ")
 	}
-	var b strings.Builder
-	b.Grow(n)
+	return n
+}
+
+// writePrior writes the lines a trusted proxy sent, each followed by ", ".
+func writePrior(b *strings.Builder, prior []string) {
 	for _, p := range prior {
 		b.WriteString(p)
 		b.WriteString(", ")
 	}
-	b.WriteString(last)
-	return b.String()
 }
 
 // forwarded returns the Forwarded header sent upstream: the lines a trusted
@@ -416,16 +426,9 @@ func forwarded(prior []string, node, proto, host string) string {
 	if quoteHost && !quotable(host) {
 		host = ""
 	}
-	n := len(`for="[]";proto=;host=""`) + len(node) + len(proto) + len(host)
-	for _, p := range prior {
-		n += len(p) + len(", ")
-	}
 	var b strings.Builder
-	b.Grow(n)
-	for _, p := range prior {
-		b.WriteString(p)
-		b.WriteString(", ")
-	}
+	b.Grow(priorLen(prior) + len(`for="[]";proto=;host=""`) + len(node) + len(proto) + len(host))
+	writePrior(&b, prior)
 	if node != "" {
 		b.WriteString("for=")
 		if quoteNode {
