@@ -4,8 +4,8 @@
 // Each operation is one SQL statement, so one round trip: a claim, a replay or a
 // conflict is one; a first execution is two (claim, complete) plus one per lease
 // renewal. (A claim that finds a lapsed row, and a complete that finds no live
-// lock of its token, take a second statement.) A claim reads first: a replay or a conflict is a primary-key read
-// that writes nothing (no row lock, no WAL); the lock is inserted only when the
+// lock of its token, take a second statement.) A claim reads first: a replay
+// or a conflict is a primary-key read that writes nothing (no row lock, no WAL); the lock is inserted only when the
 // key has no row. Every statement is atomic on its own (INSERT … ON CONFLICT, or
 // a fenced UPDATE/DELETE), and idempotent for its token, like the Redis store's
 // scripts. Expiry is checked on every read; expired rows are deleted in the
@@ -173,9 +173,6 @@ func (s *Store) Close() error {
 	})
 	return nil
 }
-
-// quoted is the table's name as SQL reads it (quoted, case kept).
-func (s *Store) quoted() string { return pgx.Identifier(strings.Split(s.table, ".")).Sanitize() }
 
 // nowArg is the injected clock's time, or nil: the statement then reads the
 // server's clock (statement_timestamp()).

@@ -40,18 +40,14 @@ CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
 // addWaitedSQL brings a table created before the waited column up to date. A
 // constant default makes it a change of the catalog only (no rewrite), but
 // ALTER TABLE takes the table's exclusive lock even when the column exists, so
-// it runs only when the column is missing: New checks first (hasWaitedSQL, and
-// bounds the lock's wait), and the DDL Schema prints checks in a DO block, so
-// that `idemproxy migrate --apply` on every deploy never takes the lock again.
+// the DO block checks first: New (which also bounds the lock's wait) and
+// `idemproxy migrate --apply` on every deploy take the lock only once.
 const addWaitedSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
 		ALTER TABLE {T} ADD COLUMN waited boolean NOT NULL DEFAULT false;
 	END IF;
 END $$;
 `
-
-// hasWaitedSQL: $1 the table's name as to_regclass reads it.
-const hasWaitedSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'waited' AND NOT attisdropped)`
 
 // Statements that announce a change (pg_notify) return the number of
 // announcements as a last column: a CTE that nothing reads is never run. The
@@ -70,7 +66,7 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 
 // queries are the statements for one table.
 type queries struct {
-	schema, addWaited, hasWaited, check                                    string
+	schema, addWaited, check                                               string
 	claim, takeover, complete, release, extend, resolve, get, delete, mark string
 	completeHeld, sweep                                                    string
 }
@@ -96,7 +92,6 @@ func buildQueries(table string) queries {
 	return queries{
 		schema:    r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
 		addWaited: r.Replace(addWaitedSQL),
-		hasWaited: hasWaitedSQL,
 		check:     r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context.

@@ -2,11 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // addWaitedLockWait bounds how long migrate waits for the lock that adds the
@@ -27,18 +29,18 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, s.q.schema); err != nil {
 			return err
 		}
-		var has bool
-		if err := tx.QueryRow(ctx, s.q.hasWaited, s.quoted()).Scan(&has); err != nil || has {
-			return err
-		}
-		// A table of an earlier version. The ALTER's exclusive lock waits for
-		// every transaction holding the table (a dump, a long query), and every
-		// other statement on it queues behind the ALTER meanwhile: wait briefly.
+		// addWaited adds the waited column to a table of an earlier version
+		// (and does nothing to one that has it). Its ALTER's exclusive lock waits for every
+		// transaction holding the table (a dump, a long query), and every other
+		// statement on it queues behind the ALTER meanwhile: wait briefly.
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addWaitedLockWait.Milliseconds())); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.q.addWaited); err != nil {
-			return fmt.Errorf("adding the column waited: the table's exclusive lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", addWaitedLockWait, err)
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+				return fmt.Errorf("adding the column waited: the table's exclusive lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", addWaitedLockWait, err)
+			}
+			return err
 		}
 		return nil
 	})
