@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // compiled is what New derives from Settings once: lookups, canonical names,
@@ -141,21 +143,7 @@ func (c *compiled) canonicalMethod(m string) string {
 }
 
 // validToken reports whether s is an RFC 9110 token (header names, methods).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
+var validToken = httpguts.ValidHeaderFieldName
 
 // methodHint suggests the upper-case spelling of a lower-case method.
 func methodHint(m string) string {

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // UpstreamHost values besides a literal host.
@@ -289,18 +291,8 @@ func validForwarded(lines []string) bool {
 	return true
 }
 
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
+// isToken reports whether s is an RFC 9110 token.
+var isToken = httpguts.ValidHeaderFieldName
 
 // isQuoted reports whether s is a quoted string without escapes or control
 // characters (the form a node or host takes: "[2001:db8::1]:4711").
