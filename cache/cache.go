@@ -52,6 +52,16 @@ type Lock struct {
 	// the completed record). Stores without eviction ignore it (Redis and
 	// PostgreSQL do). Optional: records without an owner share one.
 	Owner string
+	// Hold is how long the key stays held as an unknown outcome once the lease
+	// lapses with the lock neither completed nor released (the instance that
+	// claimed it died, or its writes stopped reaching the store). From the
+	// lapse until Hold has passed, every claim and Get reads the lock as a held
+	// unknown outcome (LapsedRecord), which Resolve settles like any other,
+	// and which the token's own Complete or Release still replaces or frees (a
+	// completion that lands late). Extend never revives it. Zero: a lapsed
+	// lock frees the key, and the next claim runs it again (unknown_outcome
+	// release).
+	Hold time.Duration
 }
 
 // MaxTrace bounds Lock.Trace and Response.Trace.
@@ -68,31 +78,39 @@ type Store interface {
 	// with lock.Fingerprint and returns (nil, false, nil), and the caller now holds the
 	// lease. A claim by the token that already holds the live lock answers the
 	// same (a re-sent claim). Otherwise it returns the existing record (in flight
-	// or completed) with loaded=true and changes nothing. Check and claim are one
-	// atomic step.
+	// or completed) with loaded=true. Check and claim are one atomic step.
+	//
+	// A lock whose lease lapsed within its Lock.Hold is returned as a held
+	// unknown outcome (LapsedRecord). The first claim that finds it with the
+	// lock's fingerprint marks it found, with its token, and gets it with
+	// Record.Found set (a re-sent claim of that token too), so that exactly
+	// one caller reports the hold; that mark is the only write a loaded claim
+	// makes.
 	LockOrGet(ctx context.Context, key string, lock Lock) (rec *Record, loaded bool, err error)
 
 	// Complete replaces the caller's in-flight lock with the completed record rec,
-	// which then lives for ttl. It also succeeds when the key is free (no live
-	// lock or record: the lease lapsed during a store outage and nobody claimed
-	// the key since), storing rec with its Fingerprint and CreatedAt; and when
-	// token already completed the live record (a re-sent Complete, which writes
-	// nothing). It fails with ErrLockLost when another claim or record holds the
-	// key.
+	// which then lives for ttl: its live lock, or its lock whose lease lapsed and
+	// which is held (Lock.Hold; found or not). It also succeeds when the key is
+	// free (no live lock or record: the lease lapsed during a store outage, the
+	// lock is gone, and nobody claimed the key since), storing rec with its
+	// Fingerprint and CreatedAt; and when token already completed the live record
+	// (a re-sent Complete, which writes nothing). It fails with ErrLockLost when
+	// another claim or record holds the key.
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 
-	// Release deletes the caller's in-flight lock so the key can be claimed again.
-	// It succeeds when the key is free afterwards, also when nobody held it (a
-	// re-sent Release); it fails with ErrLockLost when another claim or a completed
-	// record holds the key.
+	// Release deletes the caller's in-flight lock (live, or lapsed and held) so
+	// the key can be claimed again. It succeeds when the key is free afterwards,
+	// also when nobody held it (a re-sent Release); it fails with ErrLockLost when
+	// another claim or a completed record holds the key.
 	Release(ctx context.Context, key, token string) error
 
-	// Extend renews the caller's lease to lease from now. It fails with ErrLockLost
-	// unless token still holds the key.
+	// Extend renews the caller's lease to lease from now (and the lock's hold
+	// with it). It fails with ErrLockLost unless token holds the key with a
+	// lease that has not lapsed.
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 
 	// Resolve settles a held unknown outcome (a completed record whose
-	// Response.Unknown is set) for an operator: with resp, the record's response
+	// Response.Unknown is set, or a lapsed lock held as one) for an operator: with resp, the record's response
 	// becomes resp, which then lives for ttl, keeping the record's fingerprint and
 	// creation time (a retry of the same request is answered resp, another
 	// request under the key 422); with a nil resp, the record is deleted and the

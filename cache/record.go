@@ -48,6 +48,34 @@ type Record struct {
 	// Trace is an in-flight record's Lock.Trace (a completed record's is in
 	// Response.Trace).
 	Trace []byte `msgpack:"x,omitempty"`
+	// Lapsed marks a lock whose lease lapsed, held as an unknown outcome for
+	// its Lock.Hold (see LapsedRecord). Stores set it on read; it is not stored.
+	Lapsed bool `msgpack:"-"`
+	// Found is set by the LockOrGet that first found a lapsed lock with the
+	// lock's fingerprint (or a re-sent call of its token): that caller reports
+	// the hold. Not stored.
+	Found bool `msgpack:"-"`
+}
+
+// LapsedStatus is the status of a held unknown outcome whose lease lapsed:
+// the gateway got no answer in time.
+const LapsedStatus = http.StatusGatewayTimeout
+
+// LapsedRecord is how a store returns an in-flight lock whose lease lapsed and
+// which is held (Lock.Hold): a completed record holding an unknown outcome
+// (status LapsedStatus, no rendered answer), with the lock's fingerprint,
+// creation time and trace context, expiring when the hold ends.
+func LapsedRecord(fingerprint string, created, holdEnd time.Time, trace []byte, found bool) *Record {
+	return &Record{
+		Version:     FormatVersion,
+		State:       StateCompleted,
+		Fingerprint: fingerprint,
+		CreatedAt:   created,
+		ExpiresAt:   holdEnd,
+		Response:    &Response{Status: LapsedStatus, Unknown: true, Trace: trace},
+		Lapsed:      true,
+		Found:       found,
+	}
 }
 
 // Response is the stored outcome of the first request.

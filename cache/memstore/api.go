@@ -11,12 +11,21 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
+// lock is an in-flight lock. Its lease ends at lease; the lock lives until
+// expires, which is later by the lock's hold (cache.Lock.Hold): in between it
+// is held as an unknown outcome.
 type lock struct {
 	token, fingerprint string
 	trace              string // Lock.Trace
+	found              string // the token of the claim that found it lapsed
 	created, expires   int64  // unix nanoseconds
+	lease              int64  // unix nanoseconds
 	owner              ownerID
 }
+
+// lapsed reports whether the lock's lease lapsed (and it is held, while it
+// has not expired).
+func (l *lock) lapsed(now int64) bool { return l.lease <= now }
 
 func (l *lock) size() int64 {
 	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace))
@@ -38,16 +47,25 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 		now := s.now().UnixNano()
 		sh.mu.Lock()
 		if cur, ok := sh.locks[k]; ok {
-			if cur.expires > now && cur.token == l.Token {
+			switch {
+			case cur.expires <= now:
+				s.dropLockLocked(sh, &k, cur)
+			case cur.lapsed(now):
+				// Held: the first claim of the same request finds it.
+				if cur.found == "" && cur.fingerprint == l.Fingerprint {
+					cur.found = l.Token
+				}
+				rec := cur.lapsedRecord(cur.found == l.Token)
+				sh.mu.Unlock()
+				return rec, true, nil
+			case cur.token == l.Token:
 				sh.mu.Unlock()
 				return nil, false, nil // a re-sent claim: this token holds the lock
-			}
-			if cur.expires > now {
+			default:
 				rec := cur.record()
 				sh.mu.Unlock()
 				return rec, true, nil
 			}
-			s.dropLockLocked(sh, &k, cur)
 		}
 		if e := s.lookupLocked(sh, &k); e != nil {
 			if e.expires() > now {
@@ -57,7 +75,8 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 			}
 			s.dropIndexLocked(sh, e)
 		}
-		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now, expires: now + int64(l.Lease), owner: owner}
+		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now,
+			lease: now + int64(l.Lease), expires: now + int64(l.Lease) + int64(max(l.Hold, 0)), owner: owner}
 		// The owner's row, should this be its first record, is reserved too.
 		need := nl.size() + ownerBytes
 		if s.topUp(&res, 1, need) {
@@ -129,6 +148,11 @@ func (s *Store) completeLocked(sh *shard, k *ikey, token string, rec *cache.Reco
 	now := s.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return s.completeHeldLocked(sh, k, token, rec, ttl, response, res, now)
+}
+
+// completeHeldLocked is completeLocked with the shard's lock held.
+func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.Record, ttl time.Duration, response []byte, res *reservation, now int64) (bool, need, error) {
 	l, err := s.heldLocked(sh, k, token, now)
 	fp, created := rec.Fingerprint, now
 	if !rec.CreatedAt.IsZero() {
@@ -243,7 +267,12 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	if err != nil {
 		return err
 	}
-	l.expires = now + int64(lease)
+	if l.lapsed(now) {
+		return cache.ErrLockLost // held as an unknown outcome: never revived
+	}
+	hold := l.expires - l.lease
+	l.lease = now + int64(lease)
+	l.expires = l.lease + hold
 	return nil
 }
 
@@ -260,7 +289,7 @@ func (s *Store) liveLockLocked(sh *shard, k *ikey, now int64) *lock {
 	return nil
 }
 
-// heldLocked returns the live lock under k held by token.
+// heldLocked returns the lock under k held by token: live, or lapsed and held.
 func (s *Store) heldLocked(sh *shard, k *ikey, token string, now int64) (*lock, error) {
 	l, ok := sh.locks[*k]
 	if !ok || l.token != token || token == "" {
@@ -280,13 +309,19 @@ func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
 	s.bytes.Add(-l.size() + s.owners.add(l.owner, -1, -l.size()))
 }
 
+// lapsedRecord is the lock read as the held unknown outcome it is once its
+// lease lapsed.
+func (l *lock) lapsedRecord(found bool) *cache.Record {
+	return cache.LapsedRecord(l.fingerprint, time.Unix(0, l.created), time.Unix(0, l.expires), bytesOrNil(l.trace), found)
+}
+
 func (l *lock) record() *cache.Record {
 	return &cache.Record{
 		Version:     cache.FormatVersion,
 		State:       cache.StateInFlight,
 		Fingerprint: l.fingerprint,
 		CreatedAt:   time.Unix(0, l.created),
-		ExpiresAt:   time.Unix(0, l.expires),
+		ExpiresAt:   time.Unix(0, l.lease),
 		Trace:       bytesOrNil(l.trace),
 	}
 }

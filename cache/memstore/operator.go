@@ -50,8 +50,17 @@ func (s *Store) resolveLocked(sh *shard, k *ikey, resp *cache.Response, ttl time
 	now := s.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s.liveLockLocked(sh, k, now) != nil {
-		return false, need{}, fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
+	if l := s.liveLockLocked(sh, k, now); l != nil {
+		if !l.lapsed(now) {
+			return false, need{}, fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
+		}
+		// A lapsed lock, held: settled as the lock's own completion would be,
+		// keeping its token, so its late Complete writes nothing over it.
+		if resp == nil {
+			s.dropLockLocked(sh, k, l)
+			return true, need{}, nil
+		}
+		return s.completeHeldLocked(sh, k, l.token, &cache.Record{Response: resp}, ttl, response, res, now)
 	}
 	e := s.lookupLocked(sh, k)
 	if e == nil || e.expires() <= now {
@@ -97,6 +106,9 @@ func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
 	sh.mu.Lock()
 	if l := s.liveLockLocked(sh, &k, now); l != nil {
 		rec := l.record()
+		if l.lapsed(now) {
+			rec = l.lapsedRecord(false)
+		}
 		sh.mu.Unlock()
 		return rec, nil
 	}
