@@ -159,7 +159,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 // lockOrGet runs the claim; ttl is a found record's remaining life by the
 // server's clock.
 func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
-	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg(), string(lock.Trace)).Slice()
+	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg(), string(lock.Trace), holdArg(lock.Hold)).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
 		// it, so it cannot hold the key against the pending Complete of an
@@ -196,6 +196,14 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	}
 	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel(),
 		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
+}
+
+// holdArg is a lock's hold in milliseconds (0: none).
+func holdArg(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ms(d)
 }
 
 func boolArg(b bool) string {
@@ -316,6 +324,8 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 		return nil, false, nil
 	case code == -1:
 		return nil, false, fmt.Errorf("%w: the value under this key is not an idempotency record", cache.ErrCorrupt)
+	case code == 2 && len(res) == 9:
+		return parseLapsed(res)
 	case code != 1 || len(res) < 6:
 		return nil, false, fmt.Errorf("%w: script answer %v", cache.ErrCorrupt, res)
 	}
@@ -358,4 +368,22 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 		return nil, false, fmt.Errorf("%w: state %d", cache.ErrCorrupt, st)
 	}
 	return rec, true, nil
+}
+
+// parseLapsed reads the scripts' answer for a lapsed lock, held: {2, v, st,
+// fp, ca, ex, trace, now, found}.
+func parseLapsed(res []any) (*cache.Record, bool, error) {
+	fp, _ := res[3].(string)
+	trace, _ := res[6].(string)
+	created, err1 := strconv.ParseInt(fmt.Sprint(res[4]), 10, 64)
+	expires, err2 := strconv.ParseInt(fmt.Sprint(res[5]), 10, 64)
+	found, _ := res[8].(int64)
+	if err1 != nil || err2 != nil {
+		return nil, false, fmt.Errorf("%w: timestamps %v %v", cache.ErrCorrupt, res[4], res[5])
+	}
+	var tr []byte
+	if trace != "" {
+		tr = []byte(trace)
+	}
+	return cache.LapsedRecord(fp, time.UnixMilli(created), time.UnixMilli(expires), tr, found == 1), true, nil
 }

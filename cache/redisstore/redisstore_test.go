@@ -420,3 +420,66 @@ func TestLocalCacheRefusedOnCluster(t *testing.T) {
 		t.Fatal("a negative local cache was accepted")
 	}
 }
+
+// A held lock's hash lives as long as its hold: expiring at the lease's end
+// (plus restartKeepMS) would free the key a crashed instance's lock holds, and
+// its retry would run again.
+func TestLockLivesForItsHold(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	s := mustNew(t, client)
+	defer s.Close()
+	ctx := context.Background()
+	key := cachetest.Key(t, "k")
+	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: time.Second, Hold: 2 * time.Hour}); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	if ttl := client.PTTL(ctx, redisstore.DefaultPrefix+key).Val(); ttl < 2*time.Hour {
+		t.Fatalf("the lock's hash expires in %v, want past its 2h hold", ttl)
+	}
+	if err := s.Extend(ctx, key, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := client.PTTL(ctx, redisstore.DefaultPrefix+key).Val(); ttl < 2*time.Hour {
+		t.Fatalf("after Extend the lock's hash expires in %v, want past its 2h hold", ttl)
+	}
+}
+
+// After a restart, a held lock is given the restart grace as one without a
+// hold is (a retry gets 409 while the pending completion may still land), and
+// is held as an unknown outcome after it, not freed.
+func TestRestartGraceWithAHold(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("restarts its own server (unset IDEMPROXY_REDIS_URL)")
+	}
+	client := srv.Client()
+	s := mustNew(t, client)
+	defer s.Close()
+	ctx := context.Background()
+	lease := 1500 * time.Millisecond
+	key := cachetest.Key(t, "k")
+	lock := cache.Lock{Token: "first", Fingerprint: "f", Lease: lease, Hold: time.Hour}
+	if _, loaded, err := s.LockOrGet(ctx, key, lock); err != nil || loaded {
+		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
+	}
+	_ = client.ShutdownSave(ctx).Err()
+	time.Sleep(lease + 500*time.Millisecond)
+	srv.Restart()
+	testutil.Eventually(t, 5*time.Second, "the store to answer", func() bool { return s.Ping(ctx) == nil })
+	retry := cache.Lock{Token: "retry", Fingerprint: "f", Lease: lease, Hold: time.Hour}
+	if rec, loaded, err := s.LockOrGet(ctx, key, retry); err != nil || !loaded || rec.State != cache.StateInFlight {
+		t.Fatalf("a retry right after the restart: loaded=%v rec=%+v err=%v; want the lock in flight (the grace)", loaded, rec, err)
+	}
+	time.Sleep(lease + 100*time.Millisecond)
+	rec, loaded, err := s.LockOrGet(ctx, key, retry)
+	if err != nil || !loaded || !rec.Lapsed || !rec.Found || rec.Response == nil || !rec.Response.Unknown {
+		t.Fatalf("a retry after the grace: loaded=%v rec=%+v err=%v; want the lock held as an unknown outcome, found", loaded, rec, err)
+	}
+	if err := s.Complete(ctx, key, "first", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
+		t.Fatalf("the holder's pending Complete: %v", err)
+	}
+	if rec, _, err := s.LockOrGet(ctx, key, retry); err != nil || rec.Lapsed || rec.Response.Status != 201 {
+		t.Fatalf("after the pending Complete: rec=%+v err=%v; want its answer", rec, err)
+	}
+}

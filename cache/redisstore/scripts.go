@@ -14,7 +14,11 @@ import (
 //	fp   request fingerprint
 //	tok  lock token; kept once completed, so a re-sent Complete is recognised
 //	ca   created-at, Unix milliseconds
-//	ex   lease or record expiry, Unix milliseconds (checked on read)
+//	ex   the record's expiry, Unix milliseconds (checked on read): a completed
+//	     record's TTL; an in-flight lock's lease end plus its hold (Lock.Hold)
+//	le   an in-flight lock's lease end, Unix milliseconds; from it until ex the
+//	     lock is held as an unknown outcome (absent: le is ex, no hold)
+//	lf   the token of the claim that found the lock's lease lapsed
 //	resp msgpack-encoded response (completed); in flight, the lock's trace
 //	     context (Lock.Trace, raw), when it has one
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
@@ -44,15 +48,17 @@ if now == 0 then
 end
 `
 
-// readLua reads the record into r = {v, st, fp, ca, ex, resp, tok}; live is true when it
-// exists and has not expired. It answers -1 for a foreign value.
+// readLua reads the record into r = {v, st, fp, ca, ex, resp, tok, le}; live is true when it
+// exists and has not expired, lapsed when it is an in-flight lock whose lease
+// lapsed and which is held (live: its hold has not ended), le its lease end.
+// It answers -1 for a foreign value.
 //
 // A record always has v and ex, so HMGET alone tells a record from a missing key
 // on the hot paths (replay, conflict); a WRONGTYPE error means a foreign value.
 // Only when HMGET finds neither field does EXISTS tell a missing key (the first
 // execution's path) from a foreign hash.
 const readLua = `
-local r = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp', 'tok')
+local r = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'fp', 'ca', 'ex', 'resp', 'tok', 'le')
 if r['err'] then return {-1} end
 local kind = 'hash'
 if not r[1] and not r[5] then
@@ -62,6 +68,8 @@ elseif r[1] ~= '1' or not tonumber(r[5]) then
   return {-1}
 end
 local live = kind == 'hash' and tonumber(r[5]) > now
+local le = tonumber(r[8]) or tonumber(r[5])
+local lapsed = live and r[2] == '1' and le <= now
 `
 
 // restartGraceLua: a lock whose lease lapsed while this server was down (or
@@ -81,17 +89,17 @@ local live = kind == 'hash' and tonumber(r[5]) > now
 // a server that refuses INFO grants nothing. In-flight locks are kept (PEXPIRE)
 // for restartKeepMS past their lease, so a restart shorter than that finds them.
 const restartGraceLua = `
-if not live and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
+if (lapsed or not live) and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
   local g = redis.call('HMGET', KEYS[1], 'ls', 'gr')
   local ls, gr = tonumber(g[1]), tonumber(g[2])
   if ls and gr then
-    if now < gr + ls then live = true end
+    if now < gr + ls then live, lapsed = true, false end
   elseif ls then
     local info = redis.pcall('INFO', 'server')
     local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-    if up and tonumber(r[5]) - ls < now - (up + 1) * 1000 then
+    if up and le - ls < now - (up + 1) * 1000 then
       redis.call('HSET', KEYS[1], 'gr', now)
-      live = true
+      live, lapsed = true, false
     end
   end
 end
@@ -101,26 +109,48 @@ end
 // restartGraceLua: 5 minutes, complete_retry's default.
 const restartKeepMS = 300000
 
-// lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context.
-// Answers {0} when claimed (also when ARGV token already holds the lock: a re-sent
-// claim), {1, v, st, fp, ca, ex, resp, now} when another live record exists
-// (now: the clock the script used, for the record's remaining life).
+// answerLua answers a live record: {1, v, st, fp, ca, ex, resp, now} (an
+// in-flight lock's ex is its lease end), or for a lapsed lock {2, v, st, fp, ca,
+// ex, resp, now, found}, found 1 when lf is tok (the claim's token; Get has none).
+// now is the clock the script used, for the record's remaining life.
+const answerLua = `
+if lapsed then
+  local found = tok and redis.call('HGET', KEYS[1], 'lf') == tok and 1 or 0
+  return {2, r[1], r[2], r[3], r[4], r[5], r[6] or false, now, found}
+end
+local ex = r[5]
+if r[2] == '1' and r[8] then ex = r[8] end
+return {1, r[1], r[2], r[3], r[4], ex, r[6] or false, now}
+`
+
+// lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context,
+// hold ms. Answers {0} when claimed (also when ARGV token already holds the
+// live lock: a re-sent claim), or the live record as answerLua does. The
+// first claim with the fingerprint of a lapsed lock marks it found (lf).
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
+local tok = ARGV[1]
+if lapsed and r[3] == ARGV[2] then redis.call('HSETNX', KEYS[1], 'lf', tok) end
 if live then
-  if r[2] == '1' and r[7] == ARGV[1] then return {0} end
-  return {1, r[1], r[2], r[3], r[4], r[5], r[6] or false, now}
+  if not lapsed and r[2] == '1' and r[7] == ARGV[1] then return {0} end
+` + answerLua + `
 end
 if kind == 'hash' then redis.call('DEL', KEYS[1]) end
-redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]), 'ls', ARGV[3])
+local hold = tonumber(ARGV[6]) or 0
+redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]) + hold, 'ls', ARGV[3])
+if hold > 0 then redis.call('HSET', KEYS[1], 'le', now + tonumber(ARGV[3])) end
 if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'resp', ARGV[5]) end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + ` + fmt.Sprint(restartKeepMS) + `)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + hold + ` + fmt.Sprint(restartKeepMS) + `)
 return {0}
 `)
 
-// heldLua answers 0 unless ARGV[1] holds a live in-flight lock on KEYS[1].
+// heldLua answers 0 unless ARGV[1] holds an in-flight lock on KEYS[1] whose
+// lease has not lapsed; hold is the lock's hold (ex less its lease end).
 const heldLua = `
-local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex')
-if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) or tonumber(h[3]) <= now then return 0 end
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex', 'le')
+if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) then return 0 end
+local hold = 0
+if tonumber(h[4]) then hold = tonumber(h[3]) - tonumber(h[4]) end
+if tonumber(h[3]) - hold <= now then return 0 end
 `
 
 // Complete and release announce the change on the store's notification channel
@@ -145,8 +175,10 @@ return 1
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
 // fingerprint, created ms, unknown ("1" or "0"). Answers 1 when the record is stored, or was already
 // completed by this token (a re-sent Complete); 0 when another claim or record
-// holds the key. A key that is free (absent, or a lapsed lock) is completed as
-// well: the operation ran, and nobody else claimed the key since.
+// holds the key. The token's own lock is completed whether its lease lapsed or
+// not (a lapsed one is held until then). A key that is free (absent, or a lock
+// past its hold) is completed as well: the operation ran, and nobody else
+// claimed the key since.
 var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
 local h = redis.pcall('HMGET', KEYS[1], 'st', 'tok', 'ex', 'w')
 if h['err'] then return 0 end
@@ -167,11 +199,12 @@ return 1
 `)
 
 // resolveScript: KEYS[1]; ARGV response ("" deletes), ttl ms, now ms, channel.
-// Answers 1 when the held unknown outcome was replaced (or deleted), 0 when no
-// live record exists, 2 when the live record is not an unknown outcome, -1 for
-// a foreign value.
+// Answers 1 when the held unknown outcome (stored, or a lapsed lock) was
+// replaced (or deleted), 0 when no live record exists, 2 when the live record
+// is not an unknown outcome, -1 for a foreign value. A lapsed lock becomes a
+// completed record, keeping its token, fingerprint and creation time.
 var resolveScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + `
-local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'ex', 'u')
+local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'ex', 'u', 'le')
 if h['err'] then return -1 end
 if not h[1] and not h[3] then
   if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -179,11 +212,12 @@ if not h[1] and not h[3] then
 end
 if h[1] ~= '1' or not tonumber(h[3]) then return -1 end
 if tonumber(h[3]) <= now then return 0 end
-if h[2] ~= '2' or h[4] ~= '1' then return 2 end
+local lapsed = h[2] == '1' and tonumber(h[5]) and tonumber(h[5]) <= now
+if not lapsed and (h[2] ~= '2' or h[4] ~= '1') then return 2 end
 if ARGV[1] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('HSET', KEYS[1], 'resp', ARGV[1], 'ex', now + tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[1], 'ex', now + tonumber(ARGV[2]))
   redis.call('HDEL', KEYS[1], 'u')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -208,16 +242,22 @@ if h[4] == '1' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end
 return 1
 `)
 
-// extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0.
+// extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0. The
+// hold moves with the lease.
 var extendScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + heldLua + `
-redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]), 'ls', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + ` + fmt.Sprint(restartKeepMS) + `)
+redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]) + hold, 'ls', ARGV[2])
+if hold > 0 then redis.call('HSET', KEYS[1], 'le', now + tonumber(ARGV[2])) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + hold + ` + fmt.Sprint(restartKeepMS) + `)
 return 1
 `)
 
-// getScript: KEYS[1]; ARGV now ms. Answers {0} when absent, {1, …} as lockScript.
+// getScript: KEYS[1]; ARGV now ms. Answers {0} when absent, the record as
+// answerLua does otherwise.
 var getScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
-if live then return {1, r[1], r[2], r[3], r[4], r[5], r[6]} end
+local tok = false
+if live then
+` + answerLua + `
+end
 return {0}
 `)
 
