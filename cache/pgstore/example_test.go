@@ -52,7 +52,9 @@ func ExampleSchema() {
 	// 	expires_at  timestamptz NOT NULL,
 	// 	unknown     boolean     NOT NULL DEFAULT false,
 	// 	response    bytea,
-	// 	waited      boolean     NOT NULL DEFAULT false
+	// 	waited      boolean     NOT NULL DEFAULT false,
+	// 	lease_until timestamptz,
+	// 	found_by    bytea
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
@@ -66,6 +68,9 @@ func ExampleSchema() {
 	// DO $$ BEGIN
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
 	// 		ALTER TABLE "idem_records" ADD COLUMN waited boolean NOT NULL DEFAULT false;
+	// 	END IF;
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'lease_until' AND NOT attisdropped) THEN
+	// 		ALTER TABLE "idem_records" ADD COLUMN lease_until timestamptz, ADD COLUMN found_by bytea;
 	// 	END IF;
 	// END $$;
 }

@@ -185,6 +185,14 @@ func (s *Store) nowArg() any {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
+// holdMs is a lock's hold in milliseconds (0: none).
+func holdMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ms(d)
+}
+
 // LockOrGet implements cache.Store, reading first: a replay or a conflict is
 // one primary-key read that writes nothing, and a first execution one
 // statement that inserts the lock. Only a row that lapsed and was not swept
@@ -212,7 +220,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			rec     row
 			now     time.Time
 		)
-		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace)},
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold)},
 			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -221,9 +229,19 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			return nil, false, 0, fmt.Errorf("pgstore: claiming key: %w", err)
 		case outcome == 0:
 			return nil, false, 0, nil
-		case outcome == 2: // a lapsed row: take it over
+		case outcome == 2: // an expired row: take it over
 			query = s.q.takeover
 			continue
+		case outcome == 3: // a lock whose lease lapsed, held
+			err = s.queryRow(ctx, key, s.q.find, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), s.nowArg()},
+				&rec.lapsed, &rec.found, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows): // expired meanwhile
+				query = s.q.claim
+				continue
+			case err != nil:
+				return nil, false, 0, fmt.Errorf("pgstore: claiming key: %w", err)
+			}
 		}
 		r, err := rec.record()
 		if err != nil {
@@ -327,7 +345,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 // Get implements cache.Store.
 func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 	var rec row
-	err := s.pool.QueryRow(ctx, s.q.get, []byte(key), s.nowArg()).Scan(&rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+	err := s.pool.QueryRow(ctx, s.q.get, []byte(key), s.nowArg()).Scan(&rec.lapsed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, cache.ErrNotFound
 	}

@@ -13,9 +13,13 @@ type row struct {
 	fingerprint          []byte
 	createdAt, expiresAt time.Time
 	response             []byte
+	lapsed, found        bool // a lock whose lease lapsed, held; found by this claim
 }
 
 func (r *row) record() (*cache.Record, error) {
+	if r.lapsed && cache.State(r.state) == cache.StateInFlight {
+		return cache.LapsedRecord(string(r.fingerprint), r.createdAt, r.expiresAt, traceOf(r.response), r.found), nil
+	}
 	rec := &cache.Record{Version: cache.FormatVersion, State: cache.State(r.state), Fingerprint: string(r.fingerprint),
 		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt}
 	switch rec.State {
@@ -33,6 +37,13 @@ func (r *row) record() (*cache.Record, error) {
 		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, r.state)
 	}
 	return rec, nil
+}
+
+func traceOf(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // traceArg is a lock's trace context as a statement argument: NULL when it has none.

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// addWaitedLockWait bounds how long migrate waits for the lock that adds the
-// waited column to a table of an earlier version (lock_timeout).
-const addWaitedLockWait = 2 * time.Second
+// addColumnsLockWait bounds how long migrate waits for the lock that adds the
+// columns a table of an earlier version lacks (lock_timeout).
+const addColumnsLockWait = 2 * time.Second
 
 // migrate creates the table and its index if they are missing, under an
 // advisory lock: instances starting together would otherwise race in CREATE
@@ -29,16 +29,16 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, s.q.schema); err != nil {
 			return err
 		}
-		// addWaited adds the waited column to a table of an earlier version
+		// addColumns adds the columns a table of an earlier version lacks
 		// (and does nothing to one that has it). Its ALTER's exclusive lock waits for every
 		// transaction holding the table (a dump, a long query), and every other
 		// statement on it queues behind the ALTER meanwhile: wait briefly.
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addWaitedLockWait.Milliseconds())); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addColumnsLockWait.Milliseconds())); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, s.q.addWaited); err != nil {
+		if _, err := tx.Exec(ctx, s.q.addColumns); err != nil {
 			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-				return fmt.Errorf("adding the column waited: the table's exclusive lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", addWaitedLockWait, err)
+				return fmt.Errorf("adding the columns waited, lease_until and found_by: the table's exclusive lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", addColumnsLockWait, err)
 			}
 			return err
 		}
