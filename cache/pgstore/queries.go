@@ -100,7 +100,7 @@ func buildQueries(table string) queries {
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW6}", fmt.Sprintf(nowSQL, 6), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
-		schema:    r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
+		schema:     r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
 		addColumns: r.Replace(addColumnsSQL),
 		check:      r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by FROM {T} LIMIT 0`),
 
