@@ -3,6 +3,8 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,7 +23,8 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 	}
 	for try := 0; try < claimTries; try++ {
 		now := s.now()
-		exp := ms(now) + durMs(lock.Lease)
+		le := ms(now) + durMs(lock.Lease)
+		exp := le + holdMs(lock.Hold)
 		it := itemKey(key, recordSK)
 		it[attrState] = avN(stateInFlight)
 		it[attrToken] = avB([]byte(lock.Token))
@@ -30,6 +33,11 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		}
 		it[attrCreated] = avN(ms(now))
 		it[attrExpires] = avN(exp)
+		it[attrLease] = avN(le)
+		if lock.Hold > 0 {
+			it[attrHoldMs] = avN(holdMs(lock.Hold))
+			it[attrHoldS] = avN(ttlSeconds(exp) - le/1000)
+		}
 		it[attrTTL] = avN(ttlSeconds(exp))
 		if len(lock.Trace) > 0 {
 			it[attrTrace] = avB(lock.Trace)
@@ -53,6 +61,12 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		if err != nil {
 			return nil, false, err
 		}
+		if old.lapsed(now) {
+			if rec, done, err := s.find(ctx, key, lock, old, now); done || err != nil {
+				return rec, err == nil, err
+			}
+			continue // settled meanwhile: look again
+		}
 		if !old.live(now) || old.state() == stateInFlight && old.token() == lock.Token {
 			continue // read apart from the write (fallback), and the key is free or ours: claim again
 		}
@@ -66,4 +80,44 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		return rec, true, nil
 	}
 	return nil, false, errors.New("dynamostore: claiming key: the record kept changing under the claim")
+}
+
+// holdMs is a lock's hold in milliseconds (0: none).
+func holdMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return durMs(d)
+}
+
+// find answers a claim that found old, a lock whose lease lapsed: held. The
+// first claim of the same request (its fingerprint) to find it marks it found
+// with its token, in one conditional UpdateItem; done is false when the mark
+// found the item changed (settled meanwhile).
+func (s *Store) find(ctx context.Context, key string, lock cache.Lock, old item, now time.Time) (*cache.Record, bool, error) {
+	if _, marked := old[attrFound]; marked || string(old.b(attrFP)) != lock.Fingerprint {
+		return old.lapsedRecord(lock.Token), true, nil
+	}
+	const update = "SET #lf = :tok"
+	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      itemKey(key, recordSK),
+		UpdateExpression:         aws.String(update),
+		ConditionExpression:      aws.String(condFind),
+		ExpressionAttributeNames: names(update, condFind),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight),
+			":old": avB(old.b(attrToken)), ":tok": avB([]byte(lock.Token))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureNone,
+		ReturnConsumedCapacity:              s.rcc(),
+	})
+	if err == nil {
+		s.report("claim", "UpdateItem", out.ConsumedCapacity)
+		old[attrFound] = avB([]byte(lock.Token))
+		return old.lapsedRecord(lock.Token), true, nil
+	}
+	if _, ok := isCCF(err); ok {
+		s.reportFailed("claim", "UpdateItem", nil, nil)
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("dynamostore: claiming key: %w", err)
 }

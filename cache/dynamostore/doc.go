@@ -39,7 +39,13 @@
 //	tok  B     the lock token; kept once completed, so a re-sent Complete is recognised
 //	fp   B     the request's fingerprint
 //	ca   N     when the key was claimed, Unix milliseconds
-//	ex   N     when the lease (in flight) or the record (completed) lapses, Unix milliseconds
+//	ex   N     when the record lapses, Unix milliseconds: a completed record's TTL;
+//	           an in-flight lock's lease end plus its hold (cache.Lock.Hold)
+//	le   N     an in-flight lock's lease end, Unix milliseconds; from it until ex the
+//	           lock is held as an unknown outcome
+//	hd   N     an in-flight lock's hold, milliseconds (Extend keeps ex at le plus hd)
+//	hs   N     the same in whole seconds, rounded up (and ttl at le's second plus hs)
+//	lf   B     the token of the claim that first found the lock's lease lapsed
 //	ttl  N     DynamoDB's time to live, Unix seconds (the second after ex)
 //	unk  BOOL  the response is a held unknown outcome
 //	tr   B     an in-flight lock's trace context

@@ -21,7 +21,11 @@ const (
 	attrToken    = "tok" // B: the lock token; kept once completed
 	attrFP       = "fp"  // B: the request's fingerprint
 	attrCreated  = "ca"  // N: when the first request claimed the key, Unix ms
-	attrExpires  = "ex"  // N: when the lease or the record lapses, Unix ms
+	attrExpires  = "ex"  // N: when the record lapses, Unix ms: a lock's lease end plus its hold
+	attrLease    = "le"  // N: an in-flight lock's lease end, Unix ms (absent: ex)
+	attrHoldMs   = "hd"  // N: an in-flight lock's hold, ms (ex less le)
+	attrHoldS    = "hs"  // N: that hold in whole seconds, rounded up (ttl less le's second)
+	attrFound    = "lf"  // B: the token of the claim that found the lock's lease lapsed
 	attrTTL      = "ttl" // N: DynamoDB's time to live, Unix seconds
 	attrUnknown  = "unk" // BOOL: the response is a held unknown outcome
 	attrTrace    = "tr"  // B: an in-flight lock's trace context
@@ -131,6 +135,16 @@ func (it item) state() int64 {
 	return st
 }
 
+// lapsed reports whether the item is an in-flight lock whose lease lapsed at
+// now and which is still held (live).
+func (it item) lapsed(now time.Time) bool {
+	if !it.live(now) || it.state() != stateInFlight {
+		return false
+	}
+	le, ok := it.n(attrLease)
+	return ok && le <= ms(now)
+}
+
 // live reports whether the item is a record that has not lapsed at now (a
 // missing item, a tombstone and an expired record are all absent).
 func (it item) live(now time.Time) bool {
@@ -173,6 +187,9 @@ func (it item) record() (*cache.Record, error) {
 	switch st := it.state(); st {
 	case stateInFlight:
 		rec.State = cache.StateInFlight
+		if le, ok := it.n(attrLease); ok {
+			rec.ExpiresAt = time.UnixMilli(le)
+		}
 		if tr := it.b(attrTrace); len(tr) > 0 {
 			rec.Trace = tr
 		}
@@ -218,4 +235,17 @@ func valueSize(v types.AttributeValue) int {
 		return n
 	}
 	return 0
+}
+
+// lapsedRecord is a lock whose lease lapsed, read as the held unknown outcome
+// it is; found when token (a claim's; "" for none) found it.
+func (it item) lapsedRecord(token string) *cache.Record {
+	ca, _ := it.n(attrCreated)
+	ex, _ := it.n(attrExpires)
+	var tr []byte
+	if b := it.b(attrTrace); len(b) > 0 {
+		tr = b
+	}
+	found := token != "" && string(it.b(attrFound)) == token
+	return cache.LapsedRecord(string(it.b(attrFP)), time.UnixMilli(ca), time.UnixMilli(ex), tr, found)
 }

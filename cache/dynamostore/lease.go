@@ -49,8 +49,9 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		return err
 	}
 	now := s.now()
-	exp := ms(now) + durMs(lease)
-	const update = "SET #ex = :ex, #ttl = :ttl"
+	le := ms(now) + durMs(lease)
+	// The hold moves with the lease: ex and ttl keep their distance from le.
+	const update = "SET #le = :le, #ex = if_not_exists(#hd, :zero) + :le, #ttl = if_not_exists(#hs, :zero) + :ttl"
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      itemKey(key, recordSK),
@@ -58,7 +59,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		ConditionExpression:      aws.String(condExtend),
 		ExpressionAttributeNames: names(update, condExtend),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight), ":tok": avB([]byte(token)),
-			":ex": avN(exp), ":ttl": avN(ttlSeconds(exp))},
+			":le": avN(le), ":ttl": avN(ttlSeconds(le)), ":zero": avN(0)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		ReturnConsumedCapacity:              s.rcc(),
 	})

@@ -18,20 +18,24 @@ import (
 const (
 	// A claim takes a free key (no item, or a lapsed record or tombstone), or
 	// finds its own lock there: a re-sent claim.
-	condClaim = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok)"
+	condClaim = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok AND (attribute_not_exists(#le) OR #le > :now))"
 	// Complete's update writes over the caller's own lock (live, or lapsed
-	// with nobody claiming since), or creates the record on a missing key.
+	// and held, or expired with nobody claiming since), or creates the record
+	// on a missing key.
 	condComplete = "attribute_not_exists(#pk) OR (#st = :one AND #tok = :tok)"
 	// Complete's put stores the record on a key that is free otherwise (a
 	// lapsed record or a tombstone is there).
 	condCompleteFree = "attribute_not_exists(#pk) OR #ex <= :now"
 	// Release deletes the caller's lock, or finds the key free.
 	condRelease = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok)"
-	// Extend renews the caller's live lock.
-	condExtend = "#st = :one AND #tok = :tok AND #ex > :now"
-	// Resolve settles a live held unknown outcome, or finds what it wrote: a
-	// re-sent Resolve (its id, :op, is on the item).
-	condResolve = "(#ex > :now AND #st = :two AND #unk = :true) OR #op = :op"
+	// Extend renews the caller's lock whose lease has not lapsed.
+	condExtend = "#st = :one AND #tok = :tok AND #ex > :now AND (attribute_not_exists(#le) OR #le > :now)"
+	// A claim marks a lock whose lease lapsed found, once.
+	condFind = "#st = :one AND #tok = :old AND #le <= :now AND #ex > :now AND attribute_not_exists(#lf)"
+	// Resolve settles a live held unknown outcome (stored, or a lock whose
+	// lease lapsed), or finds what it wrote: a re-sent Resolve (its id, :op,
+	// is on the item).
+	condResolve = "(#ex > :now AND #st = :two AND #unk = :true) OR (#ex > :now AND #st = :one AND #le <= :now) OR #op = :op"
 	// Delete puts a tombstone over a live record, or finds its own tombstone.
 	condDelete = "#ex > :now OR #op = :op"
 )
@@ -116,6 +120,9 @@ func (s *Store) getItem(ctx context.Context, op, key string) (item, error) {
 // load decodes a live record item, reading its response's chunks when it has
 // them.
 func (s *Store) load(ctx context.Context, key string, it item) (*cache.Record, error) {
+	if it.lapsed(s.now()) {
+		return it.lapsedRecord(""), nil
+	}
 	rec, err := it.record()
 	if err != nil || rec.State != cache.StateCompleted {
 		return rec, err

@@ -23,7 +23,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	}
 	now := s.now()
 	opID := newOpID()
-	values := map[string]types.AttributeValue{":now": avN(ms(now)), ":two": avN(stateCompleted), ":true": avBool(true), ":op": avS(opID)}
+	values := map[string]types.AttributeValue{":now": avN(ms(now)), ":one": avN(stateInFlight), ":two": avN(stateCompleted), ":true": avBool(true), ":op": avS(opID)}
 	var (
 		old   map[string]types.AttributeValue
 		err   error
@@ -56,7 +56,9 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		}
 		values[":false"], values[":ex"], values[":ttl"] = avBool(false), avN(exp), avN(ttlSeconds(exp))
 		rset, rremove := r.update(values)
-		update := "SET #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE " + rremove
+		// A lock whose lease lapsed becomes a completed record (keeping its
+		// token, fingerprint and creation time).
+		update := "SET #st = :two, #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE #tr, #le, #hd, #hs, #lf, " + rremove
 		call = "UpdateItem"
 		var out *dynamodb.UpdateItemOutput
 		out, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
