@@ -34,6 +34,27 @@ type claim struct {
 	// must not cancel the work whose result the retry will ask for), bounded
 	// by handler_timeout.
 	ctx context.Context
+	// renew renews the lease from the claim until what settles it is stored
+	// (a background retry of the store takes it over); nil once stopped.
+	renew *renewal
+}
+
+// errHandlerTimeout is a first execution that handler_timeout ended: the
+// handler may have acted.
+var errHandlerTimeout = timeoutError("handler_timeout passed before the handler returned")
+
+type timeoutError string
+
+func (e timeoutError) Error() string { return string(e) }
+func (e timeoutError) Timeout() bool { return true }
+
+// stopRenewal ends the lease's renewal, once what settles the claim is stored
+// (or given up) or the key is released.
+func (c *claim) stopRenewal() {
+	if c.renew != nil {
+		c.renew.stop()
+		c.renew = nil
+	}
 }
 
 // run runs next under the claim and settles it: it stores the response, or
@@ -49,7 +70,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	defer cancel()
 	c.ctx = ctx
 
-	renew := c.startRenewal()
+	c.renew = c.startRenewal()
 	rw := &recorder{w: w, client: progressWriter{w: w, timeout: h.s.BodyReadTimeout}, ignored: h.c.ignored, maxBody: h.s.MaxBody}
 	returned := false
 	defer func() {
@@ -57,7 +78,6 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 			return
 		}
 		p := recover() // next panicked: settle the key, then re-raise
-		renew.stop()
 		c.ev.Status = rw.status
 		if p != nil {
 			c.ev.Err = fmt.Errorf("handler panicked: %v", p)
@@ -71,6 +91,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 			c.release()
 			c.ev.Outcome = OutcomeNotStored
 		}
+		c.stopRenewal()
 		if p == nil {
 			return // runtime.Goexit, not a panic: let it continue
 		}
@@ -84,8 +105,22 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
-	renew.stop()
+	// The lease is renewed on until what settles the claim is stored.
+	defer c.stopRenewal()
 
+	if ctx.Err() != nil && h.s.HandlerTimeout > 0 {
+		// The core's own deadline: whatever the handler did, it may have
+		// acted, and what it wrote (or left unwritten) is not its answer.
+		c.ev.Status, c.ev.Err = rw.status, errors.Join(errHandlerTimeout, err)
+		if c.settleUnknown(rw, !rw.hijacked && !rw.switched()) {
+			return nil // answered: the outcome-unknown problem
+		}
+		if rw.status == 0 && !rw.hijacked {
+			h.writeProblem(rw, unknownProblem(http.StatusGatewayTimeout, false), 0, c.echo) // released by policy
+			c.ev.Status = http.StatusGatewayTimeout
+		}
+		return nil
+	}
 	if rw.status == 0 && !rw.hijacked && err == nil {
 		// net/http (and Caddy) send 200 for a handler that wrote nothing, with the
 		// headers it set: send it now, so those headers are recorded too.

@@ -23,6 +23,10 @@ type compiled struct {
 	bodyFirst   bool   // the body is read before the key: a signature, or a key in it
 	errorFormat ErrorFormat
 	logger      *slog.Logger
+	// lapseHold is how long a lock whose lease lapses is held as an unknown
+	// outcome (cache.Lock.Hold): unknown_hold under the hold policy, none
+	// when a lapsed lock is released (unknown_outcome release, in_flight_only).
+	lapseHold time.Duration
 }
 
 // scopePart is one entry of the scope: a request header, or one cookie.
@@ -33,6 +37,9 @@ type scopePart struct {
 
 func compile(s *Settings) (*compiled, error) {
 	c := &compiled{tracked: map[string]bool{}, ignored: map[string]bool{}}
+	if s.UnknownOutcome != UnknownRelease && !s.InFlightOnly {
+		c.lapseHold = s.UnknownHold
+	}
 	if len(s.Methods) == 0 {
 		return nil, fieldErr("methods", "no tracked methods")
 	}

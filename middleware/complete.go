@@ -22,6 +22,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	// Detached from the handler's deadline: storing must not fail because the
 	// handler used its time; the store timeout bounds it instead.
 	sctx, scancel := h.storeCtx(c.ctx)
+	c.renew.storing()
 	err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 	scancel()
 	switch {
@@ -37,7 +38,9 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 		if h.holder != nil {
 			release = h.holder.Hold() // taken while this request still holds it
 		}
-		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token} // outlives the request
+		// Outlives the request, and renews the lease until it is done.
+		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
+		c.renew = nil
 		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
 	}
 	return err
@@ -51,11 +54,15 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 	h := c.h
 	defer h.pending.Done()
 	defer release()
+	defer c.stopRenewal()
 	deadline := time.Now().Add(h.s.CompleteRetry)
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if time.Until(deadline) < backoff {
-			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored within complete_retry; once its lease lapses a retry will run again",
-				slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
+			msg := "idempotency record not stored within complete_retry; once its lease lapses the key is held as an unknown outcome"
+			if h.c.lapseHold == 0 {
+				msg = "idempotency record not stored within complete_retry; once its lease lapses a retry will run again"
+			}
+			h.c.logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
 			return
 		}
 		time.Sleep(backoff)
@@ -78,16 +85,19 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 // record, which ends a pending completion for good. Another request's in-flight
 // claim does not: it may yet be refused and undone (a Redis claim no replica
 // acknowledged exists on the primary until it is) or released, and by the time
-// this reads the key it may be free already; nor does a failed read.
+// this reads the key it may be free already; nor does a failed read, nor a
+// lapsed lock held as an unknown outcome (this completion's own, which it
+// replaces).
 func (c *claim) answeredByAnother(ctx context.Context) bool {
 	sctx, cancel := c.h.storeCtx(ctx)
 	defer cancel()
 	rec, err := c.h.store.Get(sctx, c.storeKey)
-	return err == nil && rec.State == cache.StateCompleted
+	return err == nil && rec.State == cache.StateCompleted && !rec.Lapsed
 }
 
 // release releases the claim, so a retry runs again.
 func (c *claim) release() {
+	c.stopRenewal()
 	h := c.h
 	sctx, cancel := h.storeCtx(c.ctx)
 	defer cancel()

@@ -119,24 +119,57 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 	}
 }
 
-// The first execution is detached from the client but bounded by its own timeout.
+// The first execution is detached from the client but bounded by its own
+// timeout, which is an unknown outcome: the key is held with 504, whatever the
+// handler did after it (returned without writing, which net/http would answer
+// 200; wrote its own answer), and the handler never runs again. Under
+// unknown_outcome release the key is released, and the client still gets 504.
 func TestHandlerTimeoutBoundsExecution(t *testing.T) {
-	got := make(chan error, 1)
-	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-			got <- r.Context().Err()
-		case <-time.After(10 * time.Second):
-			got <- nil
-		}
-		w.WriteHeader(504)
-	}}
-	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.HandlerTimeout = 30 * time.Millisecond }).Wrap(c)
-	serve(h, req{Key: "slow"})
-	if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("next's context ended with %v, want the handler timeout", err)
+	for _, tc := range []struct {
+		name  string
+		write func(w http.ResponseWriter)
+	}{
+		{"returns without writing", func(http.ResponseWriter) {}},
+		{"writes 200 after it", func(w http.ResponseWriter) { w.WriteHeader(200); _, _ = w.Write([]byte("late")) }},
+		{"writes its own 504", func(w http.ResponseWriter) { w.WriteHeader(504) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan error, 1)
+			c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+					got <- r.Context().Err()
+				case <-time.After(10 * time.Second):
+					got <- nil
+				}
+				tc.write(w)
+			}}
+			h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.HandlerTimeout = 30 * time.Millisecond }).Wrap(c)
+			first := serve(h, req{Key: "slow"})
+			if err := <-got; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("next's context ended with %v, want the handler timeout", err)
+			}
+			if first.Header().Get("Content-Length") != "" && first.Code == 200 && first.Body.Len() == 0 {
+				t.Fatalf("first: an empty 200")
+			}
+			for i := 0; i < 2; i++ {
+				w := serve(h, req{Key: "slow"})
+				checkProblem(t, w.Header(), w.Body.Bytes(), 504, middleware.ProblemOutcomeUnknown)
+				if w.Header().Get("Idempotent-Replayed") != "true" || c.Calls.Load() != 1 {
+					t.Fatalf("retry %d: replayed=%q calls=%d, want the held answer and one run", i, w.Header().Get("Idempotent-Replayed"), c.Calls.Load())
+				}
+			}
+		})
 	}
-	if w := serve(h, req{Key: "slow"}); w.Header().Get("Idempotent-Replayed") == "true" {
-		t.Fatal("a timed-out (504) execution was stored")
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }}
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) {
+		s.HandlerTimeout, s.UnknownOutcome = 30*time.Millisecond, middleware.UnknownRelease
+	}).Wrap(c)
+	for i := 1; i <= 2; i++ {
+		w := serve(h, req{Key: "slow"})
+		checkProblem(t, w.Header(), w.Body.Bytes(), 504, middleware.ProblemOutcomeUnknown)
+		if c.Calls.Load() != int64(i) {
+			t.Fatalf("unknown_outcome release, request %d: calls=%d, want the key released", i, c.Calls.Load())
+		}
 	}
 }

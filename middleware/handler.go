@@ -163,7 +163,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
 		// Never failed open: the first request may still run.
-		if rec, loaded, err = h.waitForFirst(r, c.storeKey, c.fp, c.token, owner, rec.CreatedAt); err != nil {
+		if rec, loaded, err = h.waitForFirst(r, c.storeKey, h.lock(c, owner), rec.CreatedAt); err != nil {
 			h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			t.storeUnavailable(w, err)
@@ -171,6 +171,10 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		}
 	}
 	if loaded {
+		if rec.Found {
+			h.lapsed(r, c, key, body, rec) // unknown.go
+			t.ev.Outcome, t.ev.Err = OutcomeUnknown, errLeaseLapsed
+		}
 		h.answerDuplicate(w, r, rec, c.fp, t)
 		return nil
 	}
@@ -232,9 +236,14 @@ func (h *Handler) claim(r *http.Request, c *claim, owner string, ev *Event) (*ca
 	t0 := time.Now()
 	sctx, scancel := h.storeCtx(r.Context())
 	defer scancel()
-	rec, loaded, err := h.store.LockOrGet(sctx, c.storeKey, cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner})
+	rec, loaded, err := h.store.LockOrGet(sctx, c.storeKey, h.lock(c, owner))
 	ev.StoreDuration = time.Since(t0)
 	return rec, loaded, err
+}
+
+// lock is what c asks the store for.
+func (h *Handler) lock(c *claim, owner string) cache.Lock {
+	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.c.lapseHold}
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
@@ -329,7 +338,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 		p.OriginalStatus = rec.Response.Status
 		t.problem(w, OutcomeNotReplayable, nil, p, 0)
 	default:
-		resp := h.storedAnswer(rec.Response)
+		resp := h.storedAnswer(rec)
 		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
 		if err != nil {
 			ce := strings.Join(contentCodings(resp.Header), ", ")
@@ -347,7 +356,10 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
 			return
 		}
-		t.ev.Outcome, t.ev.Status = OutcomeReplayed, resp.Status
+		if t.ev.Outcome != OutcomeUnknown { // a lapsed lease this request found: reported so
+			t.ev.Outcome = OutcomeReplayed
+		}
+		t.ev.Status = resp.Status
 		t.emit()
 		h.replayEchoing(w, resp, t.key, dec) // keyecho.go
 	}

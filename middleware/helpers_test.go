@@ -85,7 +85,10 @@ func (f *flaky) Release(ctx context.Context, key, tok string) error {
 }
 
 func (f *flaky) Extend(ctx context.Context, key, tok string, lease time.Duration) error {
-	err := f.Store.Extend(ctx, key, tok, lease)
+	err := errDown // a store that takes no Complete takes no other write either
+	if !f.failComplete.Load() {
+		err = f.Store.Extend(ctx, key, tok, lease)
+	}
 	if f.extends != nil {
 		select {
 		case f.extends <- struct{}{}:

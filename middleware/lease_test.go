@@ -1,8 +1,11 @@
 package middleware_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +49,8 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	}
 }
 
-// A holder whose lease lapsed (no renewal got through) cannot overwrite the newer
-// holder's record.
+// Under unknown_outcome release, a holder whose lease lapsed (no renewal got
+// through) cannot overwrite the newer holder's record.
 func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	clk := cachetest.NewClock()
 	store := newMem(t, memstore.WithClock(clk.Now))
@@ -65,7 +68,8 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	}
 	// The lease is long in real time (no renewal fires during the test) and
 	// lapses by moving the fake clock.
-	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = time.Hour }, func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL, s.UnknownOutcome = time.Hour, middleware.UnknownRelease },
+		func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
 	done := make(chan struct{})
 	go func() { defer close(done); serve(h, req{Key: "k", Header: http.Header{"X-Which": {"first"}}}) }()
 	<-firstStarted
@@ -84,5 +88,69 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	}
 	if evs.All()[1].Err == nil || !errors.Is(evs.All()[1].Err, cache.ErrLockLost) {
 		t.Fatalf("lapsed holder's error = %v, want ErrLockLost", evs.All()[1].Err)
+	}
+}
+
+// A lease that lapses (its instance stopped, or its store writes did) holds
+// the key as an unknown outcome, by default: a retry gets the outcome-unknown
+// answer and does not run; the first retry to find it reports the hold
+// (OnHold, with the retry's request and the first execution's start); and a
+// completion that lands after all replaces the held answer.
+func TestLapsedLeaseIsHeld(t *testing.T) {
+	clk := cachetest.NewClock()
+	store := newMem(t, memstore.WithClock(clk.Now))
+	var evs events
+	releaseFirst, firstStarted := make(chan struct{}), make(chan struct{})
+	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Which") == "first" {
+			close(firstStarted)
+			<-releaseFirst
+		}
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(r.Header.Get("X-Which")))
+	}}
+	var holds []middleware.Held
+	var mu sync.Mutex
+	h := newHandler(t, store, func(s *middleware.Settings) {
+		s.LockTTL = time.Hour // long in real time: no renewal fires; the fake clock lapses it
+		s.Observer = evs.Observe
+		s.FingerprintHeaders = nil
+		s.OnHold = func(_ context.Context, held middleware.Held) error {
+			mu.Lock()
+			defer mu.Unlock()
+			holds = append(holds, held)
+			return nil
+		}
+	}).Wrap(c)
+	done := make(chan struct{})
+	go func() { defer close(done); serve(h, req{Key: "k", Header: http.Header{"X-Which": {"first"}}}) }()
+	<-firstStarted
+	claimed := clk.Now()
+	clk.Advance(2 * time.Hour)
+	for i := 0; i < 2; i++ {
+		w := serve(h, req{Key: "k", Header: http.Header{"X-Which": {"retry"}}})
+		checkProblem(t, w.Header(), w.Body.Bytes(), 504, middleware.ProblemOutcomeUnknown)
+		if !strings.Contains(w.Body.String(), "stopped before its outcome was stored") {
+			t.Fatalf("retry %d after the lapse: %s", i, w.Body)
+		}
+	}
+	if w := serve(h, req{Key: "k", Body: "another request"}); w.Code != 422 {
+		t.Fatalf("another request under the held key: %d, want 422", w.Code)
+	}
+	mu.Lock()
+	if len(holds) != 1 || holds[0].Key != "k" || !holds[0].Sent.Equal(claimed) || holds[0].Request.Header.Get("X-Which") != "retry" {
+		t.Fatalf("holds reported: %+v, want one, for the first retry, sent at the claim (%v)", holds, claimed)
+	}
+	mu.Unlock()
+	if o := evs.Outcomes(); len(o) != 3 || o[0] != middleware.OutcomeUnknown || o[1] != middleware.OutcomeReplayed || o[2] != middleware.OutcomeMismatch {
+		t.Fatalf("outcomes %v: want unknown (found the lapse), replayed, mismatch", o)
+	}
+	close(releaseFirst)
+	<-done
+	if w := serve(h, req{Key: "k"}); w.Code != 201 || w.Body.String() != "first" || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after the first execution's late completion: %d %q, want its answer replayed", w.Code, w.Body)
+	}
+	if c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1", c.Calls.Load())
 	}
 }

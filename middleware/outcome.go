@@ -36,6 +36,12 @@ func unknownProblem(status int, held bool) Problem {
 	return newProblem(ProblemOutcomeUnknown, status, detail)
 }
 
+// lapsedProblem is the answer to a key whose first execution's lease lapsed.
+func lapsedProblem(status int) Problem {
+	return newProblem(ProblemOutcomeUnknown, status, "the instance running the request with this idempotency key stopped before its outcome was stored, "+
+		"so it may have been executed; it was not, and will not be, run again with this key")
+}
+
 // unknownStatus is 504 for a timeout, 502 otherwise.
 func unknownStatus(err error) int {
 	var te interface{ Timeout() bool }

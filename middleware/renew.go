@@ -10,8 +10,11 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// renewal extends a claim's lease every third of it while next runs. It uses a
-// timer, not a goroutine, so fast requests pay almost nothing for it.
+// renewal extends a claim's lease every third of it while next runs, and on
+// while what settles the claim is stored, its background retries included: a
+// lease lapses only when its instance stopped, or the store took no write for
+// a whole lease. It uses a timer, not a goroutine, so fast requests pay
+// almost nothing for it.
 type renewal struct {
 	h        *Handler
 	ctx      context.Context
@@ -21,7 +24,20 @@ type renewal struct {
 	t        *time.Timer
 	mu       sync.Mutex
 	stopped  bool
+	store    bool // the claim's answer is being stored: a lost lease may be its own Complete
 	running  sync.WaitGroup
+}
+
+// storing tells the renewal that the claim's answer is being stored: from
+// then on, a lease found lost may be the claim's own completion, and is not
+// reported.
+func (rn *renewal) storing() {
+	if rn == nil {
+		return
+	}
+	rn.mu.Lock()
+	rn.store = true
+	rn.mu.Unlock()
 }
 
 func (c *claim) startRenewal() *renewal {
@@ -52,9 +68,19 @@ func (rn *renewal) fire() {
 	defer rn.mu.Unlock()
 	switch {
 	case errors.Is(err, cache.ErrLockLost):
-		// Its Complete still lands if nobody else claims the key meanwhile.
-		rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
-			slog.String("key_hash", rn.keyHash))
+		switch {
+		case rn.store || rn.stopped:
+			// Completed by now, or lapsed during a store outage: the
+			// completion under way reports what it finds.
+		case rn.h.c.lapseHold > 0:
+			// Its Complete still replaces the held record when it lands.
+			rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
+				slog.String("key_hash", rn.keyHash))
+		default:
+			// Its Complete still lands if nobody else claims the key meanwhile.
+			rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
+				slog.String("key_hash", rn.keyHash))
+		}
 		return
 	case err != nil:
 		rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",

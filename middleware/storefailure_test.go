@@ -126,6 +126,10 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	mem := d.store.Store
 	key := d.core.StoreKey(req{Key: "k"}.Build(), "k")
 	time.Sleep(100 * time.Millisecond) // the outage outlasts the lease
+	// The lapsed lock is held; a failover that lost it frees the key.
+	if err := mem.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
 	if _, loaded, err := mem.LockOrGet(context.Background(), key, cache.Lock{Token: "other", Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
 		t.Fatalf("another claim on the lapsed key: loaded=%v err=%v", loaded, err)
 	}
@@ -151,15 +155,30 @@ func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
 	d.replaysTheOneRun(t, "retry")
 }
 
-// complete_retry bounds the background completion; past it the lock lapses and a
-// retry runs again (the documented limit).
+// complete_retry bounds the background completion; past it the lock lapses
+// and the key is held as an unknown outcome: the retry is not run again. (It
+// used to run again: the documented limit.) Under unknown_outcome release it
+// still runs again.
 func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
 	d := newCompleteDown(t, func(s *middleware.Settings) { s.CompleteRetry = 300 * time.Millisecond })
 	d.wait(t, "give up")
 	d.store.failComplete.Store(false)
+	testutil.Eventually(t, 5*time.Second, "the lease to lapse", func() bool { return serve(d.h, req{Key: "k"}).Code != 409 })
+	w := serve(d.h, req{Key: "k"})
+	checkProblem(t, w.Header(), w.Body.Bytes(), 504, middleware.ProblemOutcomeUnknown)
+	if d.c.Calls.Load() != 1 {
+		t.Fatalf("calls = %d, want 1 (held)", d.c.Calls.Load())
+	}
+
+	d = newCompleteDown(t, func(s *middleware.Settings) {
+		s.CompleteRetry = 300 * time.Millisecond
+		s.UnknownOutcome = middleware.UnknownRelease
+	})
+	d.wait(t, "give up")
+	d.store.failComplete.Store(false)
 	testutil.Eventually(t, 5*time.Second, "the lease to lapse", func() bool { return serve(d.h, req{Key: "k"}).Code == 201 })
 	if d.c.Calls.Load() != 2 {
-		t.Fatalf("calls = %d, want 2", d.c.Calls.Load())
+		t.Fatalf("unknown_outcome release: calls = %d, want 2", d.c.Calls.Load())
 	}
 }
 

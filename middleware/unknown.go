@@ -18,6 +18,32 @@ type Held struct {
 	Request  *http.Request // the first execution's request (its body already read)
 	Body     []byte        // its buffered body
 	Hold     time.Duration // how long the key is held (unknown_hold)
+	// Sent is when the first execution started: when it was claimed. For a
+	// lease that lapsed, Request and Body are the retry's that found it (the
+	// same request: its fingerprint is the first execution's).
+	Sent time.Time
+}
+
+// errLeaseLapsed is a held key's reason when its first execution's lease
+// lapsed: the instance running it stopped (crashed, killed) or its store
+// writes stopped before its outcome was stored.
+var errLeaseLapsed = errors.New("the first execution's lease lapsed before its outcome was stored")
+
+// lapsed reports a lease that lapsed, which this request found first
+// (rec.Found): the key is held as an unknown outcome, and the route's
+// follow-up (Settings.OnHold: reconcile) is told, with this request, which is
+// the first execution's (the same fingerprint).
+func (h *Handler) lapsed(r *http.Request, c *claim, key string, body []byte, rec *cache.Record) {
+	h.c.logger.LogAttrs(r.Context(), slog.LevelWarn, "idempotency lease lapsed before the outcome was stored: the key is held, retries will not run again",
+		slog.String("key_hash", c.keyHash), slog.Time("claimed", rec.CreatedAt), slog.Duration("unknown_hold", h.s.UnknownHold))
+	if h.s.OnHold == nil {
+		return
+	}
+	held := Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body, Hold: h.s.UnknownHold, Sent: rec.CreatedAt}
+	if err := h.s.OnHold(context.WithoutCancel(r.Context()), held); err != nil {
+		h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
+			slog.String("key_hash", c.keyHash), slog.Any("error", err))
+	}
 }
 
 // settleUnknown settles a first execution whose outcome is unknown. Under the
@@ -29,12 +55,13 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 	h := c.h
 	c.ev.Outcome = OutcomeUnknown
 	if h.s.UnknownOutcome == UnknownRelease || h.s.InFlightOnly {
+		c.stopRenewal()
 		c.release()
 		return false
 	}
 	if h.s.OnHold != nil && c.held != nil {
 		held := *c.held
-		held.Hold = h.s.UnknownHold
+		held.Hold, held.Sent = h.s.UnknownHold, c.started
 		if err := h.s.OnHold(context.WithoutCancel(c.ctx), held); err != nil {
 			h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
@@ -65,7 +92,13 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 // error format: every retry gets these bytes. Every retry carries its own key
 // back (the same key), filled in at replay: the key itself is never stored.
 func (h *Handler) unknownAnswer(status int, trace []byte) *cache.Response {
-	ct, hdr, body := h.c.errorFormat.Render(unknownProblem(status, true), 0)
+	return h.render(unknownProblem(status, true), trace)
+}
+
+// render is the answer of held unknown outcome p.
+func (h *Handler) render(p Problem, trace []byte) *cache.Response {
+	status := p.Status
+	ct, hdr, body := h.c.errorFormat.Render(p, 0)
 	if hdr == nil {
 		hdr = http.Header{}
 	}
@@ -76,10 +109,15 @@ func (h *Handler) unknownAnswer(status int, trace []byte) *cache.Response {
 	return &cache.Response{Status: status, Unknown: true, Body: body, BodySize: int64(len(body)), Header: hdr, Trace: trace}
 }
 
-// storedAnswer is the answer a stored response replays as: a held unknown
-// outcome stored bare (in a full store) is rendered now.
-func (h *Handler) storedAnswer(resp *cache.Response) *cache.Response {
-	if resp.Unknown && resp.Header == nil && len(resp.Body) == 0 {
+// storedAnswer is the answer rec's response replays as: a held unknown
+// outcome stored bare (in a full store) is rendered now, and so is a lapsed
+// lease held as one.
+func (h *Handler) storedAnswer(rec *cache.Record) *cache.Response {
+	resp := rec.Response
+	switch {
+	case rec.Lapsed:
+		return h.render(lapsedProblem(resp.Status), resp.Trace)
+	case resp.Unknown && resp.Header == nil && len(resp.Body) == 0:
 		return h.unknownAnswer(resp.Status, resp.Trace)
 	}
 	return resp

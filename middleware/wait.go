@@ -17,7 +17,7 @@ import (
 // was not the one read before Subscribe (another waiter claimed the key after a
 // release, or took over a lapsed lock) may be younger than the mark: it is
 // subscribed to and read once more before waiting for it.
-func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string, seen time.Time) (*cache.Record, bool, error) {
+func (h *Handler) waitForFirst(r *http.Request, key string, lock cache.Lock, seen time.Time) (*cache.Record, bool, error) {
 	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
@@ -30,9 +30,9 @@ func (h *Handler) waitForFirst(r *http.Request, key, fp, token, owner string, se
 		}
 		// Read after subscribing: a change in between still wakes us.
 		sctx, scancel := h.storeCtx(r.Context())
-		rec, loaded, err := h.store.LockOrGet(sctx, key, cache.Lock{Token: token, Fingerprint: fp, Lease: h.s.LockTTL, Owner: owner})
+		rec, loaded, err := h.store.LockOrGet(sctx, key, lock)
 		scancel()
-		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != fp {
+		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != lock.Fingerprint {
 			cancel()
 			return rec, loaded, err
 		}
