@@ -2,10 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -34,34 +36,53 @@ func TestE2ESigtermDrainsAndStores(t *testing.T) {
 	}
 }
 
-// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a retry
-// gets 409 until then, and runs exactly once after.
-func TestE2ESigkillLeaseLapses(t *testing.T) {
+// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a
+// retry gets 409 until then, and after it the key is held as an unknown
+// outcome (504): the killed instance may have had the upstream act. Nothing
+// runs twice, on every shared store. With unknown_outcome release, a retry
+// runs once after the lapse, as before.
+func TestE2ESigkillHoldsTheKey(t *testing.T) {
 	skipShort(t)
-	rs := redistest.Start(t)
+	for _, tc := range []struct {
+		name, store string
+		release     bool
+	}{
+		{"redis", redistest.Start(t).URL(), false},
+		{"postgres", pgtest.Start(t).URL(), false},
+		{"redis release", redistest.Start(t).URL(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { sigkillMidFlight(t, tc.store, tc.release) })
+	}
+}
+
+func sigkillMidFlight(t *testing.T, store string, release bool) {
 	up := testutil.NewUpstream(t)
-	p := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
+	args := []string{"--upstream", up.URL, "--store", store, "--lock-ttl", "1500ms"}
+	if release {
+		args = append(args, "--unknown-outcome", "release")
+	}
+	p := start(t, args...)
 	go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/block", "kill", "x")) }()
 	<-up.Started
 	p.Kill()
-	q := start(t, "--upstream", up.URL, "--store", rs.URL(), "--lock-ttl", "1500ms")
+	q := start(t, args...)
 	if r := q.Post(t, "/pay", "kill", "x"); r.Status != 422 {
 		// /pay differs from /block: a different request under the same key.
 		t.Fatalf("other request, same key: %+v", r)
 	}
 	defer up.PassBlocked()() // a retry that reaches the upstream is let through at once
 	saw409 := false
+	var r testutil.Response
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := q.Post(t, "/slow?ms=0", "kill2", "x") // an unrelated key keeps working
-		if r.Status != 201 {
-			t.Fatalf("unrelated key: %+v", r)
+		if u := q.Post(t, "/slow?ms=0", "kill2", "x"); u.Status != 201 { // an unrelated key keeps working
+			t.Fatalf("unrelated key: %+v", u)
 		}
 		r = q.Post(t, "/block", "kill", "x")
 		if r.Status == 409 {
 			saw409 = true
 		}
-		if r.Status == 201 || time.Now().After(deadline) {
+		if r.Status != 409 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -69,10 +90,22 @@ func TestE2ESigkillLeaseLapses(t *testing.T) {
 	if !saw409 {
 		t.Fatal("no 409 while the killed instance's lease was live")
 	}
-	if up.Count("kill") != 2 {
-		t.Fatalf("executions of the killed key = %d, want 2 (the killed one, then one retry)", up.Count("kill"))
+	if release {
+		if r.Status != 201 || up.Count("kill") != 2 {
+			t.Fatalf("unknown_outcome release, after the lapse: %+v, executions %d; want one retry run", r, up.Count("kill"))
+		}
+		return
 	}
-	if r := q.Post(t, "/block", "kill", "x"); !r.Replayed {
-		t.Fatalf("after the retry ran: %+v", r)
+	for i := 0; i < 3; i++ {
+		if r.Status != 504 || !strings.Contains(r.Body, "outcome-unknown") || !strings.Contains(r.Body, "stopped before its outcome was stored") {
+			t.Fatalf("retry %d after the lease lapsed: %d %s; want the held outcome-unknown answer", i, r.Status, r.Body)
+		}
+		r = q.Post(t, "/block", "kill", "x")
+	}
+	if n := up.Count("kill"); n != 1 {
+		t.Fatalf("executions of the killed key = %d, want 1", n)
+	}
+	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown"} 1`) {
+		t.Fatalf("the lapsed lease found is not counted as one unknown outcome:\n%s", metricsOf(t, q.Admin))
 	}
 }
