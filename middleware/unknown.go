@@ -18,6 +18,10 @@ type Held struct {
 	Request  *http.Request // the first execution's request (its body already read)
 	Body     []byte        // its buffered body
 	Hold     time.Duration // how long the key is held (unknown_hold)
+	// Sent is when the first execution began (its request went upstream
+	// then, or after): the upstream may still be working on it for as long
+	// as it may take a request.
+	Sent time.Time
 }
 
 // settleUnknown settles a first execution whose outcome is unknown. Under the
@@ -34,7 +38,7 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 	}
 	if h.s.OnHold != nil && c.held != nil {
 		held := *c.held
-		held.Hold = h.s.UnknownHold
+		held.Hold, held.Sent = h.s.UnknownHold, c.started
 		if err := h.s.OnHold(context.WithoutCancel(c.ctx), held); err != nil {
 			h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
