@@ -244,7 +244,10 @@ func (c *Config) Validate() error {
 			return c.named(err, r, i)
 		}
 	}
-	return c.checkReconcileStore()
+	if err := c.checkReconcileStore(); err != nil {
+		return err
+	}
+	return c.checkReconcile()
 }
 
 // checkReconcileStore refuses reconcile on a store that keeps no reconcile
