@@ -36,11 +36,21 @@ func (s JobState) String() string {
 // asks the upstream what became of the operation (rendered when the key was
 // held, from the original request), and how far asking has come. It lives
 // beside the held record, under the same store key.
+//
+// Host and Sent were added later: a job stored before has neither (Sent is
+// zero, see Legacy), and decodes as such.
 type Job struct {
 	Route  string      `msgpack:"r"`           // the route whose rules settle it
 	Method string      `msgpack:"m"`           // the reconcile request's method
 	URL    string      `msgpack:"u"`           // its path and query, on the upstream
-	Header http.Header `msgpack:"h,omitempty"` // the headers copied from the original request
+	Header http.Header `msgpack:"h,omitempty"` // the headers copied from the original request, and the forwarding headers it carried
+	// Host is the Host the original request was addressed to, in canonical
+	// form (middleware.CanonicalHost): the reconcile request's Host is
+	// decided from it as the original's was (the proxy's upstream_host).
+	Host string `msgpack:"o,omitempty"`
+	// Sent is when the original request was sent upstream: a not-found
+	// answer settles nothing before it can no longer be running.
+	Sent time.Time `msgpack:"z,omitempty"`
 
 	State    JobState  `msgpack:"t"`
 	Attempts int       `msgpack:"a"`
@@ -48,9 +58,14 @@ type Job struct {
 	Deadline time.Time `msgpack:"l"` // no attempt starts after it
 	Until    time.Time `msgpack:"x"` // the hold's end: the job is dropped then
 
+	NotFound   int    `msgpack:"n,omitempty"` // not-found answers so far
 	LastStatus int    `msgpack:"s,omitempty"` // the last answer's status, 0 when none came
 	LastError  string `msgpack:"e,omitempty"` // why the last attempt got no answer
 }
+
+// Legacy reports whether j was stored before jobs kept the original's Host
+// and send time: it has neither.
+func (j *Job) Legacy() bool { return j.Sent.IsZero() }
 
 // EncodeJob and DecodeJob are a job's stored form; bad input wraps ErrCorrupt.
 func EncodeJob(j *Job) ([]byte, error) {

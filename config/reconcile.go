@@ -16,8 +16,11 @@ type Reconcile struct {
 	// Request is sent upstream after an unknown outcome, to ask what became
 	// of the operation: "METHOD /path?query", a path on the upstream whose
 	// placeholders are filled from the first execution's request: {key},
-	// {header.NAME}, {json:/pointer} (a string in its JSON body). Empty: no
-	// reconcile, the key is held for an operator.
+	// {header.NAME}, {json:/pointer} (a string in its JSON body). A value in
+	// the path must be one literal segment (letters, digits and - . _ ~, not
+	// ending in "."); any other leaves the key held for an operator, so a
+	// placeholder whose values may be anything belongs in the query. Empty:
+	// no reconcile, the key is held for an operator.
 	Request string `json:"reconcile" help:"request sent upstream to settle an unknown outcome: METHOD /path?query with {key}, {header.NAME}, {json:/pointer} from the original request; empty: held for an operator"`
 
 	// Headers are request headers of the first execution copied onto the
@@ -31,8 +34,11 @@ type Reconcile struct {
 	Done middleware.StatusSet `json:"reconcile_done" help:"reconcile answers meaning it happened: the answer is stored and the retry replays it"`
 
 	// NotFound are the reconcile answers that mean it did not happen: the
-	// key is released and the client's retry runs.
-	NotFound middleware.StatusSet `json:"reconcile_not_found" help:"reconcile answers meaning it did not happen: the key is released and the retry runs"`
+	// key is released and the client's retry runs. As an upstream still
+	// working on the original finds nothing yet, it is believed only once
+	// the original can no longer be running (the proxy's upstream_timeout,
+	// else handler_timeout, after it was sent) and at a second such answer.
+	NotFound middleware.StatusSet `json:"reconcile_not_found" help:"reconcile answers meaning it did not happen: the key is released and the retry runs, once the original can no longer run (upstream_timeout, else handler_timeout) and at a second such answer"`
 
 	// Delay is the wait before the first attempt.
 	Delay time.Duration `json:"reconcile_delay" help:"wait after an unknown outcome before the first reconcile attempt"`
@@ -44,11 +50,13 @@ type Reconcile struct {
 	MaxDelay time.Duration `json:"reconcile_max_delay" help:"longest wait between reconcile attempts"`
 
 	// Attempts bounds the attempts; then the key stays held for an operator.
-	Attempts int `json:"reconcile_attempts" help:"reconcile attempts at most; then the key stays held for an operator"`
+	// At least 2: a not-found answer is confirmed by a second.
+	Attempts int `json:"reconcile_attempts" help:"reconcile attempts at most (at least 2); then the key stays held for an operator"`
 
 	// Window bounds the time after the unknown outcome in which attempts
-	// start.
-	Window time.Duration `json:"reconcile_window" help:"no reconcile attempt starts later than this after the unknown outcome"`
+	// start. It must leave room to confirm a not-found answer: at least
+	// upstream_timeout (else handler_timeout) and 2 × Delay.
+	Window time.Duration `json:"reconcile_window" help:"no reconcile attempt starts later than this after the unknown outcome (at least upstream_timeout, else handler_timeout, and 2 × reconcile_delay)"`
 
 	// Timeout bounds one attempt (its answer's headers and body).
 	Timeout time.Duration `json:"reconcile_timeout" help:"bound on one reconcile attempt"`

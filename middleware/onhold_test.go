@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 
@@ -13,9 +14,9 @@ import (
 )
 
 // OnHold is told of a key about to be held as an unknown outcome, before the
-// hold is stored, with the request's key, headers and body; never of a key
-// that is released or stored, nor under the release policy. Its failure
-// leaves the key held all the same.
+// hold is stored, with the request's key, headers and body, and when it was
+// sent; never of a key that is released or stored, nor under the release
+// policy. Its failure leaves the key held all the same.
 func TestOnHoldSeesTheHeldRequest(t *testing.T) {
 	store := newMem(t)
 	var got []middleware.Held
@@ -48,11 +49,13 @@ func TestOnHoldSeesTheHeldRequest(t *testing.T) {
 		}
 		return w.Code
 	}
+	before := time.Now()
 	if code := send(reset, "held-1", `{"id":"op_1"}`); code != 502 {
 		t.Fatalf("held answer %d", code)
 	}
 	if len(got) != 1 || got[0].Key != "held-1" || bodies[0] != `{"id":"op_1"}` || got[0].Request.Header.Get("X-Account") != "acct_7" ||
-		got[0].StoreKey == "" || got[0].Hold != middleware.DefaultSettings().UnknownHold {
+		got[0].StoreKey == "" || got[0].Hold != middleware.DefaultSettings().UnknownHold ||
+		got[0].Sent.Before(before) || got[0].Sent.After(time.Now()) { // Sent: when the first execution began
 		t.Fatalf("OnHold saw %+v (body %q)", got, bodies)
 	}
 	send(reset, "held-1", `{"id":"op_1"}`) // a replay: nothing new is held

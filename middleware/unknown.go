@@ -18,8 +18,10 @@ type Held struct {
 	Request  *http.Request // the first execution's request (its body already read)
 	Body     []byte        // its buffered body
 	Hold     time.Duration // how long the key is held (unknown_hold)
-	// Sent is when the first execution started: when it was claimed. For a
-	// lease that lapsed, Request and Body are the retry's that found it (the
+	// Sent is when the first execution began (its request went upstream
+	// then, or after): the upstream may still be working on it for as long
+	// as it may take a request. For a lease that lapsed, it is when the key
+	// was claimed, and Request and Body are the retry's that found it (the
 	// same request: its fingerprint is the first execution's).
 	Sent time.Time
 }

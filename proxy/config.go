@@ -47,9 +47,10 @@ type Config struct {
 	// -Proto, -Host and Forwarded headers are kept and extended; from any other
 	// peer they are replaced with what the proxy saw (forwarding.go).
 	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded and request id headers are kept and extended; others' are replaced"`
-	// UpstreamHost is the Host the upstream receives: "upstream" (the
-	// upstream URL's), "client" (the one the client sent), or a host name.
-	UpstreamHost string `json:"upstream_host" help:"Host sent upstream: upstream (the upstream URL's host), client (the client's Host), or a literal host[:port]"`
+	// UpstreamHost is the Host the upstream receives, with forwarded and
+	// reconcile requests alike: "upstream" (the upstream URL's), "client"
+	// (the one the client sent, in canonical form), or a host name.
+	UpstreamHost string `json:"upstream_host" help:"Host sent upstream, reconcile requests included: upstream (the upstream URL's host), client (the client's Host, canonical), or a literal host[:port]"`
 	// RequestIDHeader carries the request id: taken from a trusted proxy's
 	// request when it is well formed, generated otherwise, sent upstream and
 	// logged as request_id. Empty: generated and logged, not sent.
@@ -244,7 +245,10 @@ func (c *Config) Validate() error {
 			return c.named(err, r, i)
 		}
 	}
-	return c.checkReconcileStore()
+	if err := c.checkReconcileStore(); err != nil {
+		return err
+	}
+	return c.checkReconcile()
 }
 
 // checkReconcileStore refuses reconcile on a store that keeps no reconcile

@@ -209,6 +209,13 @@ func TestReconcileConfigErrors(t *testing.T) {
 		{"reconcile: GET /c/{key}\nreconcile_max_delay: 1ms\n", "must be at least reconcile_delay"},
 		{"reconcile: GET /c/{key}\nreconcile_done: [404]\n", "reconcile_not_found: 404 is also in reconcile_done"},
 		{"store: dynamodb://idem\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile: a DynamoDB store keeps no reconcile jobs"},
+		// A not-found answer releases a key once the original can no longer
+		// run (upstream_timeout, else handler_timeout) and a second confirms it.
+		{"handler_timeout: 0s\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile: a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: set upstream_timeout or handler_timeout"},
+		{"handler_timeout: 0s\nupstream_timeout: 30s\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n    reconcile_window: 1m\n", ""},
+		{"upstream_timeout: 2h\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile_window: 1h0m0s leaves no room to confirm a not-found answer"},
+		{"routes:\n  - path: /charges\n    reconcile: GET /c/{key}\n    handler_timeout: 10m\n    reconcile_window: 5m\n", "make it at least 10m0s"},
+		{"reconcile: GET /c/{key}\nreconcile_attempts: 1\n", "(line 3): must be at least 2: a not-found answer releases the key only when a second one confirms it"},
 	} {
 		file := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(file, []byte("upstream: http://u:1\n"+tc.file), 0o600)

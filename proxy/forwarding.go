@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // UpstreamHost values besides a literal host.
@@ -368,13 +370,30 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	}
 	vals[3] = forwarded(in.Header["Forwarded"], node, proto, in.Host)
 	out["Forwarded"] = vals[3:4:4]
+	if h := f.upstreamHost(in.Host); h != "" {
+		pr.Out.Host = h
+	}
+}
+
+// upstreamHost is the Host of a request the proxy sends upstream for a
+// client's request addressed to host, under upstream_host: the one place that
+// decides it, for a forwarded request (rewrite) and a reconcile request
+// (reconcilePrepare) alike, so that the two never differ. "" means the
+// upstream URL's host. Under client it is host in canonical form
+// (middleware.CanonicalHost: lower case, without a default port or a trailing
+// dot), the Host as the core read it and as a reconcile job keeps it; a Host
+// that has no canonical form (an untracked request's) goes as it came.
+func (f *forwarding) upstreamHost(host string) string {
 	switch f.host {
 	case UpstreamHostUpstream:
+		return ""
 	case UpstreamHostClient:
-		pr.Out.Host = in.Host
-	default:
-		pr.Out.Host = f.host
+		if c, err := middleware.CanonicalHost(host); err == nil {
+			return c
+		}
+		return host
 	}
+	return f.host
 }
 
 // joinPrior returns the lines of a list header a trusted proxy sent and this

@@ -7,8 +7,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httputil"
 	"net/url"
+	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -31,10 +35,56 @@ type reconciler struct {
 	done   chan struct{}
 }
 
+// reconcileRules are the reconcile rules of the route whose settings cc
+// compiled into s, nil when it names no reconcile request. How long the
+// original may still be running upstream (Rules.Running) is upstream_timeout,
+// else the route's handler_timeout: what the proxy itself lets a request take.
+func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*reconcile.Rules, error) {
+	rules, err := cc.ReconcileRules(s)
+	if err != nil || rules == nil {
+		return nil, err
+	}
+	rules.Running = c.UpstreamTimeout
+	if rules.Running <= 0 {
+		rules.Running = s.HandlerTimeout
+	}
+	if rules.Running <= 0 {
+		return nil, &middleware.SettingsError{Field: "reconcile", Err: errors.New(
+			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: " +
+				"set upstream_timeout or handler_timeout (both are 0)")}
+	}
+	if err := rules.Check(); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}
+
+// checkReconcile checks the reconcile rules of the top level and each route
+// with what the proxy adds to them (reconcileRules).
+func (c *Config) checkReconcile() error {
+	check := func(cc config.Config) error {
+		s, err := cc.Compile()
+		if err != nil {
+			return err
+		}
+		_, err = c.reconcileRules(cc, s)
+		return err
+	}
+	if err := check(c.Config); err != nil {
+		return c.named(err, nil, 0)
+	}
+	for i := range c.Routes {
+		if err := check(c.route(c.Routes[i])); err != nil {
+			return c.named(err, &c.Routes[i], i)
+		}
+	}
+	return nil
+}
+
 // reconcileRoute sets s.OnHold to schedule the route's held keys when cc names
 // a reconcile request.
 func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *middleware.Settings) error {
-	rules, err := cc.ReconcileRules(*s)
+	rules, err := st.cfg.reconcileRules(cc, *s)
 	if err != nil || rules == nil {
 		return err
 	}
@@ -47,7 +97,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 	if st.rc == nil {
 		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate
 		w := &reconcile.Worker{Store: st.cache, Jobs: jobs, Routes: map[string]*reconcile.Rules{}, Upstream: upstream,
-			Logger: p.log, Observe: p.metrics.reconcile.Observe, StoreTimeout: s.StoreTimeout}
+			Prepare: st.fwd.reconcilePrepare, Logger: p.log, Observe: p.metrics.reconcile.Observe, StoreTimeout: s.StoreTimeout}
 		t := forward.NewTransport(0)
 		if p.tracing {
 			w.Transport, w.Trace = otelhttp.NewTransport(t), traceReconcile
@@ -57,9 +107,90 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 		st.rc = &reconciler{w: w}
 	}
 	st.rc.w.Routes[path] = rules
-	sched := &reconcile.Scheduler{Route: path, Rules: rules, Jobs: jobs, Due: st.rc.w.Wake, StoreTimeout: s.StoreTimeout}
+	sched := &reconcile.Scheduler{Route: path, Rules: rules, Jobs: jobs, Due: st.rc.w.Wake, StoreTimeout: s.StoreTimeout,
+		Forwarded: st.fwd.reconcileHeaders}
 	s.OnHold = sched.Hold
 	return nil
+}
+
+// A reconcile request goes to the route's upstream as the route's own requests
+// do, as far as it tells the upstream which site it is for: the Host
+// upstream_host decides (upstreamHost, from the original's canonical Host kept
+// with the job), and the forwarding headers of the original's forwarded
+// request that name the site it was addressed to (X-Forwarded-Proto,
+// X-Forwarded-Host, Forwarded's proto and host), kept with the job when the
+// key is held. A virtual-hosted upstream (an ingress, a multi-tenant API)
+// finds the same site it ran the original on. It does not carry what names a
+// client (X-Forwarded-For, Forwarded's for=): the proxy sends it on its own,
+// on no client's connection, and claims no one's address. It carries a
+// request id of its own (request_id_header), as every request the proxy
+// sends does.
+
+// reconcileHeaders are the forwarding headers a reconcile request for the held
+// request in carries: those rewrite gives in's forwarded request, without the
+// client's address.
+func (f *forwarding) reconcileHeaders(in *http.Request) http.Header {
+	pr := &httputil.ProxyRequest{In: in, Out: &http.Request{Header: http.Header{}}}
+	f.rewrite(pr)
+	h := pr.Out.Header
+	delete(h, "X-Forwarded-For")
+	if fwd := withoutFor(h.Get("Forwarded")); fwd != "" {
+		h["Forwarded"] = []string{fwd}
+	} else {
+		delete(h, "Forwarded")
+	}
+	return h
+}
+
+// reconcilePrepare readies a reconcile request: its Host (upstreamHost) and a
+// request id. A job stored before jobs kept the original's Host cannot be sent
+// with the client's Host: it is refused, and its key stays held for an
+// operator, rather than sent to a Host the original never went to.
+func (f *forwarding) reconcilePrepare(req *http.Request, job *cache.Job) error {
+	if f.host == UpstreamHostClient && job.Legacy() {
+		return errors.New("upstream_host is client, and this job was stored by an earlier version that kept no client Host; settle the key with idemproxy keys")
+	}
+	req.Host = f.upstreamHost(job.Host)
+	if f.idHeader != "" {
+		req.Header[f.idHeader] = []string{newRequestID()}
+	}
+	return nil
+}
+
+// withoutFor is a Forwarded header (RFC 7239, checked by inbound or written by
+// forwarded) without its for= pairs; an element left empty is dropped.
+func withoutFor(v string) string {
+	var elems []string
+	for _, elem := range splitUnquoted(v, ',') {
+		var pairs []string
+		for _, pair := range splitUnquoted(elem, ';') {
+			pair = strings.TrimSpace(pair)
+			name, _, _ := strings.Cut(pair, "=")
+			if pair != "" && !strings.EqualFold(strings.TrimSpace(name), "for") {
+				pairs = append(pairs, pair)
+			}
+		}
+		if len(pairs) > 0 {
+			elems = append(elems, strings.Join(pairs, ";"))
+		}
+	}
+	return strings.Join(elems, ", ")
+}
+
+// splitUnquoted splits s at each sep outside a quoted string.
+func splitUnquoted(s string, sep byte) []string {
+	var out []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == sep && !quoted:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 // startReconcile starts the state's worker, when a route reconciles.

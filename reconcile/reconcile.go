@@ -5,10 +5,12 @@
 // and a schedule with backoff, bounded in attempts and in time. A Worker on
 // every instance claims due jobs from the store (one claimer per job, fenced
 // by a lease), sends the request upstream, and settles the key by the route's
-// Rules: a "done" answer becomes the stored response, a "not found" answer
-// releases the key so the client's retry runs, anything else is tried again
-// until the attempts or the window run out; then the key stays held for an
-// operator. The original operation is never sent by this package.
+// Rules: a "done" answer becomes the stored response; a "not found" answer
+// releases the key so the client's retry runs, but only once the original
+// can no longer be running (Rules.Running after it was sent) and a second
+// not-found answer confirms the first; anything else is tried again until the
+// attempts or the window run out; then the key stays held for an operator.
+// The original operation is never sent by this package.
 package reconcile
 
 import (
@@ -32,9 +34,15 @@ type Rules struct {
 	MaxDelay time.Duration        // bound on a delay
 	Attempts int                  // attempts at most
 	Window   time.Duration        // no attempt starts later than this after the hold
-	Timeout  time.Duration        // bound on one attempt (headers and body)
-	MaxBody  int64                // largest "done" body stored for replay (the route's max_body)
-	TTL      time.Duration        // how long a "done" answer is kept (the route's ttl)
+	// Running is how long the upstream may still be working on the original
+	// after it was sent (the proxy's upstream_timeout, else the route's
+	// handler_timeout): a not-found answer releases the key only from then
+	// on, and only when it is the second. Zero: no bound is known, and a
+	// second not-found answer alone releases the key.
+	Running time.Duration
+	Timeout time.Duration // bound on one attempt (headers and body)
+	MaxBody int64         // largest "done" body stored for replay (the route's max_body)
+	TTL     time.Duration // how long a "done" answer is kept (the route's ttl)
 }
 
 // Check reports what is wrong with r: a *middleware.SettingsError naming the
@@ -60,13 +68,40 @@ func (r *Rules) Check() error {
 		return bad("reconcile_timeout", "must be positive, got %v", r.Timeout)
 	case r.Done.Empty():
 		return bad("reconcile_done", "must name at least one status")
+	case r.Running < 0:
+		return bad("reconcile", "the original's run bound is negative (%v)", r.Running)
 	}
 	for c := 100; c < 1000; c++ {
 		if r.Done.Has(c) && r.NotFound.Has(c) {
 			return bad("reconcile_not_found", "%d is also in reconcile_done", c)
 		}
 	}
+	if r.NotFound.Empty() {
+		return nil
+	}
+	// A not-found answer releases a key when it is the second one and the
+	// original can no longer be running: answered from the first attempt
+	// on, that is at the second attempt (Delay after the first) or at
+	// Running after the original was sent, whichever is later, and the
+	// schedule must reach it.
+	if r.Attempts < 2 {
+		return bad("reconcile_attempts", "must be at least 2: a not-found answer releases the key only when a second one confirms it, got %d", r.Attempts)
+	}
+	if need := max(2*r.Delay, r.Running); r.Window < need {
+		return bad("reconcile_window", "%v leaves no room to confirm a not-found answer once the original can no longer be running: "+
+			"make it at least %v (the longer of 2 × reconcile_delay and how long the original may run, %v: upstream_timeout, or handler_timeout without it)",
+			r.Window, need, r.Running)
+	}
 	return nil
+}
+
+// sent is when the original of job was sent. A legacy job did not keep it:
+// its hold is taken instead (no earlier than the send), from its deadline.
+func (r *Rules) sent(job *cache.Job) time.Time {
+	if job.Legacy() {
+		return job.Deadline.Add(-r.Window)
+	}
+	return job.Sent
 }
 
 // delay is the wait before attempt n+1, after n attempts (n ≥ 1): Delay times
@@ -96,35 +131,58 @@ type Scheduler struct {
 	Now func() time.Time
 	// StoreTimeout bounds the store call.
 	StoreTimeout time.Duration
+	// Forwarded, when set, returns the forwarding headers the route's
+	// forwarded request for r carried that the reconcile request repeats
+	// (the proxy's: the site r was addressed to, not who sent it). They are
+	// kept with the job, and win over a copied header of the same name.
+	Forwarded func(r *http.Request) http.Header
 }
 
-// Hold renders the reconcile request from the held request and stores its job.
-// A request that cannot be rendered (a placeholder with nothing to fill it)
-// schedules nothing: its key stays held for an operator.
+// Hold renders the reconcile request from the held request and stores its job,
+// with what the request is sent by: the original's Host (canonical), the
+// forwarding headers, and when the original was sent. A request that cannot
+// be rendered (a placeholder with nothing to fill it, or a value a path cannot
+// take) schedules nothing: its key stays held for an operator.
 func (s *Scheduler) Hold(ctx context.Context, h middleware.Held) error {
 	url, err := s.Rules.Request.Render(h)
 	if err != nil {
 		return fmt.Errorf("reconcile request: %w", err)
 	}
-	size := len(url)
+	host, err := middleware.CanonicalHost(h.Request.Host)
+	if err != nil {
+		return fmt.Errorf("reconcile request: %w", err)
+	}
+	size := len(url) + len(host)
 	var hdr http.Header
+	add := func(name string, vals []string) {
+		if hdr == nil {
+			hdr = http.Header{}
+		}
+		for _, v := range vals {
+			size += len(name) + len(v)
+		}
+		hdr[http.CanonicalHeaderKey(name)] = append([]string(nil), vals...)
+	}
 	for _, name := range s.Rules.Headers {
 		if vals := h.Request.Header.Values(name); len(vals) > 0 {
-			if hdr == nil {
-				hdr = http.Header{}
-			}
-			for _, v := range vals {
-				size += len(name) + len(v)
-			}
-			hdr[http.CanonicalHeaderKey(name)] = append([]string(nil), vals...)
+			add(name, vals)
+		}
+	}
+	if s.Forwarded != nil {
+		for name, vals := range s.Forwarded(h.Request) {
+			add(name, vals)
 		}
 	}
 	if size > MaxRendered {
-		return fmt.Errorf("reconcile request: its URL and copied headers take %d bytes, more than %d", size, MaxRendered)
+		return fmt.Errorf("reconcile request: its URL and headers take %d bytes, more than %d", size, MaxRendered)
 	}
 	now := s.now()
-	job := &cache.Job{Route: s.Route, Method: s.Rules.Request.Method, URL: url, Header: hdr, State: cache.JobScheduled,
-		Due: now.Add(s.Rules.Delay), Deadline: now.Add(s.Rules.Window), Until: now.Add(h.Hold)}
+	sent := h.Sent
+	if sent.IsZero() {
+		sent = now // not told: the hold, which is no earlier
+	}
+	job := &cache.Job{Route: s.Route, Method: s.Rules.Request.Method, URL: url, Header: hdr, Host: host, Sent: sent,
+		State: cache.JobScheduled, Due: now.Add(s.Rules.Delay), Deadline: now.Add(s.Rules.Window), Until: now.Add(h.Hold)}
 	if s.StoreTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.StoreTimeout)

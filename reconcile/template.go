@@ -24,10 +24,11 @@ const (
 // from the first execution's request: {key} (the client's idempotency key),
 // {header.NAME} (that request header's first value), {json:/pointer} (the
 // string at an RFC 6901 pointer in its JSON body, read as key_source json:
-// reads it). A value is escaped for where it stands: as a path segment before
-// the "?" (a value "." or ".." too, so it is never a dot segment), as a query
-// value after it. A placeholder with nothing to fill it
-// (a header the request did not carry) leaves the key held for an operator.
+// reads it). After the "?", a value is escaped as a query value, whatever it
+// is. Before it, a value is written as it is, and only a value that stays one
+// literal path segment on every upstream is: see pathValue. A placeholder
+// with nothing to fill it (a header the request did not carry), or with a
+// value the path cannot take, leaves the key held for an operator.
 type Request struct {
 	Method string
 	parts  []part
@@ -124,6 +125,47 @@ func checkLiteral(s string) error {
 	return nil
 }
 
+// pathValue says why v cannot be written into a path ("" when it can). A
+// value in a path must stay one literal segment, or part of one, on every
+// upstream and every proxy before it, whatever they normalise: so it is made
+// of RFC 3986 unreserved characters only (letters, digits, "-", ".", "_",
+// "~"), which no one decodes, splits or resolves, and it does not end in a
+// dot. That refuses a value that is or contains a separator ("/", "\", "?",
+// "#"), a percent-encoding, decoded once or twice ("%2e%2e" is ".."
+// to a normalising upstream, "%252e" after a second decoding), a ";"
+// parameter (Tomcat reads "..;" as ".."), a dot segment ("." and ".."; any
+// value of dots only), a trailing dot (IIS and Windows drop it: "k." would ask
+// about "k"), and the empty value (an empty segment, which "//" normalisation
+// removes). Escaping instead would not do: what an escape means is up to each
+// upstream.
+func pathValue(v string) string {
+	if v == "" {
+		return "is empty"
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return "has a character other than letters, digits and - . _ ~"
+		}
+	}
+	if v[len(v)-1] == '.' {
+		return "ends in '.'"
+	}
+	return ""
+}
+
+// String is the placeholder as written in the template.
+func (p part) String() string {
+	switch p.kind {
+	case 'k':
+		return "{key}"
+	case 'h':
+		return "{header." + p.arg + "}"
+	case 'j':
+		return "{json:" + p.arg + "}"
+	}
+	return p.lit
+}
+
 // NeedsBody reports whether a placeholder reads the body.
 func (r *Request) NeedsBody() bool {
 	for _, p := range r.parts {
@@ -159,15 +201,13 @@ func (r *Request) Render(h middleware.Held) (string, error) {
 				return "", fmt.Errorf("{json:%s}: %v", p.arg, err)
 			}
 		}
-		switch {
-		case p.query:
+		if p.query {
 			b.WriteString(url.QueryEscape(v))
-		case v == "." || v == "..":
-			// A dot segment would move the request to another path on
-			// the upstream (/charges/{key}/status with the key "..").
-			b.WriteString(strings.Repeat("%2E", len(v)))
-		default:
-			b.WriteString(url.PathEscape(v))
+		} else if why := pathValue(v); why != "" {
+			return "", fmt.Errorf("%s: its value %s: in the path it could move the request to another path on the upstream, "+
+				"so none is sent; place %s in the query instead (?name=%s), where any value is escaped", p, why, p, p)
+		} else {
+			b.WriteString(v)
 		}
 		if b.Len() > MaxRendered {
 			return "", fmt.Errorf("the rendered URL is longer than %d bytes", MaxRendered)

@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,13 +38,13 @@ func TestRenderEscapesEachValueForWhereItStands(t *testing.T) {
 		want string
 	}{
 		{"GET /charges?idempotency_key={key}", held("a&b=c d/é", ""), "/charges?idempotency_key=a%26b%3Dc+d%2F%C3%A9"},
-		{"GET /charges/{key}/status", held("../admin?x=1", ""), "/charges/..%2Fadmin%3Fx=1/status"},
-		{"GET /accounts/{header.x-account}/ops?id={json:/op/id}", held("k", `{"op":{"id":"op 1"}}`, "X-Account", "acct/7"),
-			"/accounts/acct%2F7/ops?id=op+1"},
+		{"GET /charges/{key}/status", held("ch_9f8-A.b~c", ""), "/charges/ch_9f8-A.b~c/status"},
+		{"GET /charges/{key}/status", held(".hidden", ""), "/charges/.hidden/status"},
+		{"GET /accounts/{header.x-account}/ops?id={json:/op/id}", held("k", `{"op":{"id":"op 1"}}`, "X-Account", "acct-7"),
+			"/accounts/acct-7/ops?id=op+1"},
 		{"HEAD /static", held("k", ""), "/static"},
-		{"GET /charges/{key}/status", held("..", ""), "/charges/%2E%2E/status"},
-		{"GET /charges/{key}/status", held(".", ""), "/charges/%2E/status"},
 		{"GET /charges?k={key}", held("..", ""), "/charges?k=.."},
+		{"GET /charges?k={key}", held("%2e%2e/..;", ""), "/charges?k=%252e%252e%2F..%3B"},
 	} {
 		r, err := reconcile.ParseRequest(tc.spec)
 		if err != nil {
@@ -67,5 +69,61 @@ func TestRenderEscapesEachValueForWhereItStands(t *testing.T) {
 	}
 	if r.Method != http.MethodGet || !r.NeedsBody() {
 		t.Fatalf("parsed %+v", r)
+	}
+}
+
+// A value placed in the path is one literal segment or nothing: a value an
+// upstream (or a proxy before it) could read as a dot segment, a separator,
+// an escape or a parameter is never rendered into a path, whichever
+// placeholder it fills; the error says why without the value, and points to
+// the query, where the same value is escaped and sent.
+func TestRenderRefusesAPathValueThatIsNotOneSegment(t *testing.T) {
+	hostile := []string{
+		".", "..", "...", "k.", "%2e", "%2E%2e", "%2e%2e", ".%2e", "%252e%252e", "%25252e", "..;", ";", "a;b",
+		"/", "a/b", "../admin", "\\", "a\\b", "..\\", "%2f", "%5c", "a?b", "a#b", "a b", "\t", "é", "\x00", "a%00",
+		"a:b", "a@b", "a+b=", "(a)",
+	}
+	for _, spec := range []string{"GET /v1/charges/{key}/status", "GET /v1/{header.X-Op}", "GET /v1/x{json:/id}x"} {
+		r, err := reconcile.ParseRequest(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range hostile {
+			q := "k"
+			h := httptest.NewRequest("POST", "/charges", nil)
+			h.Header.Set("X-Op", "op")
+			var body []byte
+			switch {
+			case strings.Contains(spec, "{key}"):
+				q = v
+			case strings.Contains(spec, "{header"):
+				h.Header.Set("X-Op", v)
+			default:
+				body = []byte(`{"id":` + strconv.Quote(v) + `}`)
+			}
+			got, err := r.Render(middleware.Held{Key: q, Request: h, Body: body})
+			if err == nil {
+				t.Errorf("%s with %q: rendered %q, want refused", spec, v, got)
+				continue
+			}
+			ours := strings.Contains(err.Error(), "in the query")
+			if !ours && strings.Contains(spec, "{json") && strings.ContainsAny(v, "\t\x00") {
+				ours = true // the JSON key source refuses control characters itself
+			}
+			if !ours || len(v) > 2 && strings.Contains(err.Error(), v) {
+				t.Errorf("%s with %q: error %q: want the reason without the value, and the query suggested", spec, v, err)
+			}
+		}
+	}
+	empty, _ := reconcile.ParseRequest("GET /v1/charges/{json:/id}/status")
+	if got, err := empty.Render(middleware.Held{Key: "k", Request: httptest.NewRequest("POST", "/", nil), Body: []byte(`{"id":""}`)}); err == nil {
+		t.Errorf("an empty value rendered %q: want refused (an empty segment)", got)
+	}
+	query, _ := reconcile.ParseRequest("GET /v1/charges?key={key}")
+	for _, v := range hostile {
+		got, err := query.Render(middleware.Held{Key: v, Request: httptest.NewRequest("POST", "/", nil)})
+		if err != nil || got != "/v1/charges?key="+url.QueryEscape(v) {
+			t.Errorf("%q in the query: %q, %v", v, got, err)
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 	case rules == nil:
 		// The route reconciles no more (the configuration changed).
 		job.LastError = "the route has no reconcile request any more"
-		w.exhaust(ctx, key, token, job, &a)
+		w.exhaust(ctx, key, token, job, &a, "reconcile: the route reconciles no more; the key stays held for an operator")
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, w.StoreTimeout)
@@ -59,17 +59,44 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 		w.update(ctx, key, token, job)
 		return
 	}
+	req, err := w.request(job)
+	if err != nil {
+		// Not the way the route's own requests are sent, or not at all:
+		// nothing is sent, and no later attempt would do better.
+		job.LastStatus, job.LastError = 0, shorten(err.Error())
+		w.exhaust(ctx, key, token, job, &a, "reconcile: the request cannot be sent as the route's own are; the key stays held for an operator")
+		return
+	}
 	job.Attempts++
 	a.Attempt = job.Attempts
-	w.attempt(ctx, rules, job, &a)
-	if a.Answer == AnswerDone || a.Answer == AnswerNotFound {
+	asked := now
+	w.attempt(ctx, rules, job, req, &a)
+	// A not-found answer settles only when the original can no longer be
+	// running (an upstream still working on it finds nothing yet) and a
+	// second one confirms it; before, the next attempt comes no earlier
+	// than when the original can no longer be running.
+	var notBefore time.Time
+	switch a.Answer {
+	case AnswerDone:
 		if w.settle(ctx, key, token, rules, &a) {
 			return
 		}
+	case AnswerNotFound:
+		job.NotFound++
+		over := rules.sent(job).Add(rules.Running)
+		if job.NotFound >= 2 && !asked.Before(over) {
+			if w.settle(ctx, key, token, rules, &a) {
+				return
+			}
+		}
+		notBefore = over
 	}
 	next := w.now().Add(rules.delay(job.Attempts))
+	if next.Before(notBefore) {
+		next = notBefore
+	}
 	if job.Attempts >= rules.Attempts || next.After(job.Deadline) {
-		w.exhaust(ctx, key, token, job, &a)
+		w.exhaust(ctx, key, token, job, &a, "reconcile: attempts ran out; the key stays held for an operator")
 		return
 	}
 	a.Outcome = OutcomeRetry
@@ -79,7 +106,7 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 
 // attempt sends the reconcile request and classifies its answer into a; a
 // done answer's response is left in a.resp.
-func (w *Worker) attempt(ctx context.Context, rules *Rules, job *cache.Job, a *Attempt) {
+func (w *Worker) attempt(ctx context.Context, rules *Rules, job *cache.Job, req *http.Request, a *Attempt) {
 	ctx, cancel := context.WithTimeout(ctx, rules.Timeout)
 	defer cancel()
 	if w.Trace != nil {
@@ -88,7 +115,11 @@ func (w *Worker) attempt(ctx context.Context, rules *Rules, job *cache.Job, a *A
 		defer end()
 	}
 	job.LastStatus, job.LastError = 0, ""
-	resp, err := w.send(ctx, job)
+	t := w.Transport
+	if t == nil {
+		t = http.DefaultTransport
+	}
+	resp, err := t.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		a.Answer, a.Err = AnswerError, err
 		job.LastError = shorten(err.Error())
@@ -119,8 +150,9 @@ func (w *Worker) attempt(ctx context.Context, rules *Rules, job *cache.Job, a *A
 	}
 }
 
-// send sends job's request upstream; redirects are not followed.
-func (w *Worker) send(ctx context.Context, job *cache.Job) (*http.Response, error) {
+// request is job's request on the upstream, readied by Prepare; it is sent
+// with one round trip, so redirects are not followed.
+func (w *Worker) request(job *cache.Job) (*http.Request, error) {
 	ref, err := url.Parse(job.URL)
 	if err != nil {
 		return nil, fmt.Errorf("the stored reconcile URL: %w", err)
@@ -131,7 +163,7 @@ func (w *Worker) send(ctx context.Context, job *cache.Job) (*http.Response, erro
 		return nil, fmt.Errorf("the stored reconcile URL: %w", err)
 	}
 	u.RawPath, u.RawQuery = escaped, ref.RawQuery
-	req, err := http.NewRequestWithContext(ctx, job.Method, u.String(), nil)
+	req, err := http.NewRequest(job.Method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +171,12 @@ func (w *Worker) send(ctx context.Context, job *cache.Job) (*http.Response, erro
 		req.Header[name] = append([]string(nil), vals...)
 	}
 	req.Header.Set("User-Agent", "idemproxy-reconcile")
-	t := w.Transport
-	if t == nil {
-		t = http.DefaultTransport
+	if w.Prepare != nil {
+		if err := w.Prepare(req, job); err != nil {
+			return nil, err
+		}
 	}
-	return t.RoundTrip(req)
+	return req, nil
 }
 
 // settle applies a done or not-found answer: it reports whether the job is
@@ -176,10 +209,10 @@ func (w *Worker) settle(ctx context.Context, key, token string, rules *Rules, a 
 
 // exhaust ends the schedule: the key stays held for an operator, and the job
 // is kept until the hold ends to show what was tried.
-func (w *Worker) exhaust(ctx context.Context, key, token string, job *cache.Job, a *Attempt) {
+func (w *Worker) exhaust(ctx context.Context, key, token string, job *cache.Job, a *Attempt, msg string) {
 	a.Outcome = OutcomeExhausted
 	job.State, job.Due = cache.JobExhausted, job.Until
-	w.Logger.LogAttrs(ctx, slog.LevelWarn, "reconcile: attempts ran out; the key stays held for an operator",
+	w.Logger.LogAttrs(ctx, slog.LevelWarn, msg,
 		slog.String("key_hash", a.KeyHash), slog.Int("attempts", job.Attempts), slog.Int("last_status", job.LastStatus),
 		slog.String("last_error", job.LastError))
 	w.update(ctx, key, token, job)

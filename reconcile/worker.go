@@ -62,7 +62,13 @@ type Worker struct {
 	Upstream *url.URL          // the reconcile request's URL is resolved against it
 	// Transport sends the requests; nil means http.DefaultTransport.
 	Transport http.RoundTripper
-	Logger    *slog.Logger
+	// Prepare, when set, readies each reconcile request the way the
+	// route's own requests are sent (the proxy's: the Host upstream_host
+	// decides from Job.Host, a request id). An error means the job's request
+	// cannot be sent so: nothing is sent, the job is exhausted with the
+	// error as its reason, and the key stays held for an operator.
+	Prepare func(req *http.Request, job *cache.Job) error
+	Logger  *slog.Logger
 	// Observe, when set, is called after each job worked on.
 	Observe func(Attempt)
 	// Trace, when set, wraps each attempt: it returns the context the request

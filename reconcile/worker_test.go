@@ -27,13 +27,17 @@ type fixture struct {
 	sched *reconcile.Scheduler
 	up    *url.URL
 
+	now     func() time.Time // the workers' clock; nil: time.Now
+	prepare func(*http.Request, *cache.Job) error
+
 	mu       sync.Mutex
 	hits     map[string]int
+	hosts    map[string]string // the Host of each key's last reconcile request
 	attempts []reconcile.Attempt
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{hits: map[string]int{}}
+	f := &fixture{hits: map[string]int{}, hosts: map[string]string{}}
 	var err error
 	if f.store, err = memstore.New(); err != nil {
 		t.Fatal(err)
@@ -43,6 +47,7 @@ func newFixture(t *testing.T) *fixture {
 		key := strings.TrimPrefix(r.URL.Path, "/base/ops/")
 		f.mu.Lock()
 		f.hits[key]++
+		f.hosts[key] = r.Host
 		f.mu.Unlock()
 		if r.Header.Get("Authorization") != "Bearer t" || r.Header.Get("User-Agent") != "idemproxy-reconcile" {
 			w.WriteHeader(401)
@@ -83,6 +88,12 @@ func newFixture(t *testing.T) *fixture {
 // first, then the hold.
 func (f *fixture) hold(t *testing.T, key string) string {
 	t.Helper()
+	return f.holdWith(t, key, nil)
+}
+
+// holdWith holds key with what change makes of the held request.
+func (f *fixture) holdWith(t *testing.T, key string, change func(*middleware.Held)) string {
+	t.Helper()
 	storeKey := strings.Repeat("0", 64-len(key)) + key
 	ctx := context.Background()
 	if _, _, err := f.store.LockOrGet(ctx, storeKey, cache.Lock{Token: "tok", Fingerprint: "fp", Lease: time.Minute}); err != nil {
@@ -90,7 +101,11 @@ func (f *fixture) hold(t *testing.T, key string) string {
 	}
 	r := httptest.NewRequest("POST", "/charges", nil)
 	r.Header.Set("Authorization", "Bearer t")
-	if err := f.sched.Hold(ctx, middleware.Held{StoreKey: storeKey, Key: key, Request: r, Hold: time.Hour}); err != nil {
+	h := middleware.Held{StoreKey: storeKey, Key: key, Request: r, Hold: time.Hour}
+	if change != nil {
+		change(&h)
+	}
+	if err := f.sched.Hold(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: "fp", Response: &cache.Response{Status: 502, Unknown: true}}
@@ -105,7 +120,7 @@ func (f *fixture) run(t *testing.T, n int, routes map[string]*reconcile.Rules) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range n {
-		w := &reconcile.Worker{Store: f.store, Jobs: f.store, Routes: routes, Upstream: f.up, Poll: 5 * time.Millisecond,
+		w := &reconcile.Worker{Store: f.store, Jobs: f.store, Routes: routes, Upstream: f.up, Poll: 5 * time.Millisecond, Now: f.now, Prepare: f.prepare,
 			Observe: func(a reconcile.Attempt) { f.mu.Lock(); f.attempts = append(f.attempts, a); f.mu.Unlock() }}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(ctx) }()
@@ -130,8 +145,9 @@ func (f *fixture) job(t *testing.T, storeKey string) *cache.Job {
 
 // Two workers on one store settle each key by its answer, one request per
 // attempt: done is stored (status, Content-Type, body; nothing else), not found
-// released, a body above max_body remembered as done but not replayable, and
-// errors tried reconcile_attempts times, then left held.
+// released once a second answer confirms it, a body above max_body remembered
+// as done but not replayable, and errors tried reconcile_attempts times, then
+// left held.
 func TestWorkersSettleByTheRules(t *testing.T) {
 	f := newFixture(t)
 	keys := map[string]string{}
@@ -166,7 +182,7 @@ func TestWorkersSettleByTheRules(t *testing.T) {
 	if j := f.job(t, keys["err-1"]); j.Attempts != 3 || j.LastStatus != 500 || !j.Due.Equal(j.Until) {
 		t.Fatalf("err-1 job %+v, want exhausted after 3 attempts, kept until the hold ends", j)
 	}
-	for k, want := range map[string]int{"done-1": 1, "nf-1": 1, "big-1": 1, "err-1": 3} {
+	for k, want := range map[string]int{"done-1": 1, "nf-1": 2, "big-1": 1, "err-1": 3} {
 		if got := f.count(k); got != want {
 			t.Errorf("%s: %d reconcile requests, want %d", k, got, want)
 		}
@@ -177,7 +193,7 @@ func TestWorkersSettleByTheRules(t *testing.T) {
 		outcomes[a.Outcome]++
 	}
 	f.mu.Unlock()
-	if outcomes[reconcile.OutcomeResolved] != 2 || outcomes[reconcile.OutcomeReleased] != 1 || outcomes[reconcile.OutcomeRetry] != 2 ||
+	if outcomes[reconcile.OutcomeResolved] != 2 || outcomes[reconcile.OutcomeReleased] != 1 || outcomes[reconcile.OutcomeRetry] != 3 ||
 		outcomes[reconcile.OutcomeExhausted] != 1 {
 		t.Fatalf("observed outcomes %v", outcomes)
 	}
@@ -208,20 +224,33 @@ func TestWorkerSendsNothingForAKeyNoLongerHeld(t *testing.T) {
 
 func TestRulesCheckNamesTheSetting(t *testing.T) {
 	f := newFixture(t)
-	for field, change := range map[string]func(r *reconcile.Rules){
-		"reconcile_delay":     func(r *reconcile.Rules) { r.Delay = 0 },
-		"reconcile_backoff":   func(r *reconcile.Rules) { r.Backoff = 0 },
-		"reconcile_max_delay": func(r *reconcile.Rules) { r.MaxDelay = time.Millisecond },
-		"reconcile_attempts":  func(r *reconcile.Rules) { r.Attempts = 0 },
-		"reconcile_window":    func(r *reconcile.Rules) { r.Window = 0 },
-		"reconcile_timeout":   func(r *reconcile.Rules) { r.Timeout = 0 },
-		"reconcile_not_found": func(r *reconcile.Rules) { r.NotFound, _ = middleware.ParseStatuses("200") },
+	for _, tc := range []struct {
+		field  string
+		change func(r *reconcile.Rules)
+	}{
+		{"reconcile_delay", func(r *reconcile.Rules) { r.Delay = 0 }},
+		{"reconcile_backoff", func(r *reconcile.Rules) { r.Backoff = 0 }},
+		{"reconcile_max_delay", func(r *reconcile.Rules) { r.MaxDelay = time.Millisecond }},
+		{"reconcile_attempts", func(r *reconcile.Rules) { r.Attempts = 0 }},
+		{"reconcile_window", func(r *reconcile.Rules) { r.Window = 0 }},
+		{"reconcile_timeout", func(r *reconcile.Rules) { r.Timeout = 0 }},
+		{"reconcile_not_found", func(r *reconcile.Rules) { r.NotFound, _ = middleware.ParseStatuses("200") }},
+		// A not-found answer needs a second one, within the window, once
+		// the original can no longer be running.
+		{"reconcile_attempts", func(r *reconcile.Rules) { r.Attempts = 1 }},
+		{"reconcile_window", func(r *reconcile.Rules) { r.Running = r.Window + time.Second }},
+		{"reconcile_window", func(r *reconcile.Rules) { r.Delay, r.MaxDelay = r.Window*2/3, r.Window }},
 	} {
 		r := *f.rules
-		change(&r)
+		tc.change(&r)
 		var se *middleware.SettingsError
-		if err := r.Check(); !errors.As(err, &se) || se.Field != field {
-			t.Errorf("%s: Check() = %v", field, err)
+		if err := r.Check(); !errors.As(err, &se) || se.Field != tc.field {
+			t.Errorf("%s: Check() = %v", tc.field, err)
 		}
+	}
+	r := *f.rules
+	r.Running = r.Window // just room for the confirmation
+	if err := r.Check(); err != nil {
+		t.Errorf("a window as long as the original may run: %v", err)
 	}
 }
