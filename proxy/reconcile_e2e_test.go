@@ -2,8 +2,10 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -347,6 +349,103 @@ func TestE2EReconcileTraced(t *testing.T) {
 		}
 		if !child {
 			t.Errorf("attempt span %d has no client span under it", i)
+		}
+	}
+}
+
+// An instance SIGKILLed mid-request on a reconciling route: once its lease
+// lapses, the first retry finds the key held and schedules the reconcile
+// request, which settles it: "done" (the upstream committed the charge) is
+// stored and replayed, never run again; "not found" (it never committed)
+// releases the key once the original can no longer be running, and the retry
+// runs, once.
+func TestE2EReconcileAfterSigkill(t *testing.T) {
+	skipShort(t)
+	t.Run("redis", func(t *testing.T) { reconcileAfterSigkill(t, redistest.Start(t).URL()) })
+	t.Run("postgres", func(t *testing.T) { reconcileAfterSigkill(t, pgtest.Start(t).URL()) })
+}
+
+func reconcileAfterSigkill(t *testing.T, store string) {
+	var mu sync.Mutex
+	posts, committed := map[string]int{}, map[string]bool{}
+	started := make(chan string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		switch {
+		case r.Method == "POST":
+			mu.Lock()
+			posts[key]++
+			n := posts[key]
+			mu.Unlock()
+			if n == 1 {
+				_, _ = io.ReadAll(r.Body) // read: the server then sees the connection close
+				started <- key
+				<-r.Context().Done() // its instance is killed: the charge commits, or not, by its name
+				mu.Lock()
+				committed[key] = strings.HasPrefix(key, "done")
+				mu.Unlock()
+				return
+			}
+			w.WriteHeader(201)
+			fmt.Fprintf(w, `{"id":"ch_%s","run":%d}`, key, n)
+		case r.URL.Path == "/lookup":
+			mu.Lock()
+			ok := committed[r.URL.Query().Get("key")]
+			mu.Unlock()
+			if !ok {
+				w.WriteHeader(404)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"ch_%s","status":"succeeded"}`, r.URL.Query().Get("key"))
+		}
+	}))
+	t.Cleanup(up.Close)
+	count := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return posts[key]
+	}
+	cfg := "upstream: " + up.URL + `
+upstream_timeout: 2s
+lock_ttl: 1500ms
+routes:
+  - path: /charges
+    reconcile: GET /lookup?key={key}
+    reconcile_delay: 300ms
+    reconcile_max_delay: 1s
+    reconcile_attempts: 10
+    reconcile_timeout: 1s
+`
+	for _, key := range []string{"done-k", "nf-k"} {
+		p := startConfig(t, cfg, "--store", store)
+		go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/charges", key, "x")) }()
+		<-started
+		p.Kill()
+		q := startConfig(t, cfg, "--store", store)
+		testutil.Eventually(t, 10*time.Second, key+"'s lease to lapse", func() bool {
+			r := q.Post(t, "/charges", key, "x")
+			if r.Status != 409 && r.Status != 504 {
+				t.Fatalf("%s while its lease lapses: %+v", key, r)
+			}
+			return r.Status == 504 && strings.Contains(r.Body, "outcome-unknown")
+		})
+		if strings.HasPrefix(key, "done") {
+			testutil.Eventually(t, 15*time.Second, key+" to be reconciled", func() bool {
+				r := q.Post(t, "/charges", key, "x")
+				return r.Status == 200 && r.Replayed && r.Body == `{"id":"ch_done-k","status":"succeeded"}`
+			})
+			if n := count(key); n != 1 {
+				t.Fatalf("%s ran %d times, want once", key, n)
+			}
+			continue
+		}
+		testutil.Eventually(t, 20*time.Second, key+" to be released", func() bool {
+			r := q.Post(t, "/charges", key, "x")
+			return r.Status == 201 && !r.Replayed
+		})
+		if r := q.Post(t, "/charges", key, "x"); r.Status != 201 || !r.Replayed || count(key) != 2 {
+			t.Fatalf("%s after its release: %+v, %d posts; want the one retry's answer replayed", key, r, count(key))
 		}
 	}
 }
