@@ -21,7 +21,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: c.fp, CreatedAt: c.started, Response: resp}
 	// Detached from the handler's deadline: storing must not fail because the
 	// handler used its time; the store timeout bounds it instead.
-	sctx, scancel := h.storeCtx(c.ctx)
+	sctx, scancel := h.completeCtx(c.ctx)
 	err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 	scancel()
 	switch {
@@ -59,7 +59,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 			return
 		}
 		time.Sleep(backoff)
-		sctx, cancel := h.storeCtx(ctx)
+		sctx, cancel := h.completeCtx(ctx)
 		err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 		cancel()
 		switch {
