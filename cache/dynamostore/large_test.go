@@ -107,4 +107,3 @@ func TestLargeCompleteAtPartitionPace(t *testing.T) {
 	}
 	t.Logf("7 MiB at 1 MiB/s: the first execution took %v, %d chunk items put", took, e.faults.Puts())
 }
-
