@@ -215,4 +215,3 @@ func TestReconcileCapacity(t *testing.T) {
 		map[string]int{"GetItem": 1, "TransactWriteItems": 1})
 	t.Log(report.String())
 }
-
