@@ -82,13 +82,14 @@ type Options struct {
 type Consumed struct {
 	// Operation is the store's: claim, complete, release, extend, resolve,
 	// get, delete, ping; chunks-write, chunks-read and chunks-delete for a
-	// large response's chunk items.
+	// large response's chunk items; reconcile-schedule, reconcile-claim,
+	// reconcile-update, reconcile-finish and reconcile-get for reconcile jobs.
 	Operation string
 	// Call is DynamoDB's: PutItem, UpdateItem, DeleteItem, GetItem,
-	// BatchGetItem, BatchWriteItem.
+	// BatchGetItem, BatchWriteItem, Query, TransactWriteItems.
 	Call string
-	// Units consumed: read units for GetItem and BatchGetItem, write units
-	// for the others.
+	// Units consumed: read units for GetItem, BatchGetItem and Query, write
+	// units for the others.
 	Units float64
 	// Estimated is true for a failed conditional write: DynamoDB charges it
 	// but does not report it, so Units is figured by its rule (the larger of
