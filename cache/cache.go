@@ -153,6 +153,17 @@ type InProcess interface {
 	InProcess()
 }
 
+// RequestBounded is implemented by stores that bound each of their requests
+// themselves (a timeout per request to the database), so a caller need not
+// bound a whole call. A call that moves much data in many requests (the
+// DynamoDB store writes a large response as one request per few chunks, at
+// the pace the table takes them) may then take longer than any one request
+// may, and still fails fast when the store stops answering. The middleware
+// gives Complete no overall deadline on such a store.
+type RequestBounded interface {
+	BoundsRequests()
+}
+
 // Holder is implemented by stores shared through a pool that may be closed while
 // requests still use them (a Caddy config reload). The middleware holds the store
 // for every tracked request, and for a completion retried in the background until

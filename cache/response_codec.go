@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -105,7 +106,10 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return nil
 }
 
-// encodeHeader writes key and a header map.
+// encodeHeader writes key and a header map, its names in sorted order: the
+// same response always encodes to the same bytes, so a store can name what it
+// wrote by their digest and recognise it when the same response is written
+// again (the DynamoDB store's chunk version).
 func encodeHeader(enc *msgpack.Encoder, key string, h http.Header) error {
 	if err := enc.EncodeString(key); err != nil {
 		return err
@@ -113,7 +117,14 @@ func encodeHeader(enc *msgpack.Encoder, key string, h http.Header) error {
 	if err := enc.EncodeMapLen(len(h)); err != nil {
 		return err
 	}
-	for k, vs := range h {
+	var buf [32]string // most responses: no allocation
+	names := buf[:0]
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		vs := h[k]
 		if err := enc.EncodeString(k); err != nil {
 			return err
 		}

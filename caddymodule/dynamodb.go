@@ -107,4 +107,7 @@ var (
 	_ StoreModule        = (*DynamoDBStore)(nil)
 	_ cache.Holder       = (*pooledDynamoDB)(nil)
 	_ cache.Notifier     = (*pooledDynamoDB)(nil)
+	// Each request bounded by the store (5 s): a large response's
+	// completion is not bounded as a whole.
+	_ cache.RequestBounded = (*pooledDynamoDB)(nil)
 )

@@ -11,24 +11,27 @@ import (
 
 // store completes the claim with resp for ttl and returns Complete's error. A
 // store failure (Redis restarting) is retried in the background: the finished
-// response is kept and retried for complete_retry; while the lease holds,
-// retries get 409, and after it lapses Complete still lands as long as nobody
-// else claimed the key, each try at most a second after the store answers again.
+// response is kept and retried for complete_retry, the lease renewed all the
+// while; while the lease holds, retries get 409, and should it lapse, the lock
+// is held as an unknown outcome (retries get that answer) which Complete still
+// replaces, each try at most a second after the store answers again.
 func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	h := c.h
-	// The fingerprint and start go with the record: should the lease have lapsed
-	// (a store outage), Complete recreates the record on the free key.
+	// The fingerprint and start go with the record: should the lock be gone
+	// (its hold ended during a store outage), Complete recreates the record on
+	// the free key.
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: c.fp, CreatedAt: c.started, Response: resp}
 	// Detached from the handler's deadline: storing must not fail because the
-	// handler used its time; the store timeout bounds it instead.
-	sctx, scancel := h.storeCtx(c.ctx)
+	// handler used its time; the store timeout bounds it instead (each of the
+	// store's requests, on a store that bounds them itself).
+	sctx, scancel := h.completeCtx(c.ctx)
 	c.renew.storing()
 	err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 	scancel()
 	switch {
 	case err == nil, errors.Is(err, cache.ErrFull):
 	case errors.Is(err, cache.ErrLockLost):
-		h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
+		h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request's claim or answer holds the key",
 			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status))
 	default:
 		h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
@@ -66,7 +69,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 			return
 		}
 		time.Sleep(backoff)
-		sctx, cancel := h.storeCtx(ctx)
+		sctx, cancel := h.completeCtx(ctx)
 		err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 		cancel()
 		switch {
@@ -74,7 +77,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 			h.c.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", c.keyHash))
 			return
 		case errors.Is(err, cache.ErrLockLost) && c.answeredByAnother(ctx):
-			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request claimed the key after the lease lapsed",
+			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request's answer holds the key",
 				slog.String("key_hash", c.keyHash))
 			return
 		}

@@ -47,6 +47,18 @@ func (h *Handler) storeCtx(parent context.Context) (context.Context, context.Can
 	return context.WithTimeout(context.WithoutCancel(parent), h.s.StoreTimeout)
 }
 
+// completeCtx returns the context for one Complete: as storeCtx's, except on
+// a store that bounds each of its requests itself (cache.RequestBounded), where
+// it has no overall deadline: a large response written at the pace the store
+// takes it may need longer than the store timeout, and each request is still
+// bounded.
+func (h *Handler) completeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := h.store.(cache.RequestBounded); ok && !h.inProcess {
+		return context.WithoutCancel(parent), noCancel
+	}
+	return h.storeCtx(parent)
+}
+
 func noCancel() {}
 
 // New returns a Handler over store, with DefaultSettings changed by opts. A

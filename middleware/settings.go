@@ -120,8 +120,10 @@ type Settings struct {
 	HandlerTimeout time.Duration `json:"handler_timeout" help:"bound on a first execution (not cancelled when the client hangs up); 0 = no bound"`
 
 	// StoreTimeout bounds each store call (claim, complete, release, lease
-	// renewal).
-	StoreTimeout time.Duration `json:"store_timeout" help:"bound on each store call"`
+	// renewal). A store that bounds each of its requests itself
+	// (cache.RequestBounded: DynamoDB, by this timeout) gets no overall bound
+	// on Complete, which may write a large response in many requests.
+	StoreTimeout time.Duration `json:"store_timeout" help:"bound on each store call (on DynamoDB, on each of its requests: a large response's completion takes as many as it needs)"`
 
 	// CompleteRetry is how long a finished response whose storing fails (the
 	// store unreachable) keeps being retried in the background, also after

@@ -245,28 +245,7 @@ func (c *Config) Validate() error {
 			return c.named(err, r, i)
 		}
 	}
-	if err := c.checkReconcileStore(); err != nil {
-		return err
-	}
 	return c.checkReconcile()
-}
-
-// checkReconcileStore refuses reconcile on a store that keeps no reconcile
-// jobs: DynamoDB's table has no index by due time to find the job due first.
-func (c *Config) checkReconcileStore() error {
-	if kind, _ := stores.KindOf(c.Store); kind != "dynamodb" {
-		return nil
-	}
-	const why = "a DynamoDB store keeps no reconcile jobs (finding the job due first needs an index by due time its table does not have); use memory, redis or postgres, or settle held keys with idemproxy keys"
-	if c.Reconcile.Request != "" {
-		return fmt.Errorf("%s: %s", c.source("reconcile"), why)
-	}
-	for i, r := range c.Routes {
-		if c.route(r).Reconcile.Request != "" {
-			return fmt.Errorf("routes[%d] (%s): reconcile: %s", i, r.Path, why)
-		}
-	}
-	return nil
 }
 
 // named puts the flag, variable or file key in front of a core configuration

@@ -197,7 +197,7 @@ func TestRouteZeroWins(t *testing.T) {
 }
 
 // Reconcile's settings are checked with the route they are in: the request,
-// the policy it needs, settings without it, and a store that keeps no jobs.
+// the policy it needs, settings without it; every store keeps jobs.
 func TestReconcileConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"routes:\n  - path: /charges\n    reconcile: GET /charges?key={key}\n", ""},
@@ -208,7 +208,7 @@ func TestReconcileConfigErrors(t *testing.T) {
 		{"routes:\n  - path: /charges\n    reconcile_delay: 5s\n", "routes[0] (/charges): reconcile_delay: applies when reconcile is set"},
 		{"reconcile: GET /c/{key}\nreconcile_max_delay: 1ms\n", "must be at least reconcile_delay"},
 		{"reconcile: GET /c/{key}\nreconcile_done: [404]\n", "reconcile_not_found: 404 is also in reconcile_done"},
-		{"store: dynamodb://idem\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile: a DynamoDB store keeps no reconcile jobs"},
+		{"store: dynamodb://idem\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", ""}, // DynamoDB keeps jobs too
 		// A not-found answer releases a key once the original can no longer
 		// run (upstream_timeout, else handler_timeout) and a second confirms it.
 		{"handler_timeout: 0s\nroutes:\n  - path: /charges\n    reconcile: GET /c/{key}\n", "routes[0] (/charges): reconcile: a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: set upstream_timeout or handler_timeout"},

@@ -91,8 +91,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 	jobs, ok := st.cache.(cache.Reconciler)
 	if !ok {
 		kind, _ := stores.KindOf(st.cfg.Store)
-		return &middleware.SettingsError{Field: "reconcile", Err: fmt.Errorf(
-			"the %s store keeps no reconcile jobs (memory, redis and postgres do; DynamoDB would need an index by due time that its table does not have)", kind)}
+		return &middleware.SettingsError{Field: "reconcile", Err: fmt.Errorf("the %s store keeps no reconcile jobs", kind)}
 	}
 	if st.rc == nil {
 		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate

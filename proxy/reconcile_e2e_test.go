@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/dynamotest"
 	"github.com/idemproxy/idemproxy/internal/otlptest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
@@ -147,6 +148,14 @@ func TestE2EReconcile(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { reconcileAcross(t, "memory", 1) })
 	t.Run("redis", func(t *testing.T) { reconcileAcross(t, redistest.Start(t).URL(), 2) })
 	t.Run("postgres", func(t *testing.T) { reconcileAcross(t, pgtest.Start(t).URL(), 2) })
+	t.Run("dynamodb", func(t *testing.T) { reconcileAcross(t, dynamoReconcileStore(t), 2) })
+}
+
+// dynamoReconcileStore starts a DynamoDB Local of the test's own, points the
+// AWS environment the proxies inherit at it, and names a table they create.
+func dynamoReconcileStore(t *testing.T) string {
+	dynamotest.StartOwn(t).Env(t)
+	return "dynamodb://e2e_reconcile"
 }
 
 func reconcileAcross(t *testing.T, store string, instances int) {
@@ -241,6 +250,7 @@ func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 	skipShort(t)
 	t.Run("redis", func(t *testing.T) { reconcileAfterRestart(t, redistest.Start(t).URL()) })
 	t.Run("postgres", func(t *testing.T) { reconcileAfterRestart(t, pgtest.Start(t).URL()) })
+	t.Run("dynamodb", func(t *testing.T) { reconcileAfterRestart(t, dynamoReconcileStore(t)) })
 }
 
 func reconcileAfterRestart(t *testing.T, store string) {

@@ -66,6 +66,9 @@ func storeKey(cfg *Config) string {
 			fmt.Fprintf(&b, "\x00%s=%s", f.Name, f.Text(cfg))
 		}
 	}
+	if kind, _ := stores.KindOf(cfg.Store); kind == "dynamodb" {
+		fmt.Fprintf(&b, "\x00store_timeout=%v", cfg.StoreTimeout) // it bounds each DynamoDB request
+	}
 	return b.String()
 }
 
@@ -91,7 +94,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 		prev.store.refs.Add(1)
 		st.store = prev.store
 	} else {
-		opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: p.log.Warn, Trace: cfg.tracing})
+		opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: p.log.Warn, Trace: cfg.tracing, StoreTimeout: cfg.StoreTimeout})
 		if err != nil {
 			return nil, false, cfg.storeError(err)
 		}

@@ -7,17 +7,26 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// DynamoDB's batch bounds.
+// DynamoDB's batch bounds, and the store's.
 const (
-	batchWriteMax = 25  // items per BatchWriteItem
-	batchGetMax   = 100 // keys per BatchGetItem (and 16 MB per answer)
-	// batchTries bounds the rounds spent on items a batch left unprocessed
-	// (throttling), with a growing pause between them.
+	batchWriteMax = 25 // items per BatchWriteItem
+	// batchWriteBytes bounds the response bytes one BatchWriteItem carries
+	// (5 chunks). A throttled partition takes about 1 MB a second and leaves
+	// the rest unprocessed, to be sent again: a smaller request sends less
+	// again, and fits within RequestTimeout on a modest link.
+	batchWriteBytes = 2 << 20
+	batchGetMax     = 100 // keys per BatchGetItem (and 16 MB per answer)
+	// batchTries bounds the rounds in a row that a batch makes no progress
+	// (every item left unprocessed, or, for chunk writes, the request
+	// throttled past the SDK's re-sends), with a growing pause between them.
+	// A round that writes something starts the count again: a write the
+	// table takes slowly goes on as long as it goes forward.
 	batchTries = 8
 )
 
@@ -26,17 +35,37 @@ const (
 var errChunkMissing = errors.New("dynamostore: a chunk of the response is missing")
 
 // writeChunks puts blob's chunk items, living until expMs plus chunkGrace.
+// The chunks of the same set that an earlier call confirmed and no record
+// names yet are not written again (resume.go).
 func (s *Store) writeChunks(ctx context.Context, key, version string, blob []byte, expMs int64) error {
+	n := (len(blob) + ChunkSize - 1) / ChunkSize
+	id := key + "\x00" + version
+	p := s.unfinished.take(id, n, s.now())
 	ttl := avN(ttlSeconds(expMs + chunkGrace.Milliseconds()))
 	var reqs []types.WriteRequest
-	for i := 0; i*ChunkSize < len(blob); i++ {
-		part := blob[i*ChunkSize : min((i+1)*ChunkSize, len(blob))]
-		it := itemKey(key, chunkSK(version, i))
-		it[attrData] = avB(part)
+	index := map[string]int{}
+	for i := range n {
+		if p.written[i] {
+			continue
+		}
+		sk := chunkSK(version, i)
+		index[sk] = i
+		it := itemKey(key, sk)
+		it[attrData] = avB(blob[i*ChunkSize : min((i+1)*ChunkSize, len(blob))])
 		it[attrTTL] = ttl
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 	}
-	return s.batchWrite(ctx, "chunks-write", reqs)
+	err := s.batchWrite(ctx, "chunks-write", reqs, true, func(done []types.WriteRequest) {
+		for _, w := range done {
+			if i, ok := index[requestSK(w)]; ok {
+				p.written[i] = true
+			}
+		}
+	})
+	if err != nil {
+		s.unfinished.keep(id, p)
+	}
+	return err
 }
 
 // deleteChunks deletes a chunk set, for tidiness: its items expire anyway.
@@ -45,7 +74,7 @@ func (s *Store) deleteChunks(ctx context.Context, key, version string, n int) {
 	for i := range reqs {
 		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: itemKey(key, chunkSK(version, i))}}
 	}
-	_ = s.batchWrite(ctx, "chunks-delete", reqs)
+	_ = s.batchWrite(ctx, "chunks-delete", reqs, false, nil)
 }
 
 // dropChunksOf deletes the chunks of a record item that was replaced or
@@ -64,16 +93,31 @@ func (s *Store) dropUnused(ctx context.Context, key string, cur item, r response
 	}
 }
 
-func (s *Store) batchWrite(ctx context.Context, op string, reqs []types.WriteRequest) error {
+// batchWrite sends reqs in batches of at most batchWriteMax items and
+// batchWriteBytes of chunk data, each until DynamoDB has processed all of it
+// or batchTries rounds in a row made no progress; done, when set, is told of
+// the requests each round processed. persist treats a throttled request (after
+// the SDK's re-sends) as a round without progress rather than a failure: a
+// chunk write goes on at the pace the partition takes it; a best-effort
+// delete does not hold its caller up.
+func (s *Store) batchWrite(ctx context.Context, op string, reqs []types.WriteRequest, persist bool, done func([]types.WriteRequest)) error {
 	for len(reqs) > 0 {
-		batch := reqs[:min(batchWriteMax, len(reqs))]
-		reqs = reqs[len(batch):]
-		for try := 0; len(batch) > 0; try++ {
-			if try == batchTries {
-				return fmt.Errorf("dynamostore: %s: %d items left unprocessed after %d tries", op, len(batch), try)
+		n, size := 0, 0
+		for n < len(reqs) && n < batchWriteMax {
+			size += requestBytes(reqs[n])
+			if n > 0 && size > batchWriteBytes {
+				break
 			}
-			if try > 0 {
-				if err := pause(ctx, try); err != nil {
+			n++
+		}
+		batch := reqs[:n]
+		reqs = reqs[n:]
+		for idle := 0; len(batch) > 0; {
+			if idle == batchTries {
+				return fmt.Errorf("dynamostore: %s: %d items left unprocessed after %d tries without progress", op, len(batch), idle)
+			}
+			if idle > 0 {
+				if err := pause(ctx, idle); err != nil {
 					return err
 				}
 			}
@@ -82,13 +126,66 @@ func (s *Store) batchWrite(ctx context.Context, op string, reqs []types.WriteReq
 				ReturnConsumedCapacity: s.rcc(),
 			})
 			if err != nil {
+				if persist && ctx.Err() == nil && retry.IsErrorThrottles(retry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary {
+					idle++
+					continue
+				}
 				return fmt.Errorf("dynamostore: %s: %w", op, err)
 			}
 			s.reportList(op, "BatchWriteItem", out.ConsumedCapacity)
-			batch = out.UnprocessedItems[s.table]
+			left := out.UnprocessedItems[s.table]
+			if len(left) < len(batch) {
+				if done != nil {
+					done(processed(batch, left))
+				}
+				idle = 0
+			} else {
+				idle++
+			}
+			batch = left
 		}
 	}
 	return nil
+}
+
+// processed is the requests of batch that are not among those left.
+func processed(batch, left []types.WriteRequest) []types.WriteRequest {
+	if len(left) == 0 {
+		return batch
+	}
+	unprocessed := make(map[string]bool, len(left))
+	for _, w := range left {
+		unprocessed[requestSK(w)] = true
+	}
+	var out []types.WriteRequest
+	for _, w := range batch {
+		if !unprocessed[requestSK(w)] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// requestSK is the sort key a write request writes or deletes (its items all
+// share the partition key).
+func requestSK(w types.WriteRequest) string {
+	switch {
+	case w.PutRequest != nil:
+		sk, _ := item(w.PutRequest.Item).s(attrSK)
+		return sk
+	case w.DeleteRequest != nil:
+		sk, _ := item(w.DeleteRequest.Key).s(attrSK)
+		return sk
+	}
+	return ""
+}
+
+// requestBytes is the chunk data a write request carries.
+func requestBytes(w types.WriteRequest) int {
+	if w.PutRequest != nil {
+		return len(item(w.PutRequest.Item).b(attrData))
+	}
+	return 0
 }
 
 // readChunks reads a chunk set with strongly consistent reads and joins it.

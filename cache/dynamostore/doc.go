@@ -4,17 +4,19 @@
 //
 // # Requests
 //
-// Every operation is one request on one item; every write is conditional,
-// atomic on its own and idempotent for its token: a claim is a PutItem,
-// Complete an UpdateItem, Release a DeleteItem, Extend an UpdateItem, Resolve
-// an UpdateItem (a PutItem for a nil resolution), Delete a PutItem; Get is a
-// strongly consistent GetItem. A first execution is
-// two requests (claim, complete) plus one per lease renewal; a replay, a 409
+// Every operation on a record is one request on one item; every write is
+// conditional, atomic on its own and idempotent for its token: a claim is a
+// PutItem, Complete an UpdateItem, Release a DeleteItem, Extend an
+// UpdateItem, Resolve an UpdateItem (a PutItem for a nil resolution), Delete
+// a PutItem; Get is a strongly consistent GetItem. A first execution is two
+// requests (claim, complete) plus one per lease renewal; a replay, a 409
 // and a 422 are one: the claim's condition fails and DynamoDB returns the
 // record with the failure (ReturnValuesOnConditionCheckFailure ALL_OLD; a
 // server that leaves it out is answered by a strongly consistent GetItem).
 // A response kept in chunk items (see Limits) adds its chunk writes to Complete
-// (one BatchWriteItem per 25 chunks) and one BatchGetItem to a replay.
+// (one BatchWriteItem per 5 chunks, 2 MiB) and one BatchGetItem to a replay.
+// Reconcile jobs (see Reconcile) take a GetItem and a TransactWriteItems per
+// write, and a Query per worker poll.
 //
 // The SDK re-sends a request whose reply was lost, and every request is
 // built so that the re-sent one answers as the first did: a claim admits its
@@ -70,9 +72,64 @@
 // new claim are deleted with it (best effort: they expire anyway).
 //
 // The store needs these IAM actions on the table: dynamodb:GetItem, PutItem,
-// UpdateItem, DeleteItem, BatchGetItem, BatchWriteItem and DescribeTable;
-// DescribeTimeToLive when Options.Warn is set; CreateTable and
-// UpdateTimeToLive when Options.CreateTable is.
+// UpdateItem, DeleteItem, BatchGetItem, BatchWriteItem, Query and
+// DescribeTable (a TransactWriteItems is allowed by the actions it is made
+// of: PutItem, UpdateItem, DeleteItem); DescribeTimeToLive when Options.Warn is
+// set; CreateTable and UpdateTimeToLive when Options.CreateTable is.
+//
+// # Large responses
+//
+// A response's chunk items share its store key, so one partition, which takes
+// about 1000 write units (1 MB) a second: a 7 MB response takes 7 seconds to
+// write, longer than the core's store_timeout. So the store bounds each
+// request itself, by Options.RequestTimeout (cache.RequestBounded: the core
+// then gives Complete no overall deadline), sends at most 5 chunks (2 MiB) a
+// request, and goes on while DynamoDB takes some of them: only rounds that
+// write nothing (every item left unprocessed, or the request throttled past
+// the SDK's re-sends), eight in a row with a growing pause (2.6 s in all),
+// fail the call. A Complete that failed part-way is resumed by the next
+// Complete of the same token and response (the middleware's retry): the
+// chunk keys are the same (a response always encodes to the same bytes), and
+// the store remembers, in memory, which chunks DynamoDB confirmed, so it
+// writes only the others. It forgets a set once it is whole, before a record
+// names it, and after half of chunkGrace (their time to live must outlast the
+// record); at most 64 sets are remembered.
+//
+// # Reconcile
+//
+// The store keeps reconcile jobs (cache.Reconciler) in the same table, with
+// no index: a job item per held key, and an entry per job in one schedule
+// partition whose sort key is its due time:
+//
+//	pk   S     the store key             pk   S   "idemproxy:reconcile"
+//	sk   S     "j"                       sk   S   "<due, Unix ms, 16 digits>#<jv>"
+//	job  B     the encoded cache.Job     k    S   the store key
+//	jv   S     the version of its last write
+//	ssk  S     its entry's sort key
+//	jtk  B     the claim's token, while claimed
+//	fin  B     the token that finished it (a tombstone, kept an hour)
+//	ttl  N     the hold's end plus an hour (the entry's too)
+//
+// A claim is a strongly consistent Query of the entries due (the first 10, in
+// due order), a GetItem of the first job, and a TransactWriteItems that moves
+// its entry to now plus the lease and sets the token, conditioned on the
+// version read: of two claimers one wins, the other tries the next entry, and
+// a claimer that dies lets the job come back when the lease lapses. Schedule,
+// update and finish are a GetItem and a TransactWriteItems each (update and
+// finish conditioned on the token too). Every transaction carries a
+// ClientRequestToken, and a re-sent one that DynamoDB refuses is recognised by
+// the version it set. An entry whose job is gone (expired first) is deleted by
+// the claim that finds it; a job whose key was settled otherwise is finished
+// by the worker that finds the key so.
+//
+// The schedule is one partition: about 1000 write units a second. A job that
+// settles at its first attempt writes 8 units there (its entry put at
+// schedule, moved at the claim, deleted at the finish, each 2 units as part of
+// a transaction), so about 125 held outcomes a second are settled at its pace;
+// held outcomes are rare (an upstream that acted and lost its answer), and a
+// burst past it is throttled (the SDK re-sends; a claim that still fails waits
+// for the next poll; a schedule that still fails leaves the key held for an
+// operator, logged).
 //
 // # Expiry and consistency
 //
@@ -115,4 +172,9 @@
 // Release, Extend 1. A chunked response costs its size in write units once
 // (about 1 per KB), and a quarter of that in read units per replay. Keeping
 // the record item small (InlineLimit) keeps every failed claim at one unit.
+// A TransactWriteItems costs 2 write units per KB of each item it writes, so
+// with a job of under 1 KB: a schedule 4 (6 to replace a job), a claim, an
+// update 6, a finish 4, each with a strongly consistent read of the job (1
+// read unit); each worker's poll (a second apart) is a strongly consistent
+// Query, 1 read unit when nothing is due.
 package dynamostore

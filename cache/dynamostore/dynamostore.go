@@ -54,6 +54,12 @@ type Options struct {
 	// marker instead (retries get 409, never a second execution). 0 means
 	// DefaultMaxResponse; at most MaxMaxResponse.
 	MaxResponse int
+	// RequestTimeout bounds each request the store sends to DynamoDB, with
+	// the SDK's re-sends of it (cache.RequestBounded): a call of many
+	// requests, such as a Complete that writes a large response's chunks at
+	// the pace the table takes them, is bounded per request rather than as a
+	// whole. 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Now is the clock that judges leases and records (tests inject one).
 	// DynamoDB has no server clock a condition can read, so every process
 	// sharing the table must keep its clock in time (NTP). nil: time.Now.
@@ -76,13 +82,14 @@ type Options struct {
 type Consumed struct {
 	// Operation is the store's: claim, complete, release, extend, resolve,
 	// get, delete, ping; chunks-write, chunks-read and chunks-delete for a
-	// large response's chunk items.
+	// large response's chunk items; reconcile-schedule, reconcile-claim,
+	// reconcile-update, reconcile-finish and reconcile-get for reconcile jobs.
 	Operation string
 	// Call is DynamoDB's: PutItem, UpdateItem, DeleteItem, GetItem,
-	// BatchGetItem, BatchWriteItem.
+	// BatchGetItem, BatchWriteItem, Query, TransactWriteItems.
 	Call string
-	// Units consumed: read units for GetItem and BatchGetItem, write units
-	// for the others.
+	// Units consumed: read units for GetItem, BatchGetItem and Query, write
+	// units for the others.
 	Units float64
 	// Estimated is true for a failed conditional write: DynamoDB charges it
 	// but does not report it, so Units is figured by its rule (the larger of
@@ -99,6 +106,8 @@ type Client interface {
 	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	CreateTable(context.Context, *dynamodb.CreateTableInput, ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	UpdateTimeToLive(context.Context, *dynamodb.UpdateTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
@@ -107,11 +116,12 @@ type Client interface {
 
 // Store is the DynamoDB cache.Store.
 type Store struct {
-	client  Client
-	table   string
-	region  string
-	opts    Options
-	waiters waiters.Registry[string]
+	client     Client // every call bounded by opts.RequestTimeout
+	table      string
+	region     string
+	opts       Options
+	waiters    waiters.Registry[string]
+	unfinished unfinished // chunk sets a failed Complete left part-written
 }
 
 var (
@@ -172,10 +182,13 @@ func New(ctx context.Context, client Client, table string, opts Options) (*Store
 	if opts.MaxResponse == 0 {
 		opts.MaxResponse = DefaultMaxResponse
 	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{client: client, table: table, opts: opts}
+	s := &Store{client: boundedClient{c: client, d: opts.RequestTimeout}, table: table, opts: opts}
 	if c, ok := client.(*dynamodb.Client); ok {
 		s.region = c.Options().Region
 	}
@@ -191,6 +204,8 @@ func (o *Options) check() error {
 		return fmt.Errorf("dynamostore: inline limit must be between 1 and %d bytes (0: the default), got %d", MaxInlineLimit, o.InlineLimit)
 	case o.MaxResponse < 0 || o.MaxResponse > MaxMaxResponse:
 		return fmt.Errorf("dynamostore: max response must be between 1 and %d bytes (0: the default), got %d", MaxMaxResponse, o.MaxResponse)
+	case o.RequestTimeout < 0:
+		return fmt.Errorf("dynamostore: request timeout must be positive (0: the default), got %v", o.RequestTimeout)
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ type Faults struct {
 	pending  []*pending
 	calls    map[string]int
 	injected map[string]int
+	writes   *writeLimit // BatchWriteItem's pace, when LimitWrites is in force
 }
 
 type pending struct {
@@ -114,11 +115,14 @@ func (f *Faults) Injected(call string) int {
 	return f.injected[call]
 }
 
-// Reset zeroes the call counts.
+// Reset zeroes the call counts (and Puts).
 func (f *Faults) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = nil
+	if f.writes != nil {
+		f.writes.puts = 0
+	}
 }
 
 // take counts a request of call and returns the fault it meets, if any.
@@ -162,7 +166,12 @@ func (f *Faults) RoundTrip(r *http.Request) (*http.Response, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	switch fault := f.take(callName(r)); fault {
+	call := callName(r)
+	fault := f.take(call)
+	if fault == 0 && call == "BatchWriteItem" && f.limited() {
+		return f.limitWrites(next, r)
+	}
+	switch fault {
 	case Throttle:
 		drain(r)
 		return errorReply(r, http.StatusBadRequest, "ThrottlingException", "Rate of requests exceeds the allowed throughput."), nil

@@ -90,17 +90,7 @@ func (d DynamoDB) Open(ctx context.Context, rawURL string, env Env) (*dynamostor
 		return nil, nil, err
 	}
 	table, _ := DynamoDBTable(rawURL)
-	opts := dynamostore.Options{
-		CreateTable: d.CreateTable,
-		InlineLimit: int(d.InlineLimit),
-		MaxResponse: int(d.MaxResponse),
-		Warn:        env.Warn,
-		// The SDK's own warnings go to env.Warn, not to stderr in its format.
-		ClientOptions: []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Logger = sdkLogger{warn: env.warn} }},
-	}
-	if env.Trace {
-		opts.ClientOptions = append(opts.ClientOptions, traceDynamoDB(table))
-	}
+	opts := d.options(table, env)
 	client, err := dynamostore.NewClient(ctx, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", rawURL, err)
@@ -115,6 +105,26 @@ func (d DynamoDB) Open(ctx context.Context, rawURL string, env Env) (*dynamostor
 		return nil, nil, err
 	}
 	return s, s.Close, nil
+}
+
+// options are the store's options from d and env.
+func (d DynamoDB) options(table string, env Env) dynamostore.Options {
+	opts := dynamostore.Options{
+		CreateTable: d.CreateTable,
+		InlineLimit: int(d.InlineLimit),
+		MaxResponse: int(d.MaxResponse),
+		// store_timeout bounds each request, so that a large response's
+		// chunks, written at the pace the table takes them, are not bounded
+		// as a whole (the core gives Complete no overall deadline).
+		RequestTimeout: env.StoreTimeout,
+		Warn:           env.Warn,
+		// The SDK's own warnings go to env.Warn, not to stderr in its format.
+		ClientOptions: []func(*dynamodb.Options){func(o *dynamodb.Options) { o.Logger = sdkLogger{warn: env.warn} }},
+	}
+	if env.Trace {
+		opts.ClientOptions = append(opts.ClientOptions, traceDynamoDB(table))
+	}
+	return opts
 }
 
 // sdkLogger passes the AWS SDK's warnings (a response body it could not close,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/smithy-go/logging"
@@ -24,5 +25,18 @@ func TestSDKLogger(t *testing.T) {
 		"response did not match expected checksum, 17, 2080965641")
 	if len(got) != 2 || got[0] != "dynamodb: AWS SDK: clock skew of 3s corrected [operation PutItem]" || !strings.Contains(got[1], "checksum, 17,") {
 		t.Fatalf("warnings: %q", got)
+	}
+}
+
+// The core's store_timeout bounds each DynamoDB request (the store then
+// bounds its requests itself, and the core gives Complete no overall
+// deadline); without one, the store's default applies.
+func TestDynamoDBRequestTimeout(t *testing.T) {
+	d := DefaultDynamoDB()
+	if got := d.options("idem", Env{StoreTimeout: 2 * time.Second}).RequestTimeout; got != 2*time.Second {
+		t.Fatalf("RequestTimeout = %v, want the store_timeout 2s", got)
+	}
+	if got := d.options("idem", Env{}).RequestTimeout; got != 0 {
+		t.Fatalf("RequestTimeout = %v without a store_timeout, want 0 (dynamostore's default)", got)
 	}
 }

@@ -47,6 +47,10 @@ type Env struct {
 	// StartUnreachable opens a store that does not answer yet (Caddy: requests
 	// fail with 503 until it does) instead of failing.
 	StartUnreachable bool
+	// StoreTimeout is the core's store_timeout: a store that bounds each of
+	// its requests itself (DynamoDB, cache.RequestBounded) bounds each by it.
+	// 0: the store's default (the core's default store_timeout).
+	StoreTimeout time.Duration
 }
 
 func (e Env) warn(msg string, args ...any) {
