@@ -215,8 +215,7 @@ func (s *sink) rest(r io.Reader) error {
 
 // field writes b length-prefixed, so that fields' boundaries are unambiguous.
 func (s *sink) field(b []byte) {
-	n := uint64(len(b))
-	s.buf = append(s.buf, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	s.length(len(b))
 	if s.h != nil && len(b) >= sinkFlush {
 		_, _ = s.h.Write(s.buf)
 		_, _ = s.h.Write(b)
@@ -225,4 +224,16 @@ func (s *sink) field(b []byte) {
 	}
 	s.buf = append(s.buf, b...)
 	s.flushIfFull()
+}
+
+// fieldString is field for a short string.
+func (s *sink) fieldString(v string) {
+	s.length(len(v))
+	s.buf = append(s.buf, v...)
+	s.flushIfFull()
+}
+
+func (s *sink) length(l int) {
+	n := uint64(l)
+	s.buf = append(s.buf, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
