@@ -1,6 +1,9 @@
 package fingerprint_test
 
 import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,6 +91,8 @@ func TestFormFoldedNamesOrderCounts(t *testing.T) {
 		swapped("qs: dots nest", "a.b=1", "a%5Bb%5D=2"),
 		swapped("case in a nested name", "items%5B0%5D.Sku=1", "Items%5B0%5D.sku=2"),
 		swapped("an ignored field's place still counts", "meta=x", "meta%5Ba%5D=2"),
+		swapped("UTF-8 decoders read what is not UTF-8 as U+FFFD", "%EF=0", "%EA"),
+		swapped("and as the character itself", "%EF%BF%BD=0", "%FF%FE=1"),
 
 		{"unrelated fields still move", "amount=1&currency=EUR&card_number=4242&card_cvc=123", "card_cvc=123&currency=EUR&card_number=4242&amount=1", true},
 		{"related fields move together", "amount=100&x=1&Amount=1", "x=1&amount=100&Amount=1", true},
@@ -125,5 +130,46 @@ func TestMultipartFoldedNamesInOrder(t *testing.T) {
 		if a == b {
 			t.Errorf("%q swapped: one fingerprint", names)
 		}
+	}
+}
+
+// Forms built from names that readers relate in every way they do, in random
+// orders: whenever two orders get one fingerprint, every reader (formReaders:
+// Go, case-insensitive ones, PHP, Rack) reads them alike. And orders that some
+// reader reads differently do occur, so the check is not empty.
+func TestFormOneFingerprintOneReading(t *testing.T) {
+	names := []string{"a", "A", "a.b", "a_b", "a+b", "a%5Bb", "a%5Bb%5D", "a%5Bb%5Dx", "a%5Bb%5D%5Bx%5D", "a%5B%5D", "a%5B0%5D",
+		"a%5B+%5D", "+a", "a%00z", "k", "%E2%84%AA", "%5Ba%5D", "_%5Ba%5D", "%5B%5Ba%5D", "a.", "a%5B", "%C5%BF", "s", "%EF", "%EA",
+		"%EF%BF%BD", "b", "a%5B%5D%5Bx%5D", "a%5B%5D%5By%5D", "A%5Bb%5D"}
+	bf, _ := fingerprint.NewForm()
+	r := rand.New(rand.NewPCG(7, 11))
+	same, differ := 0, 0
+	for range 20000 {
+		n := 2 + r.IntN(4)
+		fields := make([]string, n)
+		for i := range fields {
+			fields[i] = names[r.IntN(len(names))] + "=" + strconv.Itoa(r.IntN(2))
+		}
+		other := slices.Clone(fields)
+		r.Shuffle(n, func(i, j int) { other[i], other[j] = other[j], other[i] })
+		a, b := strings.Join(fields, "&"), strings.Join(other, "&")
+		da, _, err1 := digestOf(t, bf, "", a)
+		db, _, err2 := digestOf(t, bf, "", b)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%q %q: %v %v", a, b, err1, err2)
+		}
+		reader := formReadingsDiffer(a, b)
+		if da == db {
+			same++
+			if reader != "" {
+				t.Fatalf("%q and %q: one fingerprint, read differently by %s", a, b, reader)
+			}
+		} else if reader != "" {
+			differ++
+		}
+	}
+	t.Logf("one fingerprint %d times; orders read differently %d times", same, differ)
+	if same < 1000 || differ < 1000 {
+		t.Fatalf("same %d, read differently %d: the generator misses the point", same, differ)
 	}
 }

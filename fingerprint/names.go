@@ -107,7 +107,9 @@ func phpName(dst []byte, name string) ([]byte, bool) {
 // (Rack, qs, ASP.NET Core's model binding, Spring) and ignore case (ASP.NET
 // Core, gorilla/schema): the first word, folded, of the name up to its first
 // "[" past the start (Rack's top-level name), words split at "[", "]" and
-// ".". A name with no word there has the empty key.
+// ".". A name with no word there has the empty key. Readers that decode names
+// as UTF-8 read what is not UTF-8 as U+FFFD, one or one per byte: a run of
+// such bytes and U+FFFD is one U+FFFD here.
 func pathName(dst []byte, name string) ([]byte, bool) {
 	top := name
 	if len(name) > 1 {
@@ -124,7 +126,27 @@ func pathName(dst []byte, name string) ([]byte, bool) {
 	for j < len(top) && !sep(top[j]) {
 		j++
 	}
-	return fold.Append(dst, top[i:j]), true
+	return appendFoldedText(dst, top[i:j]), true
+}
+
+// appendFoldedText appends s folded, each run of bytes that are not UTF-8 and
+// of U+FFFD as one U+FFFD.
+func appendFoldedText(dst []byte, s string) []byte {
+	bad := false
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError {
+			if !bad {
+				dst = utf8.AppendRune(dst, utf8.RuneError)
+			}
+			bad = true
+		} else {
+			dst = fold.Append(dst, s[:n])
+			bad = false
+		}
+		s = s[n:]
+	}
+	return dst
 }
 
 // simpleName reports whether every reading keeps name as it is (up to case):
