@@ -28,8 +28,19 @@ type foldEntry struct {
 }
 
 // foldedTwice returns two members of an object whose names fold alike, if
-// any: the names hashed folded, sorted by hash, equal hashes compared.
+// any: a few compared pairwise, more hashed folded, sorted by hash, and equal
+// hashes compared.
 func (d *doc) foldedTwice(members []int32) (int32, int32, bool) {
+	if len(members) <= 8 {
+		for i, y := range members {
+			for _, x := range members[:i] {
+				if fold.Equal(d.nameBytes(x), d.nameBytes(y)) {
+					return x, y, true // members are sorted: x first
+				}
+			}
+		}
+		return 0, 0, false
+	}
 	d.folds = d.folds[:0]
 	for _, k := range members {
 		d.tmp = fold.Append(d.tmp[:0], d.nameBytes(k))
@@ -171,8 +182,12 @@ func formOrder(s *sink, fields []formField) bool {
 		return false
 	}
 	type keyed struct{ a, b, field int32 }
-	var buf []byte
-	var keys []keyed
+	size := 0
+	for _, f := range fields {
+		size += len(f.name)
+	}
+	buf := make([]byte, 0, size+size/4)
+	keys := make([]keyed, 0, len(fields))
 	found := false
 	for r, read := range formReadings {
 		buf, keys = buf[:0], keys[:0]
@@ -185,7 +200,12 @@ func formOrder(s *sink, fields []formField) bool {
 				buf = buf[:a]
 			}
 		}
-		slices.SortStableFunc(keys, func(x, y keyed) int { return bytes.Compare(buf[x.a:x.b], buf[y.a:y.b]) })
+		slices.SortFunc(keys, func(x, y keyed) int { // by key, then in the order sent
+			if c := bytes.Compare(buf[x.a:x.b], buf[y.a:y.b]); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.field, y.field)
+		})
 		for i := 0; i < len(keys); {
 			j, distinct := i+1, false
 			for ; j < len(keys) && bytes.Equal(buf[keys[j].a:keys[j].b], buf[keys[i].a:keys[i].b]); j++ {
