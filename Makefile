@@ -54,7 +54,7 @@ test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value) and form fingerprints (against url.ParseQuery), 30s each.
+fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value, also to a struct decode; names that fold alike refused) and form fingerprints (against url.ParseQuery; one fingerprint, one reading by Go, PHP, Rack and case-insensitive readers), 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzDecodeResponse -fuzztime 30s ./cache
 	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,5 +24,29 @@ func TestCaddyJSONFingerprint(t *testing.T) {
 	changed := testutil.Send(t, addr, testutil.KeyedPost("/pay", "c1", `{"to":"y","amount":5}`))
 	if changed.Status != 422 || !strings.Contains(changed.Body, "differs in /to") || strings.Contains(changed.Body, `\"y\"`) {
 		t.Fatalf("changed: %+v", changed)
+	}
+}
+
+// Inside real Caddy: fingerprint json refuses an object whose member names a
+// case-insensitive reader takes for one (400, not forwarded); fingerprint form
+// keeps the order of such names, so the other order is 422, not a replay.
+func TestCaddyFingerprintFoldedNames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	up := testutil.NewUpstream(t)
+	addr := caddyIdempotencySite(t, "\t\tfingerprint json\n", up.URL)
+	for i, body := range []string{`{"amount":100,"Amount":1}`, `{"o":{"k":1,"\u212a":2}}`} {
+		key := "cj" + strconv.Itoa(i)
+		if r := testutil.Send(t, addr, testutil.KeyedPost("/pay", key, body)); r.Status != 400 || !strings.Contains(r.Body, "body-malformed") || up.Count(key) != 0 {
+			t.Fatalf("%s: %+v, executions %d", body, r, up.Count(key))
+		}
+	}
+	addr = caddyIdempotencySite(t, "\t\tfingerprint form\n", up.URL)
+	ct := []string{"Content-Type", "application/x-www-form-urlencoded"}
+	first := testutil.Send(t, addr, testutil.KeyedPost("/pay", "cf", "amount.total=100&amount_total=1", ct...))
+	swapped := testutil.Send(t, addr, testutil.KeyedPost("/pay", "cf", "amount_total=1&amount.total=100", ct...))
+	if first.Status != 201 || swapped.Status != 422 || swapped.Replayed || !strings.Contains(swapped.Body, "the order of form fields") || up.Count("cf") != 1 {
+		t.Fatalf("first %+v, swapped %+v, executions %d", first, swapped, up.Count("cf"))
 	}
 }

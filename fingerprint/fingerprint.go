@@ -8,15 +8,19 @@
 //     escaped), with JSON pointers left out (a request_time). The parts are
 //     the top-level members (or elements).
 //   - Form: application/x-www-form-urlencoded fields, sorted by name; a
-//     repeated field keeps the order of its values. The parts are the fields.
+//     repeated field keeps the order of its values, and names an upstream
+//     reads as one variable (in another case, PHP's "a.b" and "a_b", a[x]
+//     under a) keep theirs. The parts are the fields, and that order.
 //   - Multipart: the parts in order, each by the headers that carry meaning
 //     (of a multipart/form-data part Content-Disposition, Content-Type and
 //     Content-Transfer-Encoding; of other types every header) and its body,
 //     never the boundary.
 //
 // A body that cannot be read one way only is refused (the core answers 400 and
-// forwards nothing), never fingerprinted as bytes: a duplicate member name, a
-// number that an IEEE 754 double does not hold exactly, invalid UTF-8, a lone
+// forwards nothing), never fingerprinted as bytes: a duplicate member name, two
+// that differ only in case (internal/fold: as Go's encoding/json matches struct
+// fields, or .NET and Java ignore case), a number that an IEEE 754 double does
+// not hold exactly, invalid UTF-8, a lone
 // surrogate, nesting beyond MaxDepth, more than MaxValues values, a body sent
 // with a Content-Encoding. An empty body is a body of its own, equal only to
 // another empty one.
@@ -215,8 +219,7 @@ func (s *sink) rest(r io.Reader) error {
 
 // field writes b length-prefixed, so that fields' boundaries are unambiguous.
 func (s *sink) field(b []byte) {
-	n := uint64(len(b))
-	s.buf = append(s.buf, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	s.length(len(b))
 	if s.h != nil && len(b) >= sinkFlush {
 		_, _ = s.h.Write(s.buf)
 		_, _ = s.h.Write(b)
@@ -225,4 +228,16 @@ func (s *sink) field(b []byte) {
 	}
 	s.buf = append(s.buf, b...)
 	s.flushIfFull()
+}
+
+// fieldString is field for a short string.
+func (s *sink) fieldString(v string) {
+	s.length(len(v))
+	s.buf = append(s.buf, v...)
+	s.flushIfFull()
+}
+
+func (s *sink) length(l int) {
+	n := uint64(l)
+	s.buf = append(s.buf, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }

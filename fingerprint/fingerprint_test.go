@@ -365,3 +365,49 @@ func BenchmarkJSONParts(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJSONPartsMixedCase is BenchmarkJSONParts with camelCase member
+// names (as .NET and Java APIs write them): names with capitals are the ones
+// compared as case-insensitive readers compare them.
+func BenchmarkJSONPartsMixedCase(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"lineItems":[`)
+	for i := 0; sb.Len() < 1<<20; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"skuId":"item-%d","quantity":%d,"unitPrice":%d.25,"noteText":"caf\u00e9 n\u00b0%d"}`, i, i%7, i%1000, i)
+	}
+	sb.WriteString(`],"requestTime":"2026-11-25T00:00:00Z"}`)
+	body := []byte(sb.String())
+	bf, _ := fingerprint.NewJSON("/requestTime")
+	r, _ := http.NewRequest(http.MethodPost, "/", nil)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := bf.Parts(r, body, func(string, [sha256.Size]byte) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFormParts reads a 64 KiB form of flat and bracketed fields.
+func BenchmarkFormParts(b *testing.B) {
+	var sb strings.Builder
+	for i := 0; sb.Len() < 64<<10; i++ {
+		if i > 0 {
+			sb.WriteByte('&')
+		}
+		fmt.Fprintf(&sb, "item_%d_sku=sku-%d&items%%5B%d%%5D%%5Bqty%%5D=%d&Note.%d=caf%%C3%%A9+%d", i, i, i, i%7, i, i)
+	}
+	body := []byte(sb.String())
+	bf, _ := fingerprint.NewForm()
+	r, _ := http.NewRequest(http.MethodPost, "/", nil)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := bf.Parts(r, body, func(string, [sha256.Size]byte) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -34,10 +34,11 @@ func (*FormBody) ID() string { return Form }
 var errFormSemicolon = errors.New(`the form body contains ";", which Go refuses as a separator and other parsers take as one: its fields are ambiguous`)
 
 // formField is one name=value pair, decoded; bare is a name without "=",
-// which Rack reads as nil and "a=" as "".
+// which Rack reads as nil and "a=" as "". An ignored field counts only by its
+// name's place among names read as one.
 type formField struct {
-	name, value string
-	bare        bool
+	name, value   string
+	bare, ignored bool
 }
 
 // Parts implements middleware.BodyFingerprint: one part per field name
@@ -45,6 +46,12 @@ type formField struct {
 // values in the order sent. Names and values are percent- and plus-decoded;
 // empty pairs ("a=1&&b=2") are nothing; "a" is not "a=" (Rack reads nil and
 // ""). A ";" or an invalid escape is refused.
+//
+// Names that an upstream reads as one variable (in another case, PHP's "a.b"
+// and "a_b", a[x] and a[] under a: see formReadings) make their order count:
+// one more part, orderPart, covers the order they came in, ignored fields'
+// names included. A form without such names has no such part, and the
+// fingerprint it had before.
 func (f *FormBody) Parts(r *http.Request, body []byte, part func(string, [sha256.Size]byte)) error {
 	if err := encoded(r, "a form"); err != nil {
 		return err
@@ -68,12 +75,16 @@ func (f *FormBody) Parts(r *http.Request, body []byte, part func(string, [sha256
 		if err1 != nil || err2 != nil {
 			return fmt.Errorf("the form body's field %d has an invalid %%-escape", len(fields)+1)
 		}
-		if !f.ignore[name] {
-			fields = append(fields, formField{name, value, !hasValue})
-		}
+		fields = append(fields, formField{name, value, !hasValue, f.ignore[name]})
 	}
-	slices.SortStableFunc(fields, func(a, b formField) int { return strings.Compare(a.name, b.name) })
 	s := &sink{h: sha256.New()}
+	var order [sha256.Size]byte
+	hasOrder := formOrder(s, fields)
+	if hasOrder {
+		order = s.sum()
+	}
+	fields = slices.DeleteFunc(fields, func(f formField) bool { return f.ignored })
+	slices.SortStableFunc(fields, func(a, b formField) int { return strings.Compare(a.name, b.name) })
 	for i := 0; i < len(fields); {
 		j := i
 		for ; j < len(fields) && fields[j].name == fields[i].name; j++ {
@@ -86,6 +97,9 @@ func (f *FormBody) Parts(r *http.Request, body []byte, part func(string, [sha256
 		}
 		part("form field "+strconv.Quote(fields[i].name), s.sum())
 		i = j
+	}
+	if hasOrder {
+		part(orderPart, order)
 	}
 	return nil
 }

@@ -34,7 +34,8 @@ type jm struct {
 	v    *jv
 }
 
-var fuzzNames = []string{"a", "b", "request_time", "meta", "sent_at", "items", "A", "é", "€", "😀", "\ufb33", "a/b", "m~0", "", " ", "\u0080", "\r"}
+var fuzzNames = []string{"a", "b", "request_time", "meta", "sent_at", "items", "A", "é", "€", "😀", "\ufb33", "a/b", "m~0", "", " ", "\u0080", "\r",
+	"k", "\u212a", "s", "ſ", "amount", "Amount", "ı"}
 
 func genValue(r *rand.Rand, depth int) *jv {
 	k := "sntfz"
@@ -231,8 +232,25 @@ func mutate(v *jv) {
 	}
 }
 
-// FuzzJSONFingerprint: a generated document and a copy serialised anew
-// (members shuffled, whitespace, escapes, number forms) are equal; after one
+// folded reports whether an object of v has two member names that fold alike.
+func folded(v *jv) bool {
+	for i, m := range v.members {
+		for _, o := range v.members[:i] {
+			if foldsAlike(m.name, o.name) {
+				return true
+			}
+		}
+		if folded(m.v) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(v.elems, folded)
+}
+
+// FuzzJSONFingerprint: a generated document whose objects have names that
+// fold alike (case, the Kelvin sign, ı) is refused. Any other and a copy
+// serialised anew (members shuffled, whitespace, escapes, number forms) are
+// equal, and Go's encoding/json decodes both alike into a struct; after one
 // value outside the ignored pointers changes they differ, and after one inside
 // them changes they are still equal.
 func FuzzJSONFingerprint(f *testing.F) {
@@ -250,6 +268,12 @@ func FuzzJSONFingerprint(f *testing.F) {
 		write(&plain, d, nil)
 		write(&again, d, r)
 		da, _, err := digestOf(t, bf, "", plain.String())
+		if folded(d) {
+			if err == nil || !strings.Contains(err.Error(), "case") {
+				t.Fatalf("%s: names that fold alike: %v", plain.String(), err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", plain.String(), err)
 		}
@@ -259,6 +283,9 @@ func FuzzJSONFingerprint(f *testing.F) {
 		}
 		if da != db {
 			t.Fatalf("re-serialised document differs:\n%s\n%s", plain.String(), again.String())
+		}
+		if a, b := structReading([]byte(plain.String())), structReading([]byte(again.String())); a != b {
+			t.Fatalf("one fingerprint, two readings by encoding/json:\n%s\n%s\n%s\n%s", plain.String(), again.String(), a, b)
 		}
 		all := nodes(d, nil, nil)
 		n := all[int(pick)%len(all)]
@@ -275,11 +302,13 @@ func FuzzJSONFingerprint(f *testing.F) {
 	})
 }
 
-// FuzzCanonicalJSON: what the JSON reading accepts is JSON, its canonical form
-// is JSON with the same value (encoding/json's reading) and its own canonical
-// form.
+// FuzzCanonicalJSON: what the JSON reading accepts is JSON without names that
+// fold alike in an object; its canonical form is JSON with the same value
+// (encoding/json's reading, into a map and into a struct, whose fields match
+// names case-insensitively) and its own canonical form.
 func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1.0,"\u00e9",null,true]}`, `[1e21,-0,0.1]`, `"x"`, `{"a":{"a":{}}}`, `[1,]`, `{"a":1,"a":2}`} {
+	for _, s := range []string{`{"b":1,"a":[1.0,"\u00e9",null,true]}`, `[1e21,-0,0.1]`, `"x"`, `{"a":{"a":{}}}`, `[1,]`, `{"a":1,"a":2}`,
+		`{"amount":100,"Amount":1}`, `{"meta":{"k":1,"\u212a":2}}`, `{"items":[{"s":1},{"\u017f":2,"s":3}]}`, `{"i":1,"\u0131":2}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -300,14 +329,24 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("%q and its canonical form %q differ: %v, %v", in, c, a, b)
 		}
+		if foldedNames(in) {
+			t.Fatalf("%q accepted with names that fold alike", in)
+		}
+		if a, b := structReading(in), structReading(c); a != b {
+			t.Fatalf("%q and its canonical form %q decode into a struct differently: %s, %s", in, c, a, b)
+		}
 	})
 }
 
 // FuzzFormFingerprint: what the form reading accepts, url.ParseQuery accepts;
-// the fields reordered (each name's values keeping their order) are the same
-// body, and one value changed is another.
+// fields reordered (each name's values keeping their order) are the same body
+// when no upstream relates their names, and never one fingerprint for two
+// bodies some upstream reads differently (Go, case-insensitive readers, PHP,
+// Rack: formReaders); one value changed is another body.
 func FuzzFormFingerprint(f *testing.F) {
-	for _, s := range []string{"a=1&b=2&a=3", "x=%C3%A9+y&&z", "a=1;b=2", "=&=", "k=%zz"} {
+	for _, s := range []string{"a=1&b=2&a=3", "x=%C3%A9+y&&z", "a=1;b=2", "=&=", "k=%zz",
+		"amount=100&Amount=1", "k=1&%E2%84%AA=2", "amount.total=1&amount_total=2&amount+total=3&amount%5Btotal=4",
+		"a%5B%5D=1&a%5B0%5D=2&a=3", "a%5Bx%5D=1&a%5Bx%5Djunk=2&a%5Bx%5D%5Bjunk%5D=3", "%20a=1&a%00b=2&a=3", "a.b=1&a%5Bb%5D=2&b=3"} {
 		f.Add(s, uint64(1))
 	}
 	bf, _ := fingerprint.NewForm()
@@ -344,8 +383,30 @@ func FuzzFormFingerprint(f *testing.F) {
 			copy(moved[i:], byName[n])
 			i += len(byName[n])
 		}
-		if d2, _, err := digestOf(t, bf, "", strings.Join(moved, "&")); err != nil || d2 != d {
+		simple := !slices.ContainsFunc(pairs, func(p string) bool {
+			return strings.ContainsFunc(name(p), func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') })
+		})
+		d2, _, err := digestOf(t, bf, "", strings.Join(moved, "&"))
+		if err != nil || simple && d2 != d {
 			t.Fatalf("%q reordered as %q: %v, equal %v", body, strings.Join(moved, "&"), err, d2 == d)
+		}
+		// Any order that keeps each name's values in theirs: one fingerprint
+		// only if every reader reads it as the body.
+		shuffled := slices.Clone(pairs)
+		r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		next := map[string]int{}
+		for i, p := range shuffled {
+			n := name(p)
+			shuffled[i] = byName[n][next[n]]
+			next[n]++
+		}
+		for _, other := range [][]string{moved, shuffled} {
+			o := strings.Join(other, "&")
+			if d3, _, err := digestOf(t, bf, "", o); err == nil && d3 == d {
+				if reader := formReadingsDiffer(body, o); reader != "" {
+					t.Fatalf("%q and %q: one fingerprint, read differently by %s", body, o, reader)
+				}
+			}
 		}
 		i := r.IntN(len(pairs))
 		changed := slices.Clone(pairs)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemproxy/idemproxy/internal/fold"
 )
 
 // JSONBody is the JSON reading (RFC 8785). Build it with NewJSON.
@@ -131,6 +133,7 @@ type doc struct {
 	stack []int32
 	path  []seg  // the tokens to the value being read, for errors
 	tmp   []byte // one decoded string
+	folds []foldEntry
 	out   sink
 }
 
@@ -144,6 +147,9 @@ func putDoc(d *doc) {
 	}
 	if cap(d.tmp) > 1<<16 {
 		d.tmp = nil
+	}
+	if cap(d.folds) > 1<<12 {
+		d.folds = nil
 	}
 	d.body, d.nodes, d.kids, d.names, d.stack, d.path = nil, d.nodes[:0], d.kids[:0], d.names[:0], d.stack[:0], d.path[:0]
 	d.out.buf = d.out.buf[:0]
@@ -285,6 +291,7 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 	if object {
 		closer = '}'
 	}
+	plain := true // every member name is fold.Plain
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == closer {
 		i++
@@ -302,6 +309,7 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 				na = len(d.names)
 				d.names = appendUnescaped(d.names, b[i+1:end-1])
 				nb = len(d.names)
+				plain = plain && fold.Plain(d.names[na:nb])
 				d.path = append(d.path, seg{na: int32(na), nb: int32(nb), idx: -1})
 				if i = skipWS(b, end); i >= len(b) || b[i] != ':' {
 					return 0, i, d.fail("has a member without a ':'")
@@ -335,6 +343,11 @@ func (d *doc) container(i, depth int) (int32, int, error) {
 			if string(d.nameBytes(members[j])) == string(d.nameBytes(members[j-1])) {
 				return 0, i, errorAt("has a member name twice (parsers disagree on which one counts)",
 					append(d.tokens(), string(d.nameBytes(members[j]))))
+			}
+		}
+		if !plain {
+			if x, y, twice := d.foldedTwice(members); twice {
+				return 0, i, d.foldedError(x, y)
 			}
 		}
 	}

@@ -7,14 +7,16 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // fullDecodeKey is the key at ptr as encoding/json's own decoder finds it: the
 // document checked with json.Valid, then walked with a json.Decoder that keeps
-// every member (duplicates included) in order, names compared with
-// bytes.EqualFold for the ambiguity rule.
+// every member (duplicates included) in order, names compared for the
+// ambiguity rule with bytes.EqualFold after each rune is taken to the lower case
+// of its upper case (Go's struct match, .NET's and Java's case-insensitivity).
 func fullDecodeKey(body []byte, ptr []string) (string, error) {
 	if !json.Valid(body) {
 		return "", middleware.ErrNoKey
@@ -36,7 +38,7 @@ func fullDecodeKey(body []byte, ptr []string) (string, error) {
 					return "", errors.New("oracle: " + err.Error())
 				}
 				name := nt.(string)
-				if bytes.EqualFold([]byte(name), []byte(tok)) {
+				if bytes.EqualFold(lowerUpper(name), lowerUpper(tok)) {
 					matches++
 				}
 				var v json.RawMessage
@@ -73,6 +75,10 @@ func fullDecodeKey(body []byte, ptr []string) (string, error) {
 	return s, checkBodyKey(s)
 }
 
+func lowerUpper(s string) []byte {
+	return []byte(strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, s))
+}
+
 func must(b []byte, err error) []byte {
 	if err != nil {
 		panic(err)
@@ -92,6 +98,7 @@ func FuzzJSONPointerKey(f *testing.F) {
 	f.Add([]byte(`{"id":"a","id":"b"}`), "/id")
 	f.Add([]byte(`{"id":"a","ID":"b"}`), "/id")
 	f.Add([]byte(`{"key":"a","\u212aey":"b"}`), "/key")
+	f.Add([]byte(`{"id":"a","\u0131d":"b","\u0130D":"c"}`), "/id")
 	f.Add([]byte(`{"d":{"id":"\ud83d\ude00\ud800x\u00e9\"\\\/\b\f\n\r\t"}}`), "/d/id")
 	f.Add([]byte("{\"id\":\"\xff\xfe\xed\xa0\x80\"}"), "/id")
 	f.Add([]byte(`{"a":[[],{},-0.5e+7,true,false,null,"s"],"id":"k"} `), "/id")

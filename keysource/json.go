@@ -19,7 +19,7 @@ var errKeyAmbiguous = errors.New("the key is ambiguous")
 // pathLevel is the scanner's state for one token of the pointer: the container
 // the token selects from, once it is reached.
 type pathLevel struct {
-	matches int  // objects: members whose name folds to the token (Go's struct match)
+	matches int  // objects: members whose name folds to the token (fold.Rune)
 	found   bool // the member named exactly the token, or the element at index, was seen
 	index   int  // arrays: the token as an index, -1 when it is not one
 	next    int  // arrays: the index of the next element
@@ -34,10 +34,10 @@ type pathLevel struct {
 // than its 10000 levels) anywhere, even after the key, has no key (middleware.ErrNoKey),
 // as has one where the pointer leads nowhere or to something other than a
 // string. A member name on the pointer's path that appears more than once in its
-// object, compared exactly or as Go compares a JSON name with a struct field's
-// (bytes.EqualFold: case-insensitively, the Kelvin sign a k), is
-// errKeyAmbiguous: a Go upstream decoding into a struct takes the last such
-// member, other parsers the first. Otherwise the key is what json.Unmarshal
+// object, compared exactly or as readers that ignore case compare names
+// (fold.Rune: Go's encoding/json into a struct, the Kelvin sign a k; .NET and
+// Java, ı an i), is errKeyAmbiguous: a Go upstream decoding into a struct takes
+// the last such member, other parsers the first. Otherwise the key is what json.Unmarshal
 // decodes there, checked by checkBodyKey.
 func jsonKey(body []byte, ptr []string, name string) (string, error) {
 	var kinds [maxJSONDepth/64 + 1]uint64 // bit set: the container at that depth is an object

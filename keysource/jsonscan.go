@@ -5,6 +5,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/idemproxy/idemproxy/internal/fold"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -160,8 +161,9 @@ func decodeKey(s []byte) (string, error) {
 }
 
 // compareName compares a JSON member name's content (between its quotes) with
-// tok: exactly, as a Go map decode does, and as a Go struct decode matches a
-// field's name (bytes.EqualFold: each rune by its simple case folding).
+// tok: exactly, as a Go map decode does, and as a case-insensitive reader
+// matches a field's name (fold.Rune: a Go struct decode's bytes.EqualFold, and
+// .NET's and Java's ways of ignoring case).
 func compareName(s []byte, tok string) (exact, folded bool) {
 	exact = true
 	j := 0
@@ -177,7 +179,7 @@ func compareName(s []byte, tok string) (exact, folded bool) {
 			exact = false
 		}
 		tr, size := utf8.DecodeRuneInString(tok[j:])
-		if r != tr && foldRune(r) != foldRune(tr) {
+		if r != tr && fold.Rune(r) != fold.Rune(tr) {
 			return false, false
 		}
 		j += size
@@ -186,22 +188,4 @@ func compareName(s []byte, tok string) (exact, folded bool) {
 		return false, false
 	}
 	return exact, true
-}
-
-// foldRune is the smallest rune of r's simple case-folding orbit: two runes
-// fold alike exactly when bytes.EqualFold takes them as equal.
-func foldRune(r rune) rune {
-	if r < utf8.RuneSelf { // an ASCII letter's orbit starts at its capital
-		if 'a' <= r && r <= 'z' {
-			r -= 'a' - 'A'
-		}
-		return r
-	}
-	for {
-		r2 := unicode.SimpleFold(r)
-		if r2 <= r {
-			return r2
-		}
-		r = r2
-	}
 }

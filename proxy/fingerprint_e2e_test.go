@@ -70,3 +70,58 @@ routes:
 		t.Fatalf("bytes route replayed a reordered body: %+v", r)
 	}
 }
+
+// The built proxy: a JSON body whose member names an upstream that ignores
+// case reads as one (Go's encoding/json into a struct binds 1 from
+// {"amount":100,"Amount":1} and 100 from the other order) is 400, at any depth,
+// never forwarded; a form whose names an upstream reads as one (ASP.NET Core's
+// case, PHP's amount.total and amount_total) keeps its order, so the other
+// order is 422, never a replay of the first.
+func TestE2EFingerprintFoldedNames(t *testing.T) {
+	skipShort(t)
+	up := testutil.NewUpstream(t)
+	p := startConfig(t, "upstream: "+up.URL+`
+routes:
+  - path: /orders
+    fingerprint: json
+  - path: /form
+    fingerprint: form
+`)
+	for i, body := range []string{
+		`{"amount":100,"Amount":1}`,
+		`{"Amount":1,"amount":100}`,
+		`{"order":{"k":1,"\u212a":2}}`,
+		`{"items":[{"sku":"a"},{"status":"paid","\u017ftatus":"void"}]}`,
+	} {
+		key := fmt.Sprintf("j%d", i)
+		if r := p.Post(t, "/orders", key, body); r.Status != 400 || !strings.Contains(r.Body, "body-malformed") || !strings.Contains(r.Body, "case") || up.Count(key) != 0 {
+			t.Fatalf("%s: %+v, executions %d", body, r, up.Count(key))
+		}
+	}
+	if r := p.Post(t, "/orders", "j-ok", `{"amount":100,"nested":{"Amount":1}}`); r.Status != 201 {
+		t.Fatalf("one name per object: %+v", r)
+	}
+
+	form := "application/x-www-form-urlencoded"
+	for i, c := range [][2]string{
+		{"amount=100&Amount=1", "Amount=1&amount=100"},
+		{"amount.total=100&amount_total=1", "amount_total=1&amount.total=100"},
+		{"amount%5Btotal=100&amount+total=1", "amount+total=1&amount%5Btotal=100"},
+	} {
+		key := fmt.Sprintf("f%d", i)
+		if r := p.Post(t, "/form", key, c[0], "Content-Type", form); r.Status != 201 {
+			t.Fatalf("%s: %+v", c[0], r)
+		}
+		r := p.Post(t, "/form", key, c[1], "Content-Type", form)
+		if r.Status != 422 || r.Replayed || !strings.Contains(r.Body, "the order of form fields read as one name") || strings.Contains(r.Body, "100") || up.Count(key) != 1 {
+			t.Fatalf("%s after %s: %+v, executions %d", c[1], c[0], r, up.Count(key))
+		}
+		if r := p.Post(t, "/form", key, c[0], "Content-Type", form); !r.Replayed {
+			t.Fatalf("%s again: %+v", c[0], r)
+		}
+	}
+	if p.Post(t, "/form", "f-moved", "amount=1&card_number=4242&card_cvc=123", "Content-Type", form).Status != 201 ||
+		!p.Post(t, "/form", "f-moved", "card_cvc=123&amount=1&card_number=4242", "Content-Type", form).Replayed {
+		t.Fatal("unrelated fields reordered: not replayed")
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,99 @@ func TestHostileCanonicalBodies(t *testing.T) {
 	}
 	if n := up.Total() - before; n != 0 {
 		t.Fatalf("%d refused bodies reached the upstream", n)
+	}
+}
+
+// spell writes name as a reader that ignores case still reads it: letters in
+// random case, k as the Kelvin sign, s as the long s, i as the dotless i (which
+// .NET and Java read as I).
+func spell(r *rand.Rand, name string) string {
+	var b strings.Builder
+	for _, c := range name {
+		switch {
+		case c == 'k' && r.IntN(3) == 0:
+			b.WriteRune('\u212a')
+		case c == 's' && r.IntN(3) == 0:
+			b.WriteRune('ſ')
+		case c == 'i' && r.IntN(3) == 0:
+			b.WriteRune('ı')
+		case r.IntN(2) == 0:
+			b.WriteString(strings.ToUpper(string(c)))
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// Names an upstream reads as one, chosen by the client: a JSON object with two
+// such members, at any depth, is 400 and never forwarded (Go's encoding/json
+// would bind one or the other by their order); a form with two such fields
+// (case, PHP's "." and " " for "_", an unclosed "["), sent in the other order,
+// is 422, never a replay of the first, while unrelated fields still move.
+func TestHostileFoldedNames(t *testing.T) {
+	skipShort(t)
+	r := rng(t)
+	up := newUpstream(t)
+	p := start(t, up, canonical)
+	bases := []string{"amount", "status", "risk_id", "skip", "kind", "is_test"}
+	before := up.Total()
+	for i := range 20 {
+		base := bases[r.IntN(len(bases))]
+		other := spell(r, base)
+		for other == base {
+			other = spell(r, base)
+		}
+		pair := fmt.Sprintf(`%q:"secret-a",%q:"secret-b"`, base, other)
+		if r.IntN(2) == 0 {
+			pair = fmt.Sprintf(`%q:"secret-b",%q:"secret-a"`, other, base)
+		}
+		doc := "{" + pair + `,"n":1}`
+		for range r.IntN(4) {
+			doc = fmt.Sprintf(`{"request_time":"t","wrap":[0,%s]}`, doc)
+		}
+		h := map[string]string{"Idempotency-Key": fmt.Sprintf("fold-%d", i), "X-Op": "bad"}
+		a := p.Send(t, req{Target: "/orders", Host: "api.example", Body: doc, Header: h})
+		if a.Status != 400 || !strings.Contains(a.Body, "body-malformed") || !strings.Contains(a.Body, "case") || strings.Contains(a.Body, "secret") {
+			t.Fatalf("%s: %d %s", doc, a.Status, a.Body)
+		}
+	}
+	if n := up.Total() - before; n != 0 {
+		t.Fatalf("%d bodies with names that fold alike reached the upstream", n)
+	}
+	php := func(name string) string {
+		out := []byte(name)
+		for j := range out {
+			if out[j] == '_' {
+				out[j] = " .["[r.IntN(3)]
+			}
+		}
+		if r.IntN(4) == 0 {
+			out = append([]byte{' '}, out...)
+		}
+		return string(out)
+	}
+	for i := range 20 {
+		base := bases[r.IntN(len(bases))]
+		other := spell(r, base)
+		if strings.Contains(base, "_") && r.IntN(2) == 0 {
+			other = php(base)
+		}
+		for other == base {
+			other = spell(r, base)
+		}
+		esc := func(n, v string) string { return url.QueryEscape(n) + "=" + v }
+		rest := []string{esc("currency", "EUR"), esc("card_number", "4242")}
+		a := strings.Join(append([]string{esc(base, "100"), esc(other, "1")}, rest...), "&")
+		b := strings.Join(append(slices.Clone(rest), esc(other, "1"), esc(base, "100")), "&")
+		moved := strings.Join(append(slices.Clone(rest[1:]), esc(base, "100"), rest[0], esc(other, "1")), "&")
+		op := fmt.Sprintf("form-fold-%d", i)
+		h := map[string]string{"Idempotency-Key": op, "X-Op": op, "Content-Type": "application/x-www-form-urlencoded"}
+		first := p.Send(t, req{Target: "/form", Host: "api.example", Body: a, Header: h})
+		again := p.Send(t, req{Target: "/form", Host: "api.example", Body: moved, Header: h})
+		swapped := p.Send(t, req{Target: "/form", Host: "api.example", Body: b, Header: h})
+		if first.Status != 201 || !again.Replayed || swapped.Status != 422 || swapped.Replayed || up.Count(op) != 1 {
+			t.Fatalf("%s, then %s: %d %s, then %s: %d %s (ran %d)", a, moved, again.Status, again.Body, b, swapped.Status, swapped.Body, up.Count(op))
+		}
 	}
 }
