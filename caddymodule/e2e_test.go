@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -273,4 +275,57 @@ func caddySite(t *testing.T, routes string) *testutil.Proc {
 		t.Fatal(err)
 	}
 	return runCaddy(t, bin, dir, path, site, "/healthz")
+}
+
+// Caddy SIGKILLed while a first execution runs on Redis: once its lease lapses,
+// the key is held as an unknown outcome (504), as in the proxy: a retry on the
+// Caddy that replaces it never runs the operation again.
+func TestCaddySigkillHoldsTheKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	store := redistest.Start(t).URL()
+	var calls atomic.Int64
+	started := make(chan struct{}, 4)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return
+		}
+		_, _ = io.ReadAll(r.Body)
+		if calls.Add(1) > 1 {
+			w.WriteHeader(201) // a retry that runs again
+			return
+		}
+		started <- struct{}{}
+		<-r.Context().Done() // its Caddy is killed
+	}))
+	defer upstream.Close()
+	dir := t.TempDir()
+	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
+	cfgPath := filepath.Join(dir, "Caddyfile")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 1500ms\n\t}\n\trespond /healthz 200\n\treverse_proxy %s\n}\n",
+		admin, site, store, strings.TrimPrefix(upstream.URL, "http://"))), 0o644)
+	p := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/charge", "kill", "x")) }()
+	<-started
+	p.Kill()
+	q := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	saw409 := false
+	var r testutil.Response
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = q.Post(t, "/charge", "kill", "x")
+		if r.Status != 409 || time.Now().After(deadline) {
+			break
+		}
+		saw409 = true
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !saw409 || r.Status != 504 || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("a retry after the killed Caddy's lease lapsed: %d %s (409 seen: %v); want the held outcome-unknown answer", r.Status, r.Body, saw409)
+	}
+	if r := q.Post(t, "/charge", "kill", "x"); r.Status != 504 || calls.Load() != 1 {
+		t.Fatalf("a later retry: %d, upstream ran %d times; want the held answer, one run", r.Status, calls.Load())
+	}
 }
