@@ -44,9 +44,11 @@ type Config struct {
 	TLSKey  string `json:"tls_key" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
 
 	// TrustedProxies are the peers (CIDRs or addresses) whose X-Forwarded-For,
-	// -Proto, -Host and Forwarded headers are kept and extended; from any other
-	// peer they are replaced with what the proxy saw (forwarding.go).
-	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded and request id headers are kept and extended; others' are replaced"`
+	// -Proto, -Host and Forwarded headers are kept and extended, and whose
+	// other client-address headers (X-Real-IP, True-Client-IP, …) are kept;
+	// from any other peer they are removed or replaced with what the proxy saw
+	// (forwarding.go, addressheaders.go).
+	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded, X-Real-IP and other client-address headers and request id are kept (and extended); others' are removed or replaced"`
 	// UpstreamHost is the Host the upstream receives: "upstream" (the
 	// upstream URL's), "client" (the one the client sent), or a host name.
 	UpstreamHost string `json:"upstream_host" help:"Host sent upstream: upstream (the upstream URL's host), client (the client's Host), or a literal host[:port]"`
