@@ -65,7 +65,7 @@ func (ds *DynamoDBStore) Provision(ctx caddy.Context) error {
 		return err
 	}
 	url := ds.url()
-	ds.key = fmt.Sprintf("dynamodb/%+v/%s", ds.DynamoDB, url)
+	ds.key = stores.Settings{DynamoDB: ds.DynamoDB}.Key(url)
 	v, _, err := pool.LoadOrNew(ds.key, func() (caddy.Destructor, error) {
 		s, closeFn, err := ds.DynamoDB.Open(ctx, url, stores.Env{Warn: ctx.Slogger().Warn})
 		if err != nil {

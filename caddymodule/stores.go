@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -134,17 +135,15 @@ func encodeStore(kind string, settings, defaults any, loc string) ([]byte, error
 
 // MemoryStore keeps records in this process: the default. There is one memory
 // store per process, shared by every site and handler and kept across reloads;
-// a reload that changes its bounds applies them to the live store, whose records
-// stay.
+// a reload that changes its settings applies them to the live store, whose
+// records and in-flight locks stay (internal/stores/reload.go).
 type MemoryStore struct {
 	// The store's settings: max_records, max_bytes (internal/stores.Memory).
 	stores.Memory
 
+	key   string
 	store *pooledMemory
 }
-
-// memoryKey is the pool key of the process's memory store.
-const memoryKey = "memory"
 
 // CaddyModule returns the Caddy module information.
 func (*MemoryStore) CaddyModule() caddy.ModuleInfo {
@@ -164,12 +163,14 @@ func (m MemoryStore) MarshalJSON() ([]byte, error) {
 }
 
 // Provision gets the shared store, creating it on first use, and applies this
-// config's bounds to it.
+// config's settings to it.
 func (m *MemoryStore) Provision(ctx caddy.Context) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	v, _, err := pool.LoadOrNew(memoryKey, func() (caddy.Destructor, error) {
+	// The same for every memory config: its settings are all live.
+	m.key = stores.Settings{Memory: m.Memory}.Key("memory")
+	v, _, err := pool.LoadOrNew(m.key, func() (caddy.Destructor, error) {
 		s, err := m.Memory.Open()
 		if err != nil {
 			return nil, err
@@ -181,14 +182,16 @@ func (m *MemoryStore) Provision(ctx caddy.Context) error {
 	}
 	pm := v.(pooledMemory)
 	m.store = &pm
-	mem := pm.Store
-	if recs, bytes := mem.Bounds(); recs != m.MaxRecords || bytes != m.MaxBytes {
-		ctx.Slogger().Info("idempotency: memory store bounds changed; applied to the live store, its records kept",
-			"max_records", m.MaxRecords, "max_bytes", conf.FormatSize(m.MaxBytes), "was_max_records", recs, "was_max_bytes", conf.FormatSize(bytes))
-		if err := mem.SetBounds(m.MaxRecords, m.MaxBytes); err != nil {
-			_, _ = pool.Delete(memoryKey)
-			return fmt.Errorf("memory store: %w", err)
-		}
+	was := stores.RunningMemory(pm.Store)
+	changed, err := m.Memory.Apply(pm.Store)
+	if err != nil {
+		_, _ = pool.Delete(m.key)
+		return fmt.Errorf("memory store: %w", err)
+	}
+	if len(changed) > 0 {
+		ctx.Slogger().Info("idempotency: memory store settings changed; applied to the live store, its records and in-flight locks kept",
+			"settings", strings.Join(changed, ", "), "max_records", m.MaxRecords, "max_bytes", conf.FormatSize(m.MaxBytes),
+			"was_max_records", was.MaxRecords, "was_max_bytes", conf.FormatSize(was.MaxBytes))
 	}
 	return nil
 }
@@ -198,7 +201,7 @@ func (m *MemoryStore) Validate() error { return m.Memory.Validate() }
 
 // Cleanup releases this config's use of the store.
 func (m *MemoryStore) Cleanup() error {
-	_, err := pool.Delete(memoryKey)
+	_, err := pool.Delete(m.key)
 	return err
 }
 
@@ -246,7 +249,7 @@ func (r *RedisStore) Provision(ctx caddy.Context) error {
 	}
 	url := caddy.NewReplacer().ReplaceAll(r.URL, "")
 	// One store per URL and settings: configs that agree share it.
-	r.key = fmt.Sprintf("redis/%+v/%s", r.Redis, url)
+	r.key = stores.Settings{Redis: r.Redis}.Key(url)
 	v, _, err := pool.LoadOrNew(r.key, func() (caddy.Destructor, error) {
 		s, closeFn, err := r.Redis.Open(ctx, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: true})
 		if err != nil {
@@ -322,7 +325,7 @@ func (p *PostgresStore) Provision(ctx caddy.Context) error {
 		return err
 	}
 	url := caddy.NewReplacer().ReplaceAll(p.URL, "")
-	p.key = fmt.Sprintf("postgres/%+v/%s", p.Postgres, url)
+	p.key = stores.Settings{Postgres: p.Postgres}.Key(url)
 	v, _, err := pool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
 		s, closeFn, err := p.Postgres.Open(ctx, url, stores.Env{Warn: ctx.Slogger().Warn})
 		if err != nil {

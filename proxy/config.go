@@ -23,19 +23,19 @@ import (
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
 // core's (config.Config, which is also each route's).
 type Config struct {
-	Listen            string        `json:"listen" help:"address to serve clients on"`
+	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on"`
 	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
 	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
-	Admin             string        `json:"admin" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	AdminToken        string        `json:"admin_token" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
-	AdminHosts        []string      `json:"admin_hosts" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
-	Metrics           string        `json:"metrics" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
+	Admin             string        `json:"admin" reload:"restart" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
+	AdminToken        string        `json:"admin_token" reload:"restart" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
+	AdminHosts        []string      `json:"admin_hosts" reload:"restart" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
+	Metrics           string        `json:"metrics" reload:"restart" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
 	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
 	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored (after a SIGHUP reload, the replaced configuration's background stores)"`
-	ReadHeaderTimeout time.Duration `json:"read_header_timeout" help:"time a client has to send its request headers"`
-	IdleTimeout       time.Duration `json:"idle_timeout" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat         string        `json:"log_format" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel          string        `json:"log_level" help:"debug, info, warn or error"`
+	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" help:"time a client has to send its request headers"`
+	IdleTimeout       time.Duration `json:"idle_timeout" reload:"restart" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat         string        `json:"log_format" reload:"restart" help:"auto (JSON unless stderr is a terminal), json or text"`
+	LogLevel          string        `json:"log_level" reload:"restart" help:"debug, info, warn or error"`
 
 	// TLSCert and TLSKey are the PEM files of the client listener's certificate
 	// (its chain) and private key: with both set, the listener serves HTTPS,
@@ -44,9 +44,11 @@ type Config struct {
 	TLSKey  string `json:"tls_key" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
 
 	// TrustedProxies are the peers (CIDRs or addresses) whose X-Forwarded-For,
-	// -Proto, -Host and Forwarded headers are kept and extended; from any other
-	// peer they are replaced with what the proxy saw (forwarding.go).
-	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded and request id headers are kept and extended; others' are replaced"`
+	// -Proto, -Host and Forwarded headers are kept and extended, and whose
+	// other client-address headers (X-Real-IP, True-Client-IP, …) are kept;
+	// from any other peer they are removed or replaced with what the proxy saw
+	// (forwarding.go, addressheaders.go).
+	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded, X-Real-IP and other client-address headers and request id are kept (and extended); others' are removed or replaced"`
 	// UpstreamHost is the Host the upstream receives, with forwarded and
 	// reconcile requests alike: "upstream" (the upstream URL's), "client"
 	// (the one the client sent, in canonical form), or a host name.

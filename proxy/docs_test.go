@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,5 +82,30 @@ func TestSettingsTableMatchesTheConfigType(t *testing.T) {
 		if f.Text(&got) != f.Text(&def) {
 			t.Errorf("%s: the settings table says the default is %s, the code says %q", f.Name, cell, f.Text(&def))
 		}
+	}
+}
+
+// docs/proxy.md names the settings a reload keeps until a restart: exactly
+// those tagged reload:"restart".
+func TestRestartOnlySettingsDocumented(t *testing.T) {
+	text := strings.Join(strings.Fields(testutil.Docs(t, "docs/proxy.md")), " ")
+	_, after, ok := strings.Cut(text, "These settings take effect only at a restart")
+	list, _, ok2 := strings.Cut(after, "turning TLS on or off")
+	if !ok || !ok2 {
+		t.Fatal("docs/proxy.md lacks the list of settings that take effect only at a restart")
+	}
+	var documented, tagged []string
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
+		documented = append(documented, m[1])
+	}
+	for _, f := range conf.Fields(reflect.TypeFor[proxy.Config]()) {
+		if f.Reload == conf.ReloadRestart {
+			tagged = append(tagged, f.Name)
+		}
+	}
+	slices.Sort(documented)
+	slices.Sort(tagged)
+	if !slices.Equal(documented, tagged) {
+		t.Fatalf("docs/proxy.md lists %q as taking effect at a restart; the tags say %q", documented, tagged)
 	}
 }

@@ -128,6 +128,7 @@ type reqInfo struct {
 	route     string    // the route's path; "" before routing, "(top level)"
 	idValue   [1]string // the request id header's value, allocated with the rest
 	tls       bool
+	realIP    bool // a trusted proxy's X-Real-IP is kept (else rewrite sets it)
 }
 
 type reqInfoKey struct{}
@@ -138,12 +139,13 @@ func infoOf(ctx context.Context) *reqInfo {
 }
 
 // inbound reads who sent r before anything else does. From a peer in
-// trusted_proxies, the forwarding headers it sent are kept (each if well
-// formed), and the client is the last address of the X-Forwarded-For chain
-// that is not a trusted proxy's. From any other peer they are removed, so
-// neither the core (scope_headers, fingerprint_headers), the logs nor the
-// upstream ever see what a client claims: the client is the peer. The request
-// id is kept from a trusted peer when well formed, generated otherwise.
+// trusted_proxies, the forwarding and address headers it sent are kept (each
+// if well formed), and the client is the last address of the X-Forwarded-For
+// chain that is not a trusted proxy's. From any other peer they are removed
+// (addressheaders.go), so neither the core (scope_headers,
+// fingerprint_headers), the logs nor the upstream ever see what a client
+// claims: the client is the peer. The request id is kept from a trusted peer
+// when well formed, generated otherwise.
 func (f *forwarding) inbound(r *http.Request) *reqInfo {
 	info := &reqInfo{tls: r.TLS != nil}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
@@ -155,6 +157,7 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 	}
 	h := r.Header
 	trusted := info.peer.IsValid() && f.trusts(info.peer)
+	info.realIP = dropAddressHeaders(h, trusted)
 	if trusted {
 		if chain, ok := forwardedFor(h["X-Forwarded-For"]); ok {
 			client := info.peer
@@ -175,10 +178,6 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 		}
 		if !validForwarded(h["Forwarded"]) {
 			delete(h, "Forwarded")
-		}
-	} else {
-		for _, name := range [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"} {
-			delete(h, name)
 		}
 	}
 	if f.idHeader != "" {
@@ -327,9 +326,10 @@ func validRequestID(s string) bool {
 	return true
 }
 
-// rewrite sets the forwarding headers and the Host of the upstream request.
-// ReverseProxy has already removed X-Forwarded-* and Forwarded from pr.Out;
-// pr.In carries only what inbound kept.
+// rewrite sets the forwarding headers, X-Real-IP (the client, unless a
+// trusted proxy sent one) and the Host of the upstream request. ReverseProxy
+// has already removed X-Forwarded-For, -Proto, -Host and Forwarded from
+// pr.Out; pr.In carries only what inbound kept.
 //
 // It runs on every proxied request, so it allocates little: the values it
 // sets share one backing array (each slice capped at its one value, as
@@ -345,16 +345,22 @@ func (f *forwarding) rewrite(pr *httputil.ProxyRequest) {
 	if in.TLS != nil {
 		proto = "https"
 	}
-	var node string
+	var node, client string
+	realIP := false // an X-Real-IP is kept
 	if info := infoOf(in.Context()); info != nil && info.peer.IsValid() {
-		node = info.node
+		node, client, realIP = info.node, info.client, info.realIP
 	} else if ap, err := netip.ParseAddrPort(in.RemoteAddr); err == nil {
 		node = ap.Addr().Unmap().String()
+		client, realIP = node, len(in.Header["X-Real-Ip"]) > 0
 	}
-	vals := make([]string, 4)
+	vals := make([]string, 5)
 	if node != "" {
 		vals[0] = joinPrior(in.Header["X-Forwarded-For"], node)
 		out["X-Forwarded-For"] = vals[0:1:1]
+	}
+	if client != "" && !realIP {
+		vals[4] = client
+		out["X-Real-Ip"] = vals[4:5:5]
 	}
 	if v := in.Header["X-Forwarded-Proto"]; len(v) == 1 {
 		out["X-Forwarded-Proto"] = v

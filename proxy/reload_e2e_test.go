@@ -101,62 +101,42 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 	p.Stop(t)
 }
 
-// A store whose settings change is reopened (the memory store starts empty),
-// the old one closed only after the requests using it are done; one whose
-// settings stay is kept. The log says which.
-func TestE2EReloadReopensAChangedStore(t *testing.T) {
-	skipShort(t)
-	up := testutil.NewUpstream(t)
-	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\nttl: 1h\n")
-	p := start(t, "--config", path)
-	if r := p.Post(t, "/charges", "k", "x"); r.Status != 201 {
-		t.Fatalf("first: %+v", r)
-	}
-	reloadConfig(t, path, "upstream: "+up.URL+"\nttl: 2h\n")
-	p.Signal(t, syscall.SIGHUP)
-	waitLog(t, p, `"msg":"configuration reloaded"`, 1)
-	if !strings.Contains(p.Logs.String(), `"store":"kept"`) {
-		t.Fatalf("the store was not kept:\n%s", p.Logs)
-	}
-	if r := p.Post(t, "/charges", "k", "x"); !r.Replayed {
-		t.Fatalf("after a reload that kept the store: %+v", r)
-	}
-	// A request in flight on the old store finishes on it: it is closed after.
-	done := inflight(p, testutil.KeyedPost("/slow?ms=1000", "old-store", "x"))
-	<-up.Started
-	reloadConfig(t, path, "upstream: "+up.URL+"\nttl: 2h\nmemory_max_records: 5000\n")
-	p.Signal(t, syscall.SIGHUP)
-	waitLog(t, p, `"msg":"configuration reloaded"`, 2)
-	if r := <-done; r.err != nil || r.Status != 201 {
-		t.Fatalf("a request in flight while its store was replaced: %+v", r)
-	}
-	if !strings.Contains(p.Logs.String(), `"store":"reopened"`) {
-		t.Fatalf("the store was not reopened:\n%s", p.Logs)
-	}
-	if r := p.Post(t, "/charges", "k", "x"); r.Replayed || up.Count("k") != 2 {
-		t.Fatalf("after reopening the memory store: %+v, executions %d", r, up.Count("k"))
-	}
-	p.Stop(t)
-}
-
-// A Redis store reopened by a reload (a Redis setting changed) is closed only
-// after the request in flight on it has stored its response: the retry on the
-// new client replays it.
+// A Redis store reopened by a reload (a Redis setting changed: a new client on
+// the same server) keeps what the server holds: a key completed before it
+// replays, a duplicate of the request in flight on the old client gets 409
+// (its lock is in Redis), and the old client is closed only after that request
+// has stored its response: the retry on the new client replays it.
 func TestE2EReloadReopensRedisAfterInFlight(t *testing.T) {
 	skipShort(t)
 	rs := redistest.Start(t)
 	up := testutil.NewUpstream(t)
 	path := testutil.TempFile(t, "idemproxy.yaml", "upstream: "+up.URL+"\nstore: "+rs.URL()+"\n")
 	p := start(t, "--config", path)
-	done := inflight(p, testutil.KeyedPost("/slow?ms=1500", "across", "x"))
+	if r := p.Post(t, "/charges", "before", "x"); r.Status != 201 || r.Replayed {
+		t.Fatalf("first: %+v", r)
+	}
+	done := inflight(p, testutil.KeyedPost("/block", "across", "x"))
 	<-up.Started
 	reloadConfig(t, path, "upstream: "+up.URL+"\nstore: "+rs.URL()+"\nredis_wait_timeout: 300ms\n")
 	p.Signal(t, syscall.SIGHUP)
 	waitLog(t, p, `"store":"reopened"`, 1)
+	if r := p.Post(t, "/charges", "before", "x"); !r.Replayed || up.Count("before") != 1 {
+		t.Fatalf("a key completed before the reload, on the new client: %+v, executions %d", r, up.Count("before"))
+	}
+	select {
+	case r := <-inflight(p, testutil.KeyedPost("/block", "across", "x")):
+		if r.err != nil || r.Status != 409 {
+			t.Fatalf("a duplicate on the new client of the request in flight on the old: %+v; want 409", r)
+		}
+	case <-up.Started:
+		up.Release <- struct{}{}
+		t.Fatalf("a duplicate on the new client ran beside the request in flight on the old")
+	}
+	up.Release <- struct{}{}
 	if r := <-done; r.err != nil || r.Status != 201 {
 		t.Fatalf("the request in flight on the replaced client: %+v", r)
 	}
-	if r := p.Post(t, "/slow?ms=1500", "across", "x"); !r.Replayed || up.Count("across") != 1 {
+	if r := p.Post(t, "/block", "across", "x"); !r.Replayed || up.Count("across") != 1 {
 		t.Fatalf("its retry on the new client: %+v, executions %d", r, up.Count("across"))
 	}
 	p.Stop(t)

@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -42,12 +42,13 @@ type state struct {
 	rc        *reconciler     // nil: no route reconciles (reconcile.go)
 }
 
-// sharedStore is an open store and the states that use it: a reload that does
-// not change the store's settings keeps it (the memory store keeps its
-// records), and it is closed when the last state using it is done.
+// sharedStore is an open store and the states that use it: a reload that
+// keeps the store's identity (stores.Settings.Key: the memory store always)
+// keeps it with its records and in-flight locks, and it is closed when the
+// last state using it is done.
 type sharedStore struct {
 	opened *stores.Opened
-	key    string // the settings it was opened with (storeKey)
+	key    string // its identity (stores.Settings.Key)
 	refs   atomic.Int32
 }
 
@@ -57,23 +58,21 @@ func (s *sharedStore) release() {
 	}
 }
 
-// storeKey is what opening a store depends on: its URL and every store setting.
+// storeKey is what opening a store depends on: the store's identity (its URL
+// and its settings that cannot change on an open store), and for DynamoDB the
+// store_timeout, which bounds each of its requests.
 func storeKey(cfg *Config) string {
-	var b strings.Builder
-	b.WriteString(cfg.Store)
-	for _, f := range fields {
-		if kind, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(kind) {
-			fmt.Fprintf(&b, "\x00%s=%s", f.Name, f.Text(cfg))
-		}
-	}
+	key := cfg.Stores.Key(cfg.Store)
 	if kind, _ := stores.KindOf(cfg.Store); kind == "dynamodb" {
-		fmt.Fprintf(&b, "\x00store_timeout=%v", cfg.StoreTimeout) // it bounds each DynamoDB request
+		key += fmt.Sprintf("\x00store_timeout=%v", cfg.StoreTimeout)
 	}
-	return b.String()
+	return key
 }
 
 // newState builds the state of cfg. It shares prev's store when the store's
-// settings are the same, and opens a new one otherwise (reopened).
+// identity is the same (stores.Settings.Key), with cfg's live store settings
+// applied to it (the memory store's bounds), and opens a new one otherwise
+// (reopened).
 func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *state, reopened bool, err error) {
 	cfg.tracing = p.tracing
 	if err := cfg.Validate(); err != nil {
@@ -110,6 +109,17 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 	if err := p.buildRoutes(st); err != nil {
 		st.store.release()
 		return nil, false, err
+	}
+	if !reopened { // last: nothing below fails, so a reload that fails changes nothing
+		applied, err := cfg.Stores.Apply(st.store.opened)
+		if err != nil {
+			st.store.release()
+			return nil, false, cfg.storeError(err)
+		}
+		if len(applied) > 0 {
+			p.log.Info("reload: store settings applied to the running store; its records and in-flight locks kept",
+				"settings", strings.Join(applied, ", "))
+		}
 	}
 	st.startReconcile()
 	return st, reopened, nil
@@ -220,9 +230,12 @@ func (p *Proxy) retire(old *state) {
 
 // Reload swaps in cfg: routes, upstream, forwarding, certificate and every
 // core setting at once, for the next request; requests in flight finish with
-// the configuration they started with. The store is kept unless its settings
-// changed. Settings that need a restart keep their running values and are
-// named in the log. On error the running configuration stays.
+// the configuration they started with. The store is kept, with its records and
+// in-flight locks, unless its identity changed (stores.Settings.Key: the URL
+// or a setting of a shared store; never a memory store setting, which is
+// applied to the running store). Settings that need a restart keep their
+// running values and are named in the log. On error the running configuration
+// stays.
 func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -251,27 +264,17 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 }
 
 // keepRestartOnly gives c the running values of the settings that cannot
-// change without a restart (the listeners, their timeouts and guards, the
-// log's format and level, TLS on or off) and returns the names of those that
-// c had changed.
+// change without a restart, those tagged reload:"restart" (the listeners,
+// their timeouts and guards, the log's format and level), and of TLS on or
+// off, and returns the names of those that c had changed.
 func keepRestartOnly(old, c *Config) []string {
 	var changed []string
-	keep := func(name string, same bool) {
-		if !same {
-			changed = append(changed, name)
+	for _, f := range fields {
+		if f.Reload == conf.ReloadRestart && f.Text(old) != f.Text(c) { // text: an empty list is no list
+			changed = append(changed, f.Name)
+			f.Copy(c, old)
 		}
 	}
-	keep("listen", old.Listen == c.Listen)
-	keep("admin", old.Admin == c.Admin)
-	keep("admin_token", old.AdminToken == c.AdminToken)
-	keep("admin_hosts", slices.Equal(old.AdminHosts, c.AdminHosts))
-	keep("metrics", old.Metrics == c.Metrics)
-	keep("read_header_timeout", old.ReadHeaderTimeout == c.ReadHeaderTimeout)
-	keep("idle_timeout", old.IdleTimeout == c.IdleTimeout)
-	keep("log_format", old.LogFormat == c.LogFormat)
-	keep("log_level", old.LogLevel == c.LogLevel)
-	c.Listen, c.Admin, c.AdminToken, c.AdminHosts, c.Metrics = old.Listen, old.Admin, old.AdminToken, old.AdminHosts, old.Metrics
-	c.ReadHeaderTimeout, c.IdleTimeout, c.LogFormat, c.LogLevel = old.ReadHeaderTimeout, old.IdleTimeout, old.LogFormat, old.LogLevel
 	if (old.TLSCert == "") != (c.TLSCert == "") {
 		changed = append(changed, "tls_cert (TLS on or off)")
 		c.TLSCert, c.TLSKey = old.TLSCert, old.TLSKey

@@ -17,6 +17,13 @@
 // Anonymous struct fields are walked into. A named struct field tagged
 // `conf:"prefix=P"` is walked into with P in front of its settings' names (the
 // proxy's redis_prefix is the Redis store's prefix).
+//
+// What a configuration reload does with a changed setting is its `reload` tag
+// (Field.Reload), read by the proxy's reload and the stores' identity
+// (internal/stores.Key): none, the new value takes effect (a store setting:
+// the store is opened again); "live", it is applied to what runs, which is
+// kept (the memory store's bounds: its records stay); "restart", the running
+// value is kept, and the reload says so.
 package conf
 
 import (
@@ -39,13 +46,22 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 )
 
+// Reload tag values (see the package comment).
+const (
+	ReloadLive    = "live"
+	ReloadRestart = "restart"
+)
+
 // Field is one setting of a struct type.
 type Field struct {
-	Name  string // the json name: lock_ttl
-	Help  string
-	index []int
-	typ   reflect.Type
-	bytes bool // an int64 counted in bytes (a size)
+	Name string // the json name: lock_ttl
+	Help string
+	// Reload is what a reload does when the setting changes: "" (it takes
+	// effect), ReloadLive or ReloadRestart.
+	Reload string
+	index  []int
+	typ    reflect.Type
+	bytes  bool // an int64 counted in bytes (a size)
 }
 
 // Fields lists the settings of struct type t, in declaration order. It panics on
@@ -74,7 +90,10 @@ func Fields(t reflect.Type) []Field {
 			if name == "" {
 				panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
 			}
-			f := Field{Name: prefix + name, Help: help, index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+			f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+			if f.Reload != "" && f.Reload != ReloadLive && f.Reload != ReloadRestart {
+				panic(fmt.Sprintf("conf: field %s: reload:%q, want %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart))
+			}
 			if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
 				panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
 			}

@@ -45,7 +45,7 @@ type Base struct {
 type store struct {
 	tracked
 	Host string `json:"host" help:"the host"`
-	Port int    `json:"port" help:"the port"`
+	Port int    `json:"port" reload:"live" help:"the port"`
 }
 
 // settings has a setting of every kind.
@@ -53,7 +53,7 @@ type settings struct {
 	tracked
 	Base
 	Enabled bool           `json:"enabled" help:"on or off"`
-	Count   int            `json:"count" help:"how many"`
+	Count   int            `json:"count" reload:"restart" help:"how many"`
 	Big     int64          `json:"big" help:"a whole int64"`
 	Tags    []string       `json:"tags" help:"a list"`
 	TTL     time.Duration  `json:"ttl" help:"a duration"`
@@ -89,6 +89,11 @@ func TestFields(t *testing.T) {
 	}
 	if f := field(t, "store_port"); f.Help != "the port" {
 		t.Errorf("help %q", f.Help)
+	}
+	for name, want := range map[string]string{"name": "", "count": conf.ReloadRestart, "store_port": conf.ReloadLive, "store_host": ""} {
+		if got := field(t, name).Reload; got != want {
+			t.Errorf("%s: Reload %q, want %q", name, got, want)
+		}
 	}
 	if _, ok := conf.Lookup(fields, "Ignored"); ok {
 		t.Error("a field without a help tag is a setting")
@@ -204,6 +209,9 @@ func TestFieldsPanicsOnWhatItCannotServe(t *testing.T) {
 	type bytesOnString struct {
 		X string `json:"x" unit:"bytes" help:"a size that is a string"`
 	}
+	type reloadWhen struct {
+		X string `json:"x" reload:"later" help:"a reload tag it does not know"`
+	}
 	type nested struct {
 		Inner struct {
 			X float32 `json:"x" help:"deep"`
@@ -221,6 +229,7 @@ func TestFieldsPanicsOnWhatItCannotServe(t *testing.T) {
 		{reflect.TypeFor[bytesOnInt32](), `field X: unit:"bytes" needs an int64`},
 		{reflect.TypeFor[bytesOnString](), `field X: unit:"bytes" needs an int64`},
 		{reflect.TypeFor[nested](), "field in_x has unsupported type float32"},
+		{reflect.TypeFor[reloadWhen](), `field X: reload:"later", want "live" or "restart"`},
 	} {
 		func() {
 			defer func() {

@@ -4,12 +4,13 @@ import (
 	"github.com/idemproxy/idemproxy/cache/memstore"
 )
 
-// Memory is the memory store's settings: this process only, the default.
+// Memory is the memory store's settings: this process only, the default. A
+// reload applies them to the running store, which keeps its records (reload.go).
 type Memory struct {
 	// MaxRecords is the most records kept (in flight and completed).
-	MaxRecords int64 `json:"max_records" help:"memory store: most records kept (a client's records are evicted only for its own volume or when it holds more than its share)"`
+	MaxRecords int64 `json:"max_records" reload:"live" help:"memory store: most records kept (a client's records are evicted only for its own volume or when it holds more than its share)"`
 	// MaxBytes is the most bytes kept (approximate).
-	MaxBytes int64 `json:"max_bytes" unit:"bytes" help:"memory store: most bytes kept (approximate)"`
+	MaxBytes int64 `json:"max_bytes" unit:"bytes" reload:"live" help:"memory store: most bytes kept (approximate)"`
 }
 
 // DefaultMemory is the memory store's defaults.

@@ -18,8 +18,8 @@ const reloadEvery = 1500 * time.Millisecond
 // and reloads its config every 1.5 s while clients drive it, with a slow upstream
 // so that operations are in flight across each reload. Two rounds: the Redis store
 // (a reload closed it under running requests, which then ran twice) and the
-// memory store with bounds that change on every reload (a reload swapped in an
-// empty store). A reload explains no double run and no lost record.
+// memory store with every setting changing on every reload (a reload swapped
+// in an empty store). A reload explains no double run and no lost record.
 func reloadPhase(cfg config, dir string) error {
 	if _, err := os.Stat(cfg.caddy); err != nil {
 		return fmt.Errorf("the reload phase needs Caddy built with the module (make caddy): %w", err)
@@ -43,8 +43,8 @@ func reloadRound(cfg config, dir string, round int, name, store string) error {
 	if err != nil {
 		return err
 	}
-	storeLine := func(gen int) string { // the memory store's bound changes on every reload
-		return fmt.Sprintf("store memory {\n\t\t\tmax_records %d\n\t\t}", 500_000+gen%2*100_000)
+	storeLine := func(gen int) string { // every memory store setting changes on every reload
+		return fmt.Sprintf("store memory {\n\t\t\tmax_records %d\n\t\t\tmax_bytes %dMiB\n\t\t}", 500_000+gen%2*100_000, 512+gen%2*128)
 	}
 	if store == "redis" {
 		if h.redis, err = newRedis(dir, fmt.Sprintf("reload%d-redis", round)); err != nil {
