@@ -53,23 +53,23 @@ type Config struct {
 	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A
 	// signature made with any of them verifies (rotation). Secrets themselves
 	// never go in a configuration, and are never logged.
-	WebhookSecrets []string `json:"webhook_secrets" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
+	WebhookSecrets []string `json:"webhook_secrets" needs:"webhook" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
 
 	// WebhookTolerance is how far a signed timestamp (standard, stripe) may
 	// be from now, either way.
-	WebhookTolerance time.Duration `json:"webhook_tolerance" help:"how far a signed timestamp (standard, stripe) may be from now"`
+	WebhookTolerance time.Duration `json:"webhook_tolerance" needs:"webhook" help:"how far a signed timestamp (standard, stripe) may be from now"`
 
 	// WebhookHeader is the header carrying the signature, for the hmac
 	// preset.
-	WebhookHeader string `json:"webhook_header" help:"hmac preset: the header carrying the signature"`
+	WebhookHeader string `json:"webhook_header" needs:"webhook" help:"hmac preset: the header carrying the signature"`
 
 	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
 	// base64.
-	WebhookEncoding string `json:"webhook_encoding" help:"hmac preset: the signature's encoding, hex or base64"`
+	WebhookEncoding string `json:"webhook_encoding" needs:"webhook" help:"hmac preset: the signature's encoding, hex or base64"`
 
 	// WebhookPrefix is text before the signature in its header for the hmac
 	// preset, e.g. "sha256=".
-	WebhookPrefix string `json:"webhook_prefix" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
+	WebhookPrefix string `json:"webhook_prefix" needs:"webhook" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
 
 	// FingerprintSpec is how the body counts in the fingerprint: "bytes" (as
 	// sent), "json" (RFC 8785 canonical form: member order, whitespace,
@@ -157,6 +157,11 @@ func (c Config) Merged(over Config) Config {
 // *middleware.SettingsError naming the setting at fault; FieldOf reads it.
 func (c Config) Compile() (middleware.Settings, error) {
 	s := c.Settings
+	d := Default()
+	var ne *conf.NeedsError
+	if err := conf.CheckNeeds(fields, &c, &d, nil); errors.As(err, &ne) {
+		return s, &middleware.SettingsError{Field: ne.Field, Err: ne}
+	}
 	var v *webhook.Verifier
 	if c.Webhook != "" {
 		if c.WebhookTolerance <= 0 {
@@ -172,8 +177,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 			return s, err
 		}
 		s.Verifier = v
-	} else if name := c.strayWebhookSetting(); name != "" {
-		return s, fieldErr(name, "applies to a webhook route, and webhook is not set")
 	}
 	switch c.KeySourceSpec {
 	case keysource.Auto, "":
@@ -209,19 +212,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 		return s, err
 	}
 	return s, s.Check()
-}
-
-// strayWebhookSetting names a webhook_* setting that differs from its default
-// while webhook is not set: it would have no effect.
-func (c Config) strayWebhookSetting() string {
-	d := Default()
-	for _, name := range []string{"webhook_secrets", "webhook_tolerance", "webhook_header", "webhook_encoding", "webhook_prefix"} {
-		f, _ := conf.Lookup(fields, name)
-		if !f.Equal(&c, &d) && !(name == "webhook_secrets" && len(c.WebhookSecrets) == 0) {
-			return name
-		}
-	}
-	return ""
 }
 
 // Validate checks c as Compile and middleware.New would.

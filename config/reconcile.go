@@ -1,10 +1,8 @@
 package config
 
 import (
-	"reflect"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/reconcile"
 )
@@ -26,40 +24,40 @@ type Reconcile struct {
 	// Headers are request headers of the first execution copied onto the
 	// reconcile request (e.g. Authorization). They are kept in the store
 	// with the job until the key settles.
-	Headers []string `json:"reconcile_headers" help:"headers of the original request copied onto the reconcile request (kept in the store until the key settles)"`
+	Headers []string `json:"reconcile_headers" needs:"reconcile" help:"headers of the original request copied onto the reconcile request (kept in the store until the key settles)"`
 
 	// Done are the reconcile answers that mean the operation happened: the
 	// answer (its status, Content-Type and body, up to max_body) becomes the
 	// stored response that the client's retry replays.
-	Done middleware.StatusSet `json:"reconcile_done" help:"reconcile answers meaning it happened: the answer is stored and the retry replays it"`
+	Done middleware.StatusSet `json:"reconcile_done" needs:"reconcile" help:"reconcile answers meaning it happened: the answer is stored and the retry replays it"`
 
 	// NotFound are the reconcile answers that mean it did not happen: the
 	// key is released and the client's retry runs. As an upstream still
 	// working on the original finds nothing yet, it is believed only once
 	// the original can no longer be running (the proxy's upstream_timeout,
 	// else handler_timeout, after it was sent) and at a second such answer.
-	NotFound middleware.StatusSet `json:"reconcile_not_found" help:"reconcile answers meaning it did not happen: the key is released and the retry runs, once the original can no longer run (upstream_timeout, else handler_timeout) and at a second such answer"`
+	NotFound middleware.StatusSet `json:"reconcile_not_found" needs:"reconcile" help:"reconcile answers meaning it did not happen: the key is released and the retry runs, once the original can no longer run (upstream_timeout, else handler_timeout) and at a second such answer"`
 
 	// Delay is the wait before the first attempt.
-	Delay time.Duration `json:"reconcile_delay" help:"wait after an unknown outcome before the first reconcile attempt"`
+	Delay time.Duration `json:"reconcile_delay" needs:"reconcile" help:"wait after an unknown outcome before the first reconcile attempt"`
 
 	// Backoff multiplies each later wait.
-	Backoff int `json:"reconcile_backoff" help:"each later reconcile wait is the one before times this"`
+	Backoff int `json:"reconcile_backoff" needs:"reconcile" help:"each later reconcile wait is the one before times this"`
 
 	// MaxDelay bounds a wait between attempts.
-	MaxDelay time.Duration `json:"reconcile_max_delay" help:"longest wait between reconcile attempts"`
+	MaxDelay time.Duration `json:"reconcile_max_delay" needs:"reconcile" help:"longest wait between reconcile attempts"`
 
 	// Attempts bounds the attempts; then the key stays held for an operator.
 	// At least 2: a not-found answer is confirmed by a second.
-	Attempts int `json:"reconcile_attempts" help:"reconcile attempts at most (at least 2); then the key stays held for an operator"`
+	Attempts int `json:"reconcile_attempts" needs:"reconcile" help:"reconcile attempts at most (at least 2); then the key stays held for an operator"`
 
 	// Window bounds the time after the unknown outcome in which attempts
 	// start. It must leave room to confirm a not-found answer: at least
 	// upstream_timeout (else handler_timeout) and 2 × Delay.
-	Window time.Duration `json:"reconcile_window" help:"no reconcile attempt starts later than this after the unknown outcome (at least upstream_timeout, else handler_timeout, and 2 × reconcile_delay)"`
+	Window time.Duration `json:"reconcile_window" needs:"reconcile" help:"no reconcile attempt starts later than this after the unknown outcome (at least upstream_timeout, else handler_timeout, and 2 × reconcile_delay)"`
 
 	// Timeout bounds one attempt (its answer's headers and body).
-	Timeout time.Duration `json:"reconcile_timeout" help:"bound on one reconcile attempt"`
+	Timeout time.Duration `json:"reconcile_timeout" needs:"reconcile" help:"bound on one reconcile attempt"`
 }
 
 // DefaultReconcile is Reconcile's defaults (off: no request).
@@ -70,22 +68,13 @@ func DefaultReconcile() Reconcile {
 		Attempts: 10, Window: time.Hour, Timeout: 10 * time.Second}
 }
 
-// reconcileFields are the reconcile settings beside Request.
-var reconcileFields = conf.Fields(reflect.TypeFor[Reconcile]())
-
 // ReconcileRules builds the route's reconcile rules from c and its compiled
 // settings s; nil when c names no reconcile request. Every error names its
 // setting.
 func (c Config) ReconcileRules(s middleware.Settings) (*reconcile.Rules, error) {
 	r := c.Reconcile
 	if r.Request == "" {
-		d := DefaultReconcile()
-		for _, f := range reconcileFields {
-			if f.Name != "reconcile" && !f.Equal(&r, &d) && !(f.Name == "reconcile_headers" && len(r.Headers) == 0) {
-				return nil, fieldErr(f.Name, "applies when reconcile is set, and it is not")
-			}
-		}
-		return nil, nil
+		return nil, nil // a reconcile_* setting set without it: Compile refuses it (needs tag)
 	}
 	req, err := reconcile.ParseRequest(r.Request)
 	if err != nil {

@@ -40,8 +40,8 @@ type Config struct {
 	// TLSCert and TLSKey are the PEM files of the client listener's certificate
 	// (its chain) and private key: with both set, the listener serves HTTPS,
 	// HTTP/2 and HTTP/1.1, and SIGHUP reads them again.
-	TLSCert string `json:"tls_cert" help:"PEM file of the client listener's certificate chain; with tls_key, the listener serves HTTPS and HTTP/2 (re-read on SIGHUP)"`
-	TLSKey  string `json:"tls_key" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
+	TLSCert string `json:"tls_cert" reload:"restart-on-off" help:"PEM file of the client listener's certificate chain; with tls_key, the listener serves HTTPS and HTTP/2 (re-read on SIGHUP)"`
+	TLSKey  string `json:"tls_key" reload:"restart-on-off" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
 
 	// TrustedProxies are the peers (CIDRs or addresses) whose X-Forwarded-For,
 	// -Proto, -Host and Forwarded headers are kept and extended, and whose
@@ -205,12 +205,17 @@ func (c *Config) Validate() error {
 	if err := c.Stores.Validate(c.Store); err != nil {
 		return c.storeError(err)
 	}
-	if kind, _ := stores.KindOf(c.Store); kind != "" {
-		for _, f := range fields {
-			if store, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(store) && store != kind && c.sources[f.Name] != "" {
-				return fmt.Errorf("%s: applies to a %s store; --store is %s", c.source(f.Name), store, kind)
-			}
+	def := DefaultConfig()
+	var ne *conf.NeedsError
+	err = conf.CheckNeeds(fields, c, &def, func(feature string) (string, bool) {
+		if feature != "store" {
+			return "", false
 		}
+		kind, _ := stores.KindOf(c.Store) // checked above
+		return kind, true
+	})
+	if errors.As(err, &ne) {
+		return fmt.Errorf("%s: %w", c.source(ne.Field), ne)
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		return fmt.Errorf("%s: must be positive", c.source("read_header_timeout"))
@@ -270,16 +275,6 @@ func (c *Config) named(err error, r *Route, i int) error {
 
 // route returns the core settings of route r: the top level with r's set fields.
 func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config) }
-
-// isStoreKind reports whether a setting's first word names a store.
-func isStoreKind(s string) bool {
-	for _, k := range stores.Kinds {
-		if k.Name == s {
-			return true
-		}
-	}
-	return false
-}
 
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {

@@ -86,26 +86,30 @@ func TestSettingsTableMatchesTheConfigType(t *testing.T) {
 }
 
 // docs/proxy.md names the settings a reload keeps until a restart: exactly
-// those tagged reload:"restart".
+// those tagged reload:"restart", and then those whose turning on or off waits
+// for one, tagged reload:"restart-on-off".
 func TestRestartOnlySettingsDocumented(t *testing.T) {
 	text := strings.Join(strings.Fields(testutil.Docs(t, "docs/proxy.md")), " ")
 	_, after, ok := strings.Cut(text, "These settings take effect only at a restart")
-	list, _, ok2 := strings.Cut(after, "turning TLS on or off")
-	if !ok || !ok2 {
+	list, onOff, ok2 := strings.Cut(after, "turning TLS on or off")
+	onOff, _, ok3 := strings.Cut(onOff, ".")
+	if !ok || !ok2 || !ok3 {
 		t.Fatal("docs/proxy.md lacks the list of settings that take effect only at a restart")
 	}
-	var documented, tagged []string
-	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
-		documented = append(documented, m[1])
-	}
-	for _, f := range conf.Fields(reflect.TypeFor[proxy.Config]()) {
-		if f.Reload == conf.ReloadRestart {
-			tagged = append(tagged, f.Name)
+	for tag, list := range map[string]string{conf.ReloadRestart: list, conf.ReloadRestartOnOff: onOff} {
+		var documented, tagged []string
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
+			documented = append(documented, m[1])
 		}
-	}
-	slices.Sort(documented)
-	slices.Sort(tagged)
-	if !slices.Equal(documented, tagged) {
-		t.Fatalf("docs/proxy.md lists %q as taking effect at a restart; the tags say %q", documented, tagged)
+		for _, f := range conf.Fields(reflect.TypeFor[proxy.Config]()) {
+			if f.Reload == tag {
+				tagged = append(tagged, f.Name)
+			}
+		}
+		slices.Sort(documented)
+		slices.Sort(tagged)
+		if len(tagged) == 0 || !slices.Equal(documented, tagged) {
+			t.Errorf("docs/proxy.md lists %q as waiting for a restart (%s); the tags say %q", documented, tag, tagged)
+		}
 	}
 }
