@@ -9,8 +9,10 @@
 // fingerprint) and webhook… (package webhook).
 // It records which settings were set, so a proxy route's unset settings take the
 // top level's (Merged). Every surface derives its names, its parsing and its
-// help from the struct's tags (internal/conf): adding a setting is one field in
-// middleware.Settings, the code that uses it, and its row in docs/settings.md.
+// help from the struct's tags (internal/conf): adding a setting is one tagged
+// field (in middleware.Settings, or here for configuration sugar), the code that
+// uses it, and go generate ./internal/settingsdoc for its row in
+// docs/settings.md.
 package config
 
 import (
@@ -33,66 +35,18 @@ import (
 type Config struct {
 	middleware.Settings
 
-	// KeySourceSpec is where the key comes from: "auto" (key_header, or where
-	// the webhook preset puts it), "header" (key_header), "json:<pointer>" (a
-	// string in the JSON body at an RFC 6901 pointer, e.g.
-	// json:/data/idempotency_key), "form:<field>" (a field of a form-encoded
-	// body) or "body" (a SHA-256 of the body). A missing or non-string field
-	// is a missing key; an ambiguous one (a name twice on the pointer's path,
-	// a form field twice, a ";") an invalid key.
-	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), header, json:/pointer, form:field, or body (a digest of it)"`
+	KeySourceSpec     string        `json:"key_source" go:"'KeySource', 'keysource.Parse'" help:"where the key comes from: 'auto' (key_header, or where the webhook preset puts it), 'header' (key_header), 'json:/pointer' (a string in the JSON body, RFC 6901, e.g. 'json:/data/idempotency_key'), 'form:field' (a form-encoded body, whatever its Content-Type), 'body' (a SHA-256 of the body). A missing or non-string field is a missing key; an ambiguous one (a name twice on the pointer's path, a form field twice, a ';' in a form body) is '400' (see docs/webhooks.md)"`
+	Webhook           string        `json:"webhook" go:"'Verifier', 'webhook.New'" help:"verify a provider's signature before the key is claimed: 'standard' (Standard Webhooks, and Svix's svix-* names), 'stripe', 'github' or 'hmac' (HMAC-SHA256 of the body in webhook_header); a bad or missing one is '401', nothing claimed, stored or forwarded. Empty: no verification"`
+	WebhookSecrets    []string      `json:"webhook_secrets" needs:"webhook" go:"'webhook.Webhook.Secrets' (the secrets themselves: 'webhook.LoadSecrets')" help:"the signing secrets as 'env:NAME' (a variable) or 'file:PATH' (one secret per line); a signature made with any of them verifies (rotation). Never logged; a secret itself is refused in a configuration"`
+	WebhookTolerance  time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'" help:"how far a signed timestamp ('standard', 'stripe') may be from now, either way"`
+	WebhookHeader     string        `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'" help:"'hmac': the header carrying the signature"`
+	WebhookEncoding   string        `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'" help:"'hmac': the signature's encoding, 'hex' or 'base64'"`
+	WebhookPrefix     string        `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'" help:"'hmac': text before the signature in its header, e.g. 'sha256='"`
+	FingerprintSpec   string        `json:"fingerprint" go:"'BodyFingerprint', 'fingerprint.Parse'" help:"how the body counts in the fingerprint: 'bytes' (as sent), 'json' (RFC 8785 canonical form: member order, whitespace, number forms and escapes do not count), 'form' (fields sorted; a repeated field's values keep their order), 'multipart' (each part's meaningful headers and bytes, not the boundary); a body that cannot be read one way only is '400' (see docs/fingerprints.md)"`
+	FingerprintIgnore []string      `json:"fingerprint_ignore" go:"the pointers of 'fingerprint.Parse'" help:"RFC 6901 pointers left out of a 'json', 'form' or 'multipart' fingerprint: '/request_time', '/meta/sent_at'; for a form or multipart body a field, '/name'"`
+	ErrorFormatSpec   string        `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'" help:"shape of the answers the core writes itself (409, 422, 400, 503, …): 'problem' (RFC 9457), 'stripe' (Stripe's error object and Stripe-Should-Retry), or a JSON template whose strings hold '{type}' '{title}' '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries Idempotency-Problem (its type), Cache-Control: no-store, and the request's key (see docs/clients.md#error-formats)"`
 
-	// Webhook verifies a provider's signature before the key is claimed:
-	// "standard" (Standard Webhooks, and Svix's svix-* names), "stripe",
-	// "github" or "hmac" (HMAC-SHA256 of the body in webhook_header). A bad or
-	// missing signature gets 401; nothing is claimed, stored or forwarded.
-	// Empty: no verification.
-	Webhook string `json:"webhook" help:"verify a webhook signature before the key is claimed: standard, stripe, github or hmac; empty: none"`
-
-	// WebhookSecrets are the webhook's signing secrets, as references:
-	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A
-	// signature made with any of them verifies (rotation). Secrets themselves
-	// never go in a configuration, and are never logged.
-	WebhookSecrets []string `json:"webhook_secrets" needs:"webhook" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
-
-	// WebhookTolerance is how far a signed timestamp (standard, stripe) may
-	// be from now, either way.
-	WebhookTolerance time.Duration `json:"webhook_tolerance" needs:"webhook" help:"how far a signed timestamp (standard, stripe) may be from now"`
-
-	// WebhookHeader is the header carrying the signature, for the hmac
-	// preset.
-	WebhookHeader string `json:"webhook_header" needs:"webhook" help:"hmac preset: the header carrying the signature"`
-
-	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
-	// base64.
-	WebhookEncoding string `json:"webhook_encoding" needs:"webhook" help:"hmac preset: the signature's encoding, hex or base64"`
-
-	// WebhookPrefix is text before the signature in its header for the hmac
-	// preset, e.g. "sha256=".
-	WebhookPrefix string `json:"webhook_prefix" needs:"webhook" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
-
-	// FingerprintSpec is how the body counts in the fingerprint: "bytes" (as
-	// sent), "json" (RFC 8785 canonical form: member order, whitespace,
-	// number forms and escapes do not count), "form" (fields sorted; a
-	// repeated field's values keep their order) or "multipart" (each part's
-	// meaningful headers and bytes, not the boundary). A body that cannot be
-	// read one way only in its format gets 400. See docs/fingerprints.md.
-	FingerprintSpec string `json:"fingerprint" help:"how the body counts in the fingerprint: bytes, json (RFC 8785 canonical), form (fields sorted) or multipart (parts, not the boundary)"`
-
-	// FingerprintIgnore are RFC 6901 JSON pointers left out of a json, form
-	// or multipart fingerprint: /request_time (for a form or multipart
-	// body, a field name).
-	FingerprintIgnore []string `json:"fingerprint_ignore" help:"JSON pointers left out of a json, form or multipart fingerprint (/request_time; form and multipart: /field)"`
-
-	// ErrorFormatSpec is the shape of the answers the core writes itself
-	// (409, 422, 400, 503, …): "problem" (RFC 9457), "stripe" (Stripe's
-	// error object with Stripe-Should-Retry), or a JSON template whose
-	// strings hold {type}, {title}, {status}, {detail}, {code} or
-	// {retry_after}. Every such answer carries Idempotency-Problem (its
-	// type), Cache-Control: no-store, and the request's key.
-	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: problem (RFC 9457), stripe, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
-
-	Reconcile Reconcile `conf:"prefix="` // reconcile…: settling held unknown outcomes (reconcile.go)
+	Reconcile Reconcile `conf:"prefix=" go:"reconcile.Rules"` // reconcile…: settling held unknown outcomes (reconcile.go)
 
 	set map[string]bool // the settings set (MarkSet), by name
 }

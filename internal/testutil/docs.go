@@ -27,13 +27,8 @@ func Root(t testing.TB) string {
 	}
 }
 
-// SettingsDoc is the page that holds the one settings table: every setting's
-// row, with its flag, variable, file key, Caddyfile subdirective, Go name and
-// default.
-const SettingsDoc = "docs/settings.md"
-
 // Docs returns the text of the documents named, by their paths from the module
-// root ("README.md", SettingsDoc), joined; with no names, README.md and every
+// root ("README.md", "docs/proxy.md"), joined; with no names, README.md and every
 // page under docs/. A document that is missing fails the test.
 func Docs(t testing.TB, names ...string) string {
 	t.Helper()
