@@ -14,9 +14,17 @@ import (
 
 // docComment returns the doc comment of field of struct type owner, on one
 // line: the description of a row that has no help tag (a Go-only field, a
-// Caddy-only JSON member). A field without one is an error: its row would say
-// nothing.
-func (m *model) docComment(owner reflect.Type, field string) (string, error) {
+// Caddy-only JSON member). A field without one fails (m.fail): its row would
+// say nothing.
+func (m *model) docComment(owner reflect.Type, field string) string {
+	text, err := m.findDoc(owner, field)
+	if err != nil {
+		m.fail(err)
+	}
+	return text
+}
+
+func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
 	dir, err := m.dir(owner.PkgPath())
 	if err != nil {
 		return "", err

@@ -52,19 +52,13 @@ func render(root string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := m.coreTable()
-	if err != nil {
-		return nil, err
-	}
-	proxyTable, err := m.proxyTable()
-	if err != nil {
-		return nil, err
-	}
-	tmpl, err := template.New("settings.md.tmpl").Option("missingkey=error").Parse(page)
+	core, _ := m.coreTable()
+	proxyTable, err := m.proxyTable() // the first error of either
 	if err != nil {
 		return nil, err
 	}
 	var b bytes.Buffer
+	tmpl := template.Must(template.New("settings.md.tmpl").Option("missingkey=error").Parse(page))
 	err = tmpl.Execute(&b, map[string]string{"Core": core, "Proxy": proxyTable})
 	return b.Bytes(), err
 }

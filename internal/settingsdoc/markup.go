@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,9 +41,8 @@ func (m *model) markdown(text string) (string, error) {
 		b.WriteString("`" + escape(rest[i+1:j]) + "`")
 		rest = rest[j+1:]
 	}
-	if m.err != nil {
-		err := m.err
-		m.err = nil
+	if err := m.linkErr; err != nil {
+		m.linkErr = nil
 		return "", fmt.Errorf("%q: %w", text, err)
 	}
 	return b.String(), nil
@@ -100,12 +100,12 @@ func (m *model) link(target string) string {
 	page, anchor, _ := strings.Cut(strings.TrimPrefix(target, "docs/"), "#")
 	text, err := os.ReadFile(filepath.Join(m.root, "docs", page))
 	if err != nil {
-		m.fail(fmt.Errorf("%s: %w", target, err))
+		m.linkErr = cmp.Or(m.linkErr, fmt.Errorf("%s: %w", target, err))
 		return target
 	}
 	title, ok := heading(string(text), anchor)
 	if !ok {
-		m.fail(fmt.Errorf("%s: no heading with that anchor", target))
+		m.linkErr = cmp.Or(m.linkErr, fmt.Errorf("%s: no heading with that anchor", target))
 		return target
 	}
 	href := page
@@ -113,12 +113,6 @@ func (m *model) link(target string) string {
 		href += "#" + anchor
 	}
 	return "[" + title + "](" + href + ")"
-}
-
-func (m *model) fail(err error) {
-	if m.err == nil {
-		m.err = err
-	}
 }
 
 // heading returns the text of the heading of a Markdown page whose GitHub

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"sort"
@@ -39,9 +40,13 @@ type model struct {
 	coreGo  []goField     // Go-only fields reached from the handler (the core's)
 	proxyGo []goField     // Go-only fields reached from the proxy's configuration only
 
-	docs map[string]string // package path → directory, for doc comments
-	err  error             // the first markup error
+	docs    map[string]string // package path → directory, for doc comments
+	err     error             // the first error of a cell (fail)
+	linkErr error             // the first bad link of the text being rendered
 }
+
+// fail records err, unless an error came first.
+func (m *model) fail(err error) { m.err = cmp.Or(m.err, err) }
 
 // member is a JSON member of the Caddy handler that is not a core setting.
 type member struct {

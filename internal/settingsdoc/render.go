@@ -9,26 +9,21 @@ import (
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
+// The cells record the first error in m.err (fail) and the tables return it,
+// so that a bad tag names its setting and nothing is written.
+
 // coreTable is the table of the core's settings: those of the Caddy handler,
 // which every surface has, then the Go-only fields of the core.
 func (m *model) coreTable() (string, error) {
 	t := [][]string{{"setting (file, Caddyfile, JSON)", "proxy flag, variable", "Go", "default", "what it does"}}
 	for _, f := range m.core {
 		pf, _ := conf.Lookup(m.proxy, f.Name)
-		row, err := m.settingRow(pf, false)
-		if err != nil {
-			return "", err
-		}
-		t = append(t, row)
+		t = append(t, m.settingRow(pf, false))
 	}
 	for _, g := range m.coreGo {
-		row, err := m.goRow(g, false)
-		if err != nil {
-			return "", err
-		}
-		t = append(t, row)
+		t = append(t, m.goRow(g, false))
 	}
-	return table(t), nil
+	return table(t), m.err
 }
 
 // proxyTable is the table of the proxy's own settings and the stores': the
@@ -37,105 +32,58 @@ func (m *model) coreTable() (string, error) {
 func (m *model) proxyTable() (string, error) {
 	t := [][]string{{"setting (file)", "proxy flag, variable", "Caddy", "Go", "default", "what it does"}}
 	for _, f := range m.proxy {
-		if m.isCore[f.Name] {
-			continue
+		if !m.isCore[f.Name] {
+			t = append(t, m.settingRow(f, true))
 		}
-		row, err := m.settingRow(f, true)
-		if err != nil {
-			return "", err
-		}
-		t = append(t, row)
 	}
 	for _, mb := range m.members {
-		if _, ok := conf.Lookup(m.proxy, mb.name); ok {
-			continue
+		if _, ok := conf.Lookup(m.proxy, mb.name); !ok {
+			tag, what := mb.field.Tag, "Caddy's "+mb.name
+			t = append(t, []string{"—", "—", m.tagCell(what, tag, "caddy", "`"+mb.name+" …`"), m.tagCell(what, tag, "go", "—"),
+				m.tagCell(what, tag, "default", "none"), escape(m.docComment(handlerType, mb.field.Name))})
 		}
-		doc, err := m.docComment(handlerType, mb.field.Name)
-		if err != nil {
-			return "", err
-		}
-		caddyCell, err := m.tagCell(mb.field.Tag, "caddy", "`"+mb.name+" …`")
-		if err != nil {
-			return "", err
-		}
-		goCell, err := m.tagCell(mb.field.Tag, "go", "—")
-		if err != nil {
-			return "", err
-		}
-		def, err := m.tagCell(mb.field.Tag, "default", "none")
-		if err != nil {
-			return "", err
-		}
-		t = append(t, []string{"—", "—", caddyCell, goCell, def, escape(doc)})
 	}
 	for _, g := range m.proxyGo {
-		row, err := m.goRow(g, true)
-		if err != nil {
-			return "", err
-		}
-		t = append(t, row)
+		t = append(t, m.goRow(g, true))
 	}
-	return table(t), nil
+	return table(t), m.err
 }
 
 // settingRow is the row of setting f of the proxy (withCaddy: with the Caddy
 // column, for a setting that is not a subdirective).
-func (m *model) settingRow(f conf.Field, withCaddy bool) ([]string, error) {
-	help, err := m.markdown(f.Help)
-	if err != nil {
-		return nil, fmt.Errorf("%s: help: %w", f.Name, err)
-	}
-	goCell, err := m.goCell(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name, err)
-	}
-	def, err := m.defaultCell(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name, err)
-	}
+func (m *model) settingRow(f conf.Field, withCaddy bool) []string {
 	row := []string{"`" + f.Name + "`", "`--" + f.FlagName() + "`, `" + f.EnvName(proxy.EnvPrefix) + "`"}
 	if withCaddy {
-		c, err := m.caddyCell(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name, err)
-		}
-		row = append(row, c)
+		row = append(row, m.caddyCell(f))
 	}
-	return append(row, goCell, def, help), nil
+	return append(row, m.goCell(f), m.defaultCell(f), m.cell(f.Name+": help", f.Help))
 }
 
 // goRow is the row of a Go-only field: its description is its doc comment,
 // Go being where it is set and read.
-func (m *model) goRow(g goField, withCaddy bool) ([]string, error) {
-	doc, err := m.docComment(g.owner, g.field.Name)
-	if err != nil {
-		return nil, err
-	}
-	def, err := m.tagCell(g.field.Tag, "default", "none")
-	if err != nil {
-		return nil, err
-	}
+func (m *model) goRow(g goField, withCaddy bool) []string {
 	row := []string{"—", "—"}
 	if withCaddy {
 		row = append(row, "—")
 	}
-	return append(row, "`"+goName(g.owner, g.field.Name)+"`", def, escape(doc)), nil
+	what := goName(g.owner, g.field.Name)
+	return append(row, "`"+what+"`", m.tagCell(what, g.field.Tag, "default", "none"), escape(m.docComment(g.owner, g.field.Name)))
 }
 
 // goCell is what a Go user sets: the field's go tag; else, inside a prefixed
 // struct tagged go:"pkg.Type", that type's field of the same name; else the
 // field itself, when a Go user has the type that declares it.
-func (m *model) goCell(f conf.Field) (string, error) {
+func (m *model) goCell(f conf.Field) string {
 	if v, ok := f.StructField.Tag.Lookup("go"); ok {
-		return m.markdown(v)
+		return m.cell(f.Name+": go tag", v)
 	}
 	if v, ok := f.Tag("go"); ok {
-		return "`" + v + "." + f.StructField.Name + "`", nil
+		return "`" + v + "." + f.StructField.Name + "`"
 	}
 	if f.Owner == proxyType || f.Owner == handlerType || strings.Contains(f.Owner.PkgPath(), "/internal/") {
-		return "—", nil
+		return "—"
 	}
-	return "`" + goName(f.Owner, f.StructField.Name) + "`", nil
+	return "`" + goName(f.Owner, f.StructField.Name) + "`"
 }
 
 // goName names a field as a Go user writes it: a field of middleware.Settings
@@ -151,13 +99,12 @@ func goName(owner reflect.Type, field string) string {
 // parentheses (what stands for it in Caddy); else a store module's setting in
 // its Caddyfile block, or the handler's JSON member of the same name (store:
 // its modules).
-func (m *model) caddyCell(f conf.Field) (string, error) {
+func (m *model) caddyCell(f conf.Field) string {
 	if v, ok := f.StructField.Tag.Lookup("caddy"); ok {
-		c, err := m.markdown(v)
-		return "(" + c + ")", err
+		return "(" + m.cell(f.Name+": caddy tag", v) + ")"
 	}
 	if sm, g, ok := m.moduleOf(f); ok {
-		return "`store " + sm.name + locators(sm) + " { " + g.Name + " }`", nil
+		return "`store " + sm.name + locators(sm) + " { " + g.Name + " }`"
 	}
 	for _, mb := range m.members {
 		if mb.name != f.Name || mb.namespace == "" {
@@ -172,12 +119,12 @@ func (m *model) caddyCell(f conf.Field) (string, error) {
 		if url {
 			alts = append(alts, "<url>")
 		}
-		return "`" + mb.name + " " + escape(strings.Join(alts, " | ")) + "`", nil
+		return "`" + mb.name + " " + escape(strings.Join(alts, " | ")) + "`"
 	}
-	if f.Needs != "" && strings.HasPrefix(f.Needs, "store=") {
-		return "", fmt.Errorf("a store's setting that no Caddy store module has (does the generator still find the store modules?)")
+	if strings.HasPrefix(f.Needs, "store=") {
+		m.fail(fmt.Errorf("%s: a store's setting that no Caddy store module has (does the generator still find the store modules?)", f.Name))
 	}
-	return "—", nil
+	return "—"
 }
 
 func locators(sm storeModule) string {
@@ -190,24 +137,24 @@ func locators(sm storeModule) string {
 
 // defaultCell is the setting's default: its default tag, or the text of its
 // value in the proxy's default configuration ("none" when empty).
-func (m *model) defaultCell(f conf.Field) (string, error) {
+func (m *model) defaultCell(f conf.Field) string {
 	if v, ok := f.StructField.Tag.Lookup("default"); ok {
-		return m.markdown(v)
+		return m.cell(f.Name+": default tag", v)
 	}
 	text := f.Text(&m.proxyDef)
 	switch {
 	case text == "":
-		return "none", nil
+		return "none"
 	case f.Duration():
 		d, err := conf.ParseDuration(text)
 		if err != nil {
-			return "", err
+			m.fail(fmt.Errorf("%s: default %q: %w", f.Name, text, err))
 		}
 		text = shortDuration(d.String())
 	case f.List():
 		text = strings.ReplaceAll(text, ",", ", ")
 	}
-	return "`" + escape(text) + "`", nil
+	return "`" + escape(text) + "`"
 }
 
 // shortDuration drops the zero minutes and seconds of a duration's text:
@@ -225,12 +172,22 @@ func shortDuration(s string) string {
 	return s
 }
 
-// tagCell renders tag key of a struct field, or def when it has none.
-func (m *model) tagCell(tag reflect.StructTag, key, def string) (string, error) {
+// tagCell renders tag key of a struct field (what names it in an error), or
+// def when it has none.
+func (m *model) tagCell(what string, tag reflect.StructTag, key, def string) string {
 	if v, ok := tag.Lookup(key); ok {
-		return m.markdown(v)
+		return m.cell(what+": "+key+" tag", v)
 	}
-	return def, nil
+	return def
+}
+
+// cell renders text as a Markdown table cell; an error names what.
+func (m *model) cell(what, text string) string {
+	out, err := m.markdown(text)
+	if err != nil {
+		m.fail(fmt.Errorf("%s: %w", what, err))
+	}
+	return out
 }
 
 // table writes rows (the first is the header) as a Markdown table.
