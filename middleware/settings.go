@@ -110,14 +110,16 @@ type Settings struct {
 	TTL time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
 
 	// LockTTL is the in-flight lease, renewed every third of it while the
-	// first request runs; if its instance dies, the key can run again once it
-	// lapses. At least 3ms.
-	LockTTL time.Duration `json:"lock_ttl" help:"in-flight lease, renewed while the first request runs; a crashed instance's lock lapses after it"`
+	// first request runs and while its answer is stored; if its instance
+	// dies, the lease lapses and the key is held as an unknown outcome
+	// (UnknownOutcome). At least 3ms.
+	LockTTL time.Duration `json:"lock_ttl" help:"in-flight lease, renewed while the first request runs and its answer is stored; once a crashed instance's lease lapses its key is held as an unknown outcome"`
 
 	// HandlerTimeout bounds a first execution, which does not stop when the
-	// client hangs up (its response is stored for the retry). 0 means no
-	// bound.
-	HandlerTimeout time.Duration `json:"handler_timeout" help:"bound on a first execution (not cancelled when the client hangs up); 0 = no bound"`
+	// client hangs up (its response is stored for the retry). When it passes,
+	// the outcome is unknown: the key is held with 504, whatever the handler
+	// does after. 0 means no bound.
+	HandlerTimeout time.Duration `json:"handler_timeout" help:"bound on a first execution (not cancelled when the client hangs up); when it passes the key is held with 504 (an unknown outcome); 0 = no bound"`
 
 	// StoreTimeout bounds each store call (claim, complete, release, lease
 	// renewal). A store that bounds each of its requests itself
@@ -132,14 +134,16 @@ type Settings struct {
 
 	// UnknownOutcome is what happens when a first execution was sent upstream
 	// and no complete answer came back (a reset after the request was
-	// written, a timeout, a body cut mid-stream): UnknownHold keeps the key as
-	// done with an unknown outcome for UnknownHold, and every retry gets the
-	// same outcome-unknown problem, nothing running twice, until an operator
-	// releases it; UnknownRelease lets a retry run again.
-	UnknownOutcome string `json:"unknown_outcome" help:"hold or release: a first execution sent with no complete answer holds its key (retries get the same outcome-unknown answer) or releases it"`
+	// written, a timeout, a body cut mid-stream, handler_timeout), or its
+	// lease lapsed (its instance died): UnknownHold keeps the key as done
+	// with an unknown outcome for UnknownHold, and every retry gets the same
+	// outcome-unknown problem, nothing running twice, until reconcile or an
+	// operator settles it; UnknownRelease lets a retry run again.
+	UnknownOutcome string `json:"unknown_outcome" help:"hold or release: a first execution sent with no complete answer, or whose lease lapsed, holds its key (retries get the same outcome-unknown answer) or releases it"`
 
-	// UnknownHold is how long an unknown outcome holds its key.
-	UnknownHold time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key"`
+	// UnknownHold is how long an unknown outcome holds its key (a lapsed
+	// lease's, from the lease's end).
+	UnknownHold time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key (a lapsed lease: from the lease's end)"`
 
 	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
 	// unavailable, overloaded).
