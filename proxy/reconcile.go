@@ -120,7 +120,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 // X-Forwarded-Host, Forwarded's proto and host), kept with the job when the
 // key is held. A virtual-hosted upstream (an ingress, a multi-tenant API)
 // finds the same site it ran the original on. It does not carry what names a
-// client (X-Forwarded-For, Forwarded's for=): the proxy sends it on its own,
+// client (X-Forwarded-For, Forwarded's for=, X-Real-IP): the proxy sends it on its own,
 // on no client's connection, and claims no one's address. It carries a
 // request id of its own (request_id_header), as every request the proxy
 // sends does.
@@ -133,6 +133,7 @@ func (f *forwarding) reconcileHeaders(in *http.Request) http.Header {
 	f.rewrite(pr)
 	h := pr.Out.Header
 	delete(h, "X-Forwarded-For")
+	delete(h, "X-Real-Ip") // names the client, as X-Forwarded-For does
 	if fwd := withoutFor(h.Get("Forwarded")); fwd != "" {
 		h["Forwarded"] = []string{fwd}
 	} else {
