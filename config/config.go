@@ -160,7 +160,7 @@ func (c Config) Compile() (middleware.Settings, error) {
 	var v *webhook.Verifier
 	if c.Webhook != "" {
 		if c.WebhookTolerance <= 0 {
-			return s, fieldErr("webhook_tolerance", "must be positive, got %v", c.WebhookTolerance)
+			return s, middleware.SettingsErrorf("webhook_tolerance", "must be positive, got %v", c.WebhookTolerance)
 		}
 		secrets, err := webhook.LoadSecrets(c.WebhookSecrets)
 		if err != nil {
@@ -173,7 +173,7 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 		s.Verifier = v
 	} else if name := c.strayWebhookSetting(); name != "" {
-		return s, fieldErr(name, "applies to a webhook route, and webhook is not set")
+		return s, middleware.SettingsErrorf(name, "applies to a webhook route, and webhook is not set")
 	}
 	switch c.KeySourceSpec {
 	case keysource.Auto, "":
@@ -182,22 +182,22 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 	case keysource.Header:
 		if v != nil {
-			return s, fieldErr("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
+			return s, middleware.SettingsErrorf("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
 				c.Webhook, http.CanonicalHeaderKey(c.KeyHeader))
 		}
 	default:
 		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
 		if err != nil {
-			return s, fieldErr("key_source", "%v", err)
+			return s, middleware.SettingsErrorf("key_source", "%v", err)
 		}
 		s.KeySource = ks
 	}
 	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
-		return s, fieldErr("fingerprint", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint", "%v", err)
 	}
 	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
 	if err != nil {
-		return s, fieldErr("fingerprint_ignore", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint_ignore", "%v", err)
 	}
 	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
@@ -238,8 +238,4 @@ func FieldOf(err error) (string, bool) {
 		return se.Field, true
 	}
 	return "", false
-}
-
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }

@@ -82,16 +82,16 @@ var (
 // NewTemplate parses a template: JSON, with known placeholders, at least one.
 func NewTemplate(spec string) (Template, error) {
 	if !strings.HasPrefix(strings.TrimSpace(spec), "{") && !strings.HasPrefix(strings.TrimSpace(spec), "[") {
-		return Template{}, fieldErr("error_format", "%q: want problem, stripe, or a JSON template", spec)
+		return Template{}, middleware.SettingsErrorf("error_format", "%q: want problem, stripe, or a JSON template", spec)
 	}
 	dec := json.NewDecoder(strings.NewReader(spec))
 	dec.UseNumber()
 	var tmpl any
 	if err := dec.Decode(&tmpl); err != nil {
-		return Template{}, fieldErr("error_format", "the template is not JSON: %v", err)
+		return Template{}, middleware.SettingsErrorf("error_format", "the template is not JSON: %v", err)
 	}
 	if dec.More() {
-		return Template{}, fieldErr("error_format", "the template has text after its JSON value")
+		return Template{}, middleware.SettingsErrorf("error_format", "the template has text after its JSON value")
 	}
 	used := false
 	var bad error
@@ -105,10 +105,10 @@ func NewTemplate(spec string) (Template, error) {
 		return str
 	})
 	if bad != nil {
-		return Template{}, fieldErr("error_format", "%v", bad)
+		return Template{}, middleware.SettingsErrorf("error_format", "%v", bad)
 	}
 	if !used {
-		return Template{}, fieldErr("error_format", "the template uses no placeholder: every error would read the same")
+		return Template{}, middleware.SettingsErrorf("error_format", "the template uses no placeholder: every error would read the same")
 	}
 	return Template{tmpl: tmpl}, nil
 }
@@ -142,11 +142,6 @@ func (f Template) Render(p middleware.Problem, retryAfter time.Duration) (string
 		return "application/json", nil, []byte(`{}`)
 	}
 	return "application/json", nil, bytes.TrimRight(buf.Bytes(), "\n")
-}
-
-// fieldErr is a settings error naming the setting at fault.
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // mapStrings returns v (decoded JSON) with every string s replaced by f(s), in

@@ -89,13 +89,13 @@ func New(w Webhook) (*Verifier, error) {
 		v.Tolerance = DefaultTolerance
 	}
 	if v.Tolerance < 0 {
-		return nil, fieldErr("webhook_tolerance", "must be positive, got %v", v.Tolerance)
+		return nil, middleware.SettingsErrorf("webhook_tolerance", "must be positive, got %v", v.Tolerance)
 	}
 	if len(v.Secrets) == 0 {
-		return nil, fieldErr("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
+		return nil, middleware.SettingsErrorf("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
 	}
 	if v.Preset != HMAC && (v.Header != "" || v.Prefix != "") {
-		return nil, fieldErr("webhook_header", "webhook_header and webhook_prefix apply to the hmac preset only; %s has its own header", v.Preset)
+		return nil, middleware.SettingsErrorf("webhook_header", "webhook_header and webhook_prefix apply to the hmac preset only; %s has its own header", v.Preset)
 	}
 	switch v.Preset {
 	case Standard:
@@ -106,21 +106,21 @@ func New(w Webhook) (*Verifier, error) {
 		v.header = "X-Hub-Signature-256"
 	case HMAC:
 		if !validHeaderName(v.Header) {
-			return nil, fieldErr("webhook_header", "the hmac preset needs the header that carries the signature, got %q", v.Header)
+			return nil, middleware.SettingsErrorf("webhook_header", "the hmac preset needs the header that carries the signature, got %q", v.Header)
 		}
 		if v.Encoding == "" {
 			v.Encoding = "hex"
 		}
 		if v.Encoding != "hex" && v.Encoding != "base64" {
-			return nil, fieldErr("webhook_encoding", "%q: want hex or base64", v.Encoding)
+			return nil, middleware.SettingsErrorf("webhook_encoding", "%q: want hex or base64", v.Encoding)
 		}
 		v.header = http.CanonicalHeaderKey(v.Header)
 	default:
-		return nil, fieldErr("webhook", "%q: want standard, stripe, github or hmac", v.Preset)
+		return nil, middleware.SettingsErrorf("webhook", "%q: want standard, stripe, github or hmac", v.Preset)
 	}
 	for i, s := range v.Secrets {
 		if s == "" {
-			return nil, fieldErr("webhook_secrets", "secret %d is empty", i+1)
+			return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d is empty", i+1)
 		}
 		key := []byte(s)
 		if v.Preset == Standard {
@@ -128,7 +128,7 @@ func New(w Webhook) (*Verifier, error) {
 			// is the decoded bytes. The secret itself is never named in errors.
 			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 			if err != nil || len(b) == 0 {
-				return nil, fieldErr("webhook_secrets", "secret %d is not a Standard Webhooks secret (whsec_ and base64)", i+1)
+				return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d is not a Standard Webhooks secret (whsec_ and base64)", i+1)
 			}
 			key = b
 		}
@@ -253,11 +253,6 @@ func (v *Verifier) Challenge() string { return `Webhook-Signature header="` + v.
 
 // ID implements middleware.Verifier.
 func (v *Verifier) ID() string { return v.Preset }
-
-// fieldErr is a settings error naming the setting at fault.
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
-}
 
 // validHeaderName reports whether s is an RFC 9110 token.
 func validHeaderName(s string) bool {
