@@ -2,7 +2,8 @@
 // besides RFC 9457 problems (middleware.ProblemJSON, the default): Stripe's
 // error object, which Stripe's SDKs parse as a typed error, and a JSON template
 // of your API's own error shape. Each is a middleware.ErrorFormat; Parse builds
-// one from its configuration string (error_format).
+// one from its configuration string (error_format): a name Formats lists, or a
+// template.
 package errformat
 
 import (
@@ -27,14 +28,35 @@ const (
 	StripeSpec = "stripe"
 )
 
-// Parse builds the error format spec names: Problem (or ""), StripeSpec, or a
-// JSON template (see Template).
+// A Format is one error format with a name, described once: Parse, its errors
+// and the help of error_format read the list, so a new format is one entry in
+// formats.
+type Format struct {
+	Name   string // the value of error_format
+	Help   string // a few words for the help of error_format; may be empty
+	format middleware.ErrorFormat
+}
+
+// formats are the named error formats, the default first.
+var formats = []Format{
+	{Name: Problem, Help: "RFC 9457", format: middleware.ProblemJSON{}},
+	{Name: StripeSpec, format: Stripe{}},
+}
+
+// Formats returns the named error formats, the default first; any other
+// error_format is a JSON template.
+func Formats() []Format { return slices.Clone(formats) }
+
+// Parse builds the error format spec names: one of Formats ("" is the
+// default, Problem), or a JSON template (see Template).
 func Parse(spec string) (middleware.ErrorFormat, error) {
-	switch spec {
-	case "", Problem:
-		return middleware.ProblemJSON{}, nil
-	case StripeSpec:
-		return Stripe{}, nil
+	if spec == "" {
+		return formats[0].format, nil
+	}
+	for _, f := range formats {
+		if f.Name == spec {
+			return f.format, nil
+		}
 	}
 	return NewTemplate(spec)
 }
@@ -82,7 +104,11 @@ var (
 // NewTemplate parses a template: JSON, with known placeholders, at least one.
 func NewTemplate(spec string) (Template, error) {
 	if !strings.HasPrefix(strings.TrimSpace(spec), "{") && !strings.HasPrefix(strings.TrimSpace(spec), "[") {
-		return Template{}, middleware.SettingsErrorf("error_format", "%q: want problem, stripe, or a JSON template", spec)
+		var names []string
+		for _, f := range formats {
+			names = append(names, f.Name)
+		}
+		return Template{}, middleware.SettingsErrorf("error_format", "%q: want %s, or a JSON template", spec, strings.Join(names, ", "))
 	}
 	dec := json.NewDecoder(strings.NewReader(spec))
 	dec.UseNumber()
