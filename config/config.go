@@ -16,7 +16,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"time"
 
@@ -175,20 +174,20 @@ func (c Config) Compile() (middleware.Settings, error) {
 	} else if name := c.strayWebhookSetting(); name != "" {
 		return s, middleware.SettingsErrorf(name, "applies to a webhook route, and webhook is not set")
 	}
-	switch c.KeySourceSpec {
-	case keysource.Auto, "":
+	if c.KeySourceSpec == keysource.Auto || c.KeySourceSpec == "" {
 		if v != nil {
 			s.KeySource = v.KeySource()
 		}
-	case keysource.Header:
-		if v != nil {
-			return s, middleware.SettingsErrorf("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
-				c.Webhook, http.CanonicalHeaderKey(c.KeyHeader))
-		}
-	default:
+	} else {
 		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
 		if err != nil {
 			return s, middleware.SettingsErrorf("key_source", "%v", err)
+		}
+		// A signature covers the body and the preset's own headers: a key
+		// source that reads no body reads what it does not cover.
+		if v != nil && !ks.NeedsBody() {
+			return s, middleware.SettingsErrorf("key_source", "%s: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, or a key source that reads the signed body",
+				c.KeySourceSpec, c.Webhook, ks.Describe())
 		}
 		s.KeySource = ks
 	}
