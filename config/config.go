@@ -16,7 +16,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"time"
 
@@ -34,20 +33,21 @@ type Config struct {
 	middleware.Settings
 
 	// KeySourceSpec is where the key comes from: "auto" (key_header, or where
-	// the webhook preset puts it), "header" (key_header), "json:<pointer>" (a
-	// string in the JSON body at an RFC 6901 pointer, e.g.
+	// the webhook preset puts it) or a spec of one of keysource.Kinds:
+	// "header" (key_header), "body" (a SHA-256 of the body), "json:<pointer>"
+	// (a string in the JSON body at an RFC 6901 pointer, e.g.
 	// json:/data/idempotency_key), "form:<field>" (a field of a form-encoded
-	// body) or "body" (a SHA-256 of the body). A missing or non-string field
-	// is a missing key; an ambiguous one (a name twice on the pointer's path,
-	// a form field twice, a ";") an invalid key.
-	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), header, json:/pointer, form:field, or body (a digest of it)"`
+	// body). A missing or non-string field is a missing key; an ambiguous one
+	// (a name twice on the pointer's path, a form field twice, a ";") an
+	// invalid key.
+	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), ${key_source}"`
 
-	// Webhook verifies a provider's signature before the key is claimed:
-	// "standard" (Standard Webhooks, and Svix's svix-* names), "stripe",
-	// "github" or "hmac" (HMAC-SHA256 of the body in webhook_header). A bad or
-	// missing signature gets 401; nothing is claimed, stored or forwarded.
-	// Empty: no verification.
-	Webhook string `json:"webhook" help:"verify a webhook signature before the key is claimed: standard, stripe, github or hmac; empty: none"`
+	// Webhook verifies a provider's signature before the key is claimed: the
+	// name of one of webhook.Presets ("standard": Standard Webhooks, and
+	// Svix's svix-* names; "stripe"; "github"; "hmac": HMAC-SHA256 of the body
+	// in webhook_header). A bad or missing signature gets 401; nothing is
+	// claimed, stored or forwarded. Empty: no verification.
+	Webhook string `json:"webhook" help:"verify a webhook signature before the key is claimed: ${webhook}; empty: none"`
 
 	// WebhookSecrets are the webhook's signing secrets, as references:
 	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A
@@ -56,20 +56,21 @@ type Config struct {
 	WebhookSecrets []string `json:"webhook_secrets" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
 
 	// WebhookTolerance is how far a signed timestamp (standard, stripe) may
-	// be from now, either way.
-	WebhookTolerance time.Duration `json:"webhook_tolerance" help:"how far a signed timestamp (standard, stripe) may be from now"`
+	// be from now, either way; it must be positive (webhook.New holds the
+	// rule: a preset that signs no timestamp does not read it).
+	WebhookTolerance time.Duration `json:"webhook_tolerance" help:"how far a signed timestamp (${webhook_timestamp}) may be from now, either way; must be positive"`
 
 	// WebhookHeader is the header carrying the signature, for the hmac
 	// preset.
-	WebhookHeader string `json:"webhook_header" help:"hmac preset: the header carrying the signature"`
+	WebhookHeader string `json:"webhook_header" help:"${webhook_custom} preset: the header carrying the signature"`
 
 	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
 	// base64.
-	WebhookEncoding string `json:"webhook_encoding" help:"hmac preset: the signature's encoding, hex or base64"`
+	WebhookEncoding string `json:"webhook_encoding" help:"${webhook_custom} preset: the signature's encoding, ${webhook_encoding}"`
 
 	// WebhookPrefix is text before the signature in its header for the hmac
 	// preset, e.g. "sha256=".
-	WebhookPrefix string `json:"webhook_prefix" help:"hmac preset: text before the signature in its header (e.g. sha256=)"`
+	WebhookPrefix string `json:"webhook_prefix" help:"${webhook_custom} preset: text before the signature in its header (e.g. sha256=)"`
 
 	// FingerprintSpec is how the body counts in the fingerprint: "bytes" (as
 	// sent), "json" (RFC 8785 canonical form: member order, whitespace,
@@ -85,12 +86,13 @@ type Config struct {
 	FingerprintIgnore []string `json:"fingerprint_ignore" help:"JSON pointers left out of a json, form or multipart fingerprint (/request_time; form and multipart: /field)"`
 
 	// ErrorFormatSpec is the shape of the answers the core writes itself
-	// (409, 422, 400, 503, …): "problem" (RFC 9457), "stripe" (Stripe's
-	// error object with Stripe-Should-Retry), or a JSON template whose
+	// (409, 422, 400, 503, …): the name of one of errformat.Formats
+	// ("problem": RFC 9457; "stripe": Stripe's error object with
+	// Stripe-Should-Retry), or a JSON template whose
 	// strings hold {type}, {title}, {status}, {detail}, {code} or
 	// {retry_after}. Every such answer carries Idempotency-Problem (its
 	// type), Cache-Control: no-store, and the request's key.
-	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: problem (RFC 9457), stripe, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
+	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: ${error_format}, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
 
 	Reconcile Reconcile `conf:"prefix="` // reconcile…: settling held unknown outcomes (reconcile.go)
 
@@ -159,9 +161,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 	s := c.Settings
 	var v *webhook.Verifier
 	if c.Webhook != "" {
-		if c.WebhookTolerance <= 0 {
-			return s, fieldErr("webhook_tolerance", "must be positive, got %v", c.WebhookTolerance)
-		}
 		secrets, err := webhook.LoadSecrets(c.WebhookSecrets)
 		if err != nil {
 			return s, err
@@ -173,31 +172,31 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 		s.Verifier = v
 	} else if name := c.strayWebhookSetting(); name != "" {
-		return s, fieldErr(name, "applies to a webhook route, and webhook is not set")
+		return s, middleware.SettingsErrorf(name, "applies to a webhook route, and webhook is not set")
 	}
-	switch c.KeySourceSpec {
-	case keysource.Auto, "":
+	if c.KeySourceSpec == keysource.Auto || c.KeySourceSpec == "" {
 		if v != nil {
 			s.KeySource = v.KeySource()
 		}
-	case keysource.Header:
-		if v != nil {
-			return s, fieldErr("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
-				c.Webhook, http.CanonicalHeaderKey(c.KeyHeader))
-		}
-	default:
+	} else {
 		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
 		if err != nil {
-			return s, fieldErr("key_source", "%v", err)
+			return s, middleware.SettingsErrorf("key_source", "%v", err)
+		}
+		// A signature covers the body and the preset's own headers: a key
+		// source that reads no body reads what it does not cover.
+		if v != nil && !ks.NeedsBody() {
+			return s, middleware.SettingsErrorf("key_source", "%s: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, or a key source that reads the signed body",
+				c.KeySourceSpec, c.Webhook, ks.Describe())
 		}
 		s.KeySource = ks
 	}
 	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
-		return s, fieldErr("fingerprint", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint", "%v", err)
 	}
 	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
 	if err != nil {
-		return s, fieldErr("fingerprint_ignore", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint_ignore", "%v", err)
 	}
 	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
@@ -238,8 +237,4 @@ func FieldOf(err error) (string, bool) {
 		return se.Field, true
 	}
 	return "", false
-}
-
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }

@@ -82,17 +82,17 @@ func (c Config) ReconcileRules(s middleware.Settings) (*reconcile.Rules, error) 
 		d := DefaultReconcile()
 		for _, f := range reconcileFields {
 			if f.Name != "reconcile" && !f.Equal(&r, &d) && !(f.Name == "reconcile_headers" && len(r.Headers) == 0) {
-				return nil, fieldErr(f.Name, "applies when reconcile is set, and it is not")
+				return nil, middleware.SettingsErrorf(f.Name, "applies when reconcile is set, and it is not")
 			}
 		}
 		return nil, nil
 	}
 	req, err := reconcile.ParseRequest(r.Request)
 	if err != nil {
-		return nil, fieldErr("reconcile", "%v", err)
+		return nil, middleware.SettingsErrorf("reconcile", "%v", err)
 	}
 	if s.UnknownOutcome != middleware.UnknownHold || s.InFlightOnly {
-		return nil, fieldErr("reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
+		return nil, middleware.SettingsErrorf("reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
 	}
 	rules := &reconcile.Rules{Request: req, Headers: r.Headers, Done: r.Done, NotFound: r.NotFound, Delay: r.Delay,
 		Backoff: r.Backoff, MaxDelay: r.MaxDelay, Attempts: r.Attempts, Window: r.Window, Timeout: r.Timeout,

@@ -261,7 +261,9 @@ func DefaultSettings() Settings {
 }
 
 // SettingsError is a settings error that names the setting at fault by its
-// json name (lock_ttl), so each surface can name it in its own terms.
+// json name (lock_ttl), so each surface can name it in its own terms. It is the
+// one error type of a bad setting, the core's and its plug-ins' (key sources,
+// webhooks, error formats, reconcile) alike.
 type SettingsError struct {
 	Field string
 	Err   error
@@ -270,7 +272,9 @@ type SettingsError struct {
 func (e *SettingsError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *SettingsError) Unwrap() error { return e.Err }
 
-func fieldErr(field, format string, args ...any) error {
+// SettingsErrorf returns a *SettingsError naming field, its text formatted as
+// by fmt.Errorf.
+func SettingsErrorf(field, format string, args ...any) error {
 	return &SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 

@@ -8,7 +8,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -49,9 +48,9 @@ func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*recon
 		rules.Running = s.HandlerTimeout
 	}
 	if rules.Running <= 0 {
-		return nil, &middleware.SettingsError{Field: "reconcile", Err: errors.New(
-			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: " +
-				"set upstream_timeout or handler_timeout (both are 0)")}
+		return nil, middleware.SettingsErrorf("reconcile",
+			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: "+
+				"set upstream_timeout or handler_timeout (both are 0)")
 	}
 	if err := rules.Check(); err != nil {
 		return nil, err
@@ -91,7 +90,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 	jobs, ok := st.cache.(cache.Reconciler)
 	if !ok {
 		kind, _ := stores.KindOf(st.cfg.Store)
-		return &middleware.SettingsError{Field: "reconcile", Err: fmt.Errorf("the %s store keeps no reconcile jobs", kind)}
+		return middleware.SettingsErrorf("reconcile", "the %s store keeps no reconcile jobs", kind)
 	}
 	if st.rc == nil {
 		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate
