@@ -58,7 +58,7 @@ type Job struct {
 	Deadline time.Time `msgpack:"l"` // no attempt starts after it
 	Until    time.Time `msgpack:"x"` // the hold's end: the job is dropped then
 
-	NotFound   int    `msgpack:"n,omitempty"` // not-found answers so far
+	NotFound   int    `msgpack:"n,omitempty"` // not-found answers since the original could no longer be running
 	LastStatus int    `msgpack:"s,omitempty"` // the last answer's status, 0 when none came
 	LastError  string `msgpack:"e,omitempty"` // why the last attempt got no answer
 }

@@ -214,6 +214,7 @@ func TestValidate(t *testing.T) {
 		"wait + in-flight":     {with("wait", "1s", "=", "in_flight_only"), "in_flight_only"},
 		"webhook secret unset": {with("webhook", "stripe", "=", "webhook_secrets", "env:IDEMPROXY_TEST_UNSET"), "webhook_secrets: env:IDEMPROXY_TEST_UNSET: the variable is not set or empty"},
 		"unknown preset":       {with("webhook", "svix", "=", "webhook_secrets", "env:HOME"), "webhook: \"svix\": want standard, stripe, github or hmac"},
+		"zero tolerance":       {with("webhook", "stripe", "=", "webhook_secrets", "env:HOME", "=", "webhook_tolerance", "0s"), "webhook_tolerance: must be positive, got 0s"},
 		"bad error format":     {with("error_format", "xml"), "error_format: \"xml\""},
 		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
 		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies when webhook is set"},

@@ -18,7 +18,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"time"
 
@@ -35,16 +34,16 @@ import (
 type Config struct {
 	middleware.Settings
 
-	KeySourceSpec     string        `json:"key_source" go:"'KeySource', 'keysource.Parse'" help:"where the key comes from: 'auto' (key_header, or where the webhook preset puts it), 'header' (key_header), 'json:/pointer' (a string in the JSON body, RFC 6901, e.g. 'json:/data/idempotency_key'), 'form:field' (a form-encoded body, whatever its Content-Type), 'body' (a SHA-256 of the body). A missing or non-string field is a missing key; an ambiguous one (a name twice on the pointer's path, a form field twice, a ';' in a form body) is '400' (see docs/webhooks.md)"`
-	Webhook           string        `json:"webhook" go:"'Verifier', 'webhook.New'" help:"verify a provider's signature before the key is claimed: 'standard' (Standard Webhooks, and Svix's svix-* names), 'stripe', 'github' or 'hmac' (HMAC-SHA256 of the body in webhook_header); a bad or missing one is '401', nothing claimed, stored or forwarded. Empty: no verification"`
+	KeySourceSpec     string        `json:"key_source" go:"'KeySource', 'keysource.Parse'" help:"where the key comes from: 'auto' (key_header, or where the webhook preset puts it), ${key_source}. A missing or non-string field is a missing key; an ambiguous one (a name twice on the pointer's path, a form field twice, a ';' in a form body) is '400' (see docs/webhooks.md)"`
+	Webhook           string        `json:"webhook" go:"'Verifier', 'webhook.New'" help:"verify a provider's signature before the key is claimed: ${webhook}; a bad or missing one is '401', nothing claimed, stored or forwarded. Empty: no verification"`
 	WebhookSecrets    []string      `json:"webhook_secrets" needs:"webhook" go:"'webhook.Webhook.Secrets' (the secrets themselves: 'webhook.LoadSecrets')" help:"the signing secrets as 'env:NAME' (a variable) or 'file:PATH' (one secret per line); a signature made with any of them verifies (rotation). Never logged; a secret itself is refused in a configuration"`
-	WebhookTolerance  time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'" help:"how far a signed timestamp ('standard', 'stripe') may be from now, either way"`
-	WebhookHeader     string        `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'" help:"'hmac': the header carrying the signature"`
-	WebhookEncoding   string        `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'" help:"'hmac': the signature's encoding, 'hex' or 'base64'"`
-	WebhookPrefix     string        `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'" help:"'hmac': text before the signature in its header, e.g. 'sha256='"`
+	WebhookTolerance  time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'" help:"how far a signed timestamp (${webhook_timestamp}) may be from now, either way. Must be positive: '0s' is refused ('webhook.New' holds the rule for every surface); a preset that signs no timestamp does not read it"`
+	WebhookHeader     string        `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'" help:"${webhook_custom}: the header carrying the signature"`
+	WebhookEncoding   string        `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'" help:"${webhook_custom}: the signature's encoding, ${webhook_encoding}"`
+	WebhookPrefix     string        `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'" help:"${webhook_custom}: text before the signature in its header, e.g. 'sha256='"`
 	FingerprintSpec   string        `json:"fingerprint" go:"'BodyFingerprint', 'fingerprint.Parse'" help:"how the body counts in the fingerprint: 'bytes' (as sent), 'json' (RFC 8785 canonical form: member order, whitespace, number forms and escapes do not count), 'form' (fields sorted; a repeated field's values keep their order), 'multipart' (each part's meaningful headers and bytes, not the boundary); a body that cannot be read one way only is '400' (see docs/fingerprints.md)"`
 	FingerprintIgnore []string      `json:"fingerprint_ignore" go:"the pointers of 'fingerprint.Parse'" help:"RFC 6901 pointers left out of a 'json', 'form' or 'multipart' fingerprint: '/request_time', '/meta/sent_at'; for a form or multipart body a field, '/name'"`
-	ErrorFormatSpec   string        `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'" help:"shape of the answers the core writes itself (409, 422, 400, 503, …): 'problem' (RFC 9457), 'stripe' (Stripe's error object and Stripe-Should-Retry), or a JSON template whose strings hold '{type}' '{title}' '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries Idempotency-Problem (its type), Cache-Control: no-store, and the request's key (see docs/clients.md#error-formats)"`
+	ErrorFormatSpec   string        `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'" help:"shape of the answers the core writes itself (409, 422, 400, 503, …): ${error_format}, or a JSON template whose strings hold '{type}' '{title}' '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries Idempotency-Problem (its type), Cache-Control: no-store, and the request's key (see docs/clients.md#error-formats)"`
 
 	Reconcile Reconcile `conf:"prefix=" go:"reconcile.Rules"` // reconcile…: settling held unknown outcomes (reconcile.go)
 
@@ -118,9 +117,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 	}
 	var v *webhook.Verifier
 	if c.Webhook != "" {
-		if c.WebhookTolerance <= 0 {
-			return s, fieldErr("webhook_tolerance", "must be positive, got %v", c.WebhookTolerance)
-		}
 		secrets, err := webhook.LoadSecrets(c.WebhookSecrets)
 		if err != nil {
 			return s, err
@@ -132,29 +128,29 @@ func (c Config) Compile() (middleware.Settings, error) {
 		}
 		s.Verifier = v
 	}
-	switch c.KeySourceSpec {
-	case keysource.Auto, "":
+	if c.KeySourceSpec == keysource.Auto || c.KeySourceSpec == "" {
 		if v != nil {
 			s.KeySource = v.KeySource()
 		}
-	case keysource.Header:
-		if v != nil {
-			return s, fieldErr("key_source", "header: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, body, json:… or form:…",
-				c.Webhook, http.CanonicalHeaderKey(c.KeyHeader))
-		}
-	default:
+	} else {
 		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
 		if err != nil {
-			return s, fieldErr("key_source", "%v", err)
+			return s, middleware.SettingsErrorf("key_source", "%v", err)
+		}
+		// A signature covers the body and the preset's own headers: a key
+		// source that reads no body reads what it does not cover.
+		if v != nil && !ks.NeedsBody() {
+			return s, middleware.SettingsErrorf("key_source", "%s: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, or a key source that reads the signed body",
+				c.KeySourceSpec, c.Webhook, ks.Describe())
 		}
 		s.KeySource = ks
 	}
 	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
-		return s, fieldErr("fingerprint", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint", "%v", err)
 	}
 	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
 	if err != nil {
-		return s, fieldErr("fingerprint_ignore", "%v", err)
+		return s, middleware.SettingsErrorf("fingerprint_ignore", "%v", err)
 	}
 	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
@@ -182,8 +178,4 @@ func FieldOf(err error) (string, bool) {
 		return se.Field, true
 	}
 	return "", false
-}
-
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }

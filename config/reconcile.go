@@ -14,7 +14,7 @@ type Reconcile struct {
 	Request  string               `json:"reconcile" go:"'reconcile.Rules.Request', 'reconcile.ParseRequest'" help:"proxy only: a request sent upstream to settle a held unknown outcome, 'METHOD /path?query' with '{key}', '{header.NAME}' and '{json:/pointer}' filled from the original request; empty: held for an operator. Sent with the route's upstream_host; a value in the path must be letters, digits and '- . _ ~', not ending in '.' (else nothing is sent, the key stays held: put such a placeholder in the query). Needs upstream_timeout or handler_timeout (see docs/reconcile.md)"`
 	Headers  []string             `json:"reconcile_headers" needs:"reconcile" help:"headers of the original request copied onto the reconcile request (e.g. Authorization); kept in the store with the job until the key settles"`
 	Done     middleware.StatusSet `json:"reconcile_done" needs:"reconcile" help:"reconcile answers that mean it happened: the answer (status, Content-Type, body up to max_body) is stored, and retries replay it"`
-	NotFound middleware.StatusSet `json:"reconcile_not_found" needs:"reconcile" help:"reconcile answers that mean it did not happen: the key is released, and the retry runs; but only once the original can no longer be running (upstream_timeout, else handler_timeout, after it was sent) and at a second such answer. Before, the next attempt comes no earlier than then"`
+	NotFound middleware.StatusSet `json:"reconcile_not_found" needs:"reconcile" help:"reconcile answers that mean it did not happen: the key is released, and the retry runs; but only at the second such answer since the original can no longer be running (upstream_timeout, else handler_timeout, after it was sent); one before does not count, and the next attempt comes no earlier than then"`
 	Delay    time.Duration        `json:"reconcile_delay" needs:"reconcile" help:"wait after the unknown outcome before the first attempt"`
 	Backoff  int                  `json:"reconcile_backoff" needs:"reconcile" help:"each later wait between attempts is the one before times this"`
 	MaxDelay time.Duration        `json:"reconcile_max_delay" needs:"reconcile" help:"longest wait between attempts"`
@@ -41,10 +41,10 @@ func (c Config) ReconcileRules(s middleware.Settings) (*reconcile.Rules, error) 
 	}
 	req, err := reconcile.ParseRequest(r.Request)
 	if err != nil {
-		return nil, fieldErr("reconcile", "%v", err)
+		return nil, middleware.SettingsErrorf("reconcile", "%v", err)
 	}
 	if s.UnknownOutcome != middleware.UnknownHold || s.InFlightOnly {
-		return nil, fieldErr("reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
+		return nil, middleware.SettingsErrorf("reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
 	}
 	rules := &reconcile.Rules{Request: req, Headers: r.Headers, Done: r.Done, NotFound: r.NotFound, Delay: r.Delay,
 		Backoff: r.Backoff, MaxDelay: r.MaxDelay, Attempts: r.Attempts, Window: r.Window, Timeout: r.Timeout,

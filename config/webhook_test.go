@@ -262,6 +262,25 @@ func TestWebhookConfigErrorsName(t *testing.T) {
 	}
 }
 
+// webhook_tolerance is webhook.New's rule on this surface too: a set 0s is
+// refused for a preset that signs a timestamp, never read as the default, and
+// not read by a preset that signs none.
+func TestWebhookToleranceZero(t *testing.T) {
+	t.Setenv("TEST_SET", "whsec_eA==")
+	for preset, refused := range map[string]bool{"standard": true, "stripe": true, "github": false} {
+		c := config.Default()
+		for _, kv := range [][2]string{{"webhook", preset}, {"webhook_secrets", "env:TEST_SET"}, {"webhook_tolerance", "0s"}} {
+			if err := c.Set(kv[0], kv[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := c.Validate()
+		if f, _ := config.FieldOf(err); refused && (f != "webhook_tolerance" || err.Error() != "webhook_tolerance: must be positive, got 0s") || !refused && err != nil {
+			t.Errorf("%s, webhook_tolerance 0s: %v", preset, err)
+		}
+	}
+}
+
 // A body above max_request_body is 413 before any signature is checked.
 func TestWebhookBodyTooLarge(t *testing.T) {
 	t.Setenv("TEST_GH_SECRET", "gh")

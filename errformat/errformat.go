@@ -2,7 +2,8 @@
 // besides RFC 9457 problems (middleware.ProblemJSON, the default): Stripe's
 // error object, which Stripe's SDKs parse as a typed error, and a JSON template
 // of your API's own error shape. Each is a middleware.ErrorFormat; Parse builds
-// one from its configuration string (error_format).
+// one from its configuration string (error_format): a name Formats lists, or a
+// template.
 package errformat
 
 import (
@@ -27,14 +28,35 @@ const (
 	StripeSpec = "stripe"
 )
 
-// Parse builds the error format spec names: Problem (or ""), StripeSpec, or a
-// JSON template (see Template).
+// A Format is one error format with a name, described once: Parse, its errors
+// and the help of error_format read the list, so a new format is one entry in
+// formats.
+type Format struct {
+	Name   string // the value of error_format
+	Help   string // a few words for the help of error_format; may be empty
+	format middleware.ErrorFormat
+}
+
+// formats are the named error formats, the default first.
+var formats = []Format{
+	{Name: Problem, Help: "RFC 9457", format: middleware.ProblemJSON{}},
+	{Name: StripeSpec, Help: "Stripe's error object and Stripe-Should-Retry", format: Stripe{}},
+}
+
+// Formats returns the named error formats, the default first; any other
+// error_format is a JSON template.
+func Formats() []Format { return slices.Clone(formats) }
+
+// Parse builds the error format spec names: one of Formats ("" is the
+// default, Problem), or a JSON template (see Template).
 func Parse(spec string) (middleware.ErrorFormat, error) {
-	switch spec {
-	case "", Problem:
-		return middleware.ProblemJSON{}, nil
-	case StripeSpec:
-		return Stripe{}, nil
+	if spec == "" {
+		return formats[0].format, nil
+	}
+	for _, f := range formats {
+		if f.Name == spec {
+			return f.format, nil
+		}
 	}
 	return NewTemplate(spec)
 }
@@ -82,16 +104,20 @@ var (
 // NewTemplate parses a template: JSON, with known placeholders, at least one.
 func NewTemplate(spec string) (Template, error) {
 	if !strings.HasPrefix(strings.TrimSpace(spec), "{") && !strings.HasPrefix(strings.TrimSpace(spec), "[") {
-		return Template{}, fieldErr("error_format", "%q: want problem, stripe, or a JSON template", spec)
+		var names []string
+		for _, f := range formats {
+			names = append(names, f.Name)
+		}
+		return Template{}, middleware.SettingsErrorf("error_format", "%q: want %s, or a JSON template", spec, strings.Join(names, ", "))
 	}
 	dec := json.NewDecoder(strings.NewReader(spec))
 	dec.UseNumber()
 	var tmpl any
 	if err := dec.Decode(&tmpl); err != nil {
-		return Template{}, fieldErr("error_format", "the template is not JSON: %v", err)
+		return Template{}, middleware.SettingsErrorf("error_format", "the template is not JSON: %v", err)
 	}
 	if dec.More() {
-		return Template{}, fieldErr("error_format", "the template has text after its JSON value")
+		return Template{}, middleware.SettingsErrorf("error_format", "the template has text after its JSON value")
 	}
 	used := false
 	var bad error
@@ -105,10 +131,10 @@ func NewTemplate(spec string) (Template, error) {
 		return str
 	})
 	if bad != nil {
-		return Template{}, fieldErr("error_format", "%v", bad)
+		return Template{}, middleware.SettingsErrorf("error_format", "%v", bad)
 	}
 	if !used {
-		return Template{}, fieldErr("error_format", "the template uses no placeholder: every error would read the same")
+		return Template{}, middleware.SettingsErrorf("error_format", "the template uses no placeholder: every error would read the same")
 	}
 	return Template{tmpl: tmpl}, nil
 }
@@ -142,11 +168,6 @@ func (f Template) Render(p middleware.Problem, retryAfter time.Duration) (string
 		return "application/json", nil, []byte(`{}`)
 	}
 	return "application/json", nil, bytes.TrimRight(buf.Bytes(), "\n")
-}
-
-// fieldErr is a settings error naming the setting at fault.
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // mapStrings returns v (decoded JSON) with every string s replaced by f(s), in

@@ -1,7 +1,8 @@
 // Package keysource holds the key sources beyond the core's key header: a string
 // in the JSON body at an RFC 6901 pointer, a field of a form-encoded body, and a
 // digest of the body. Each is a middleware.KeySource; Parse builds one from its
-// configuration string (key_source: "json:/data/id", "form:event_id", "body").
+// configuration string (key_source: "json:/data/id", "form:event_id", "body"),
+// as the kinds it lists (Kinds) describe.
 //
 // A body key is found by scanning the buffered body once, in place: memory is
 // bounded by the key, not the document. A key that reads two ways is refused
@@ -16,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -35,22 +38,64 @@ const (
 	Body = "body"
 )
 
-// Parse builds the key source spec names: Header (key_header), Body,
-// "json:<pointer>" or "form:<field>". Auto is not a source of its own: the
-// caller resolves it (package config: key_header, or the webhook preset's).
-func Parse(spec, keyHeader string) (middleware.KeySource, error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch {
-	case spec == Header:
+// A Kind is one kind of key source, described once: Parse, its errors and the
+// help of key_source read the list, so a new kind is one entry in kinds.
+type Kind struct {
+	// Name is the spec ("body"), or its part before the colon ("json").
+	Name string
+	// Arg names what follows the colon, as help shows it ("/pointer"); empty
+	// for a kind that takes none.
+	Arg string
+	// Help is a few words for the help of key_source; may be empty.
+	Help  string
+	parse func(arg, keyHeader string) (middleware.KeySource, error)
+}
+
+// kinds are the key sources Parse builds, in the order help lists them.
+var kinds = []Kind{
+	{Name: Header, Help: "key_header", parse: func(_, keyHeader string) (middleware.KeySource, error) {
 		return middleware.HeaderKey{Name: http.CanonicalHeaderKey(keyHeader)}, nil
-	case spec == Body:
+	}},
+	{Name: Body, Help: "a SHA-256 of the body", parse: func(string, string) (middleware.KeySource, error) {
 		return BodyDigest{}, nil
-	case kind == "json":
+	}},
+	{Name: "json", Arg: "/pointer", Help: "a string in the JSON body, RFC 6901", parse: func(arg, _ string) (middleware.KeySource, error) {
 		return NewJSON(arg)
-	case kind == "form" && arg != "":
+	}},
+	{Name: "form", Arg: "field", Help: "a form-encoded body, whatever its Content-Type", parse: func(arg, _ string) (middleware.KeySource, error) {
+		if arg == "" {
+			return nil, errors.New("form: needs the field's name (form:field)")
+		}
 		return Form{Field: arg}, nil
+	}},
+}
+
+// Kinds returns the kinds of key source Parse builds.
+func Kinds() []Kind { return slices.Clone(kinds) }
+
+// Spec is how a spec of k is written: "body", "json:/pointer".
+func (k Kind) Spec() string {
+	if k.Arg == "" {
+		return k.Name
 	}
-	return nil, fmt.Errorf("%q: want auto, header, body, json:/pointer or form:field", spec)
+	return k.Name + ":" + k.Arg
+}
+
+// Parse builds the key source spec names: one of Kinds (Header: key_header).
+// Auto is not a source of its own: the caller resolves it (package config:
+// key_header, or the webhook preset's).
+func Parse(spec, keyHeader string) (middleware.KeySource, error) {
+	name, arg, hasArg := strings.Cut(spec, ":")
+	for _, k := range kinds {
+		if k.Name == name && hasArg == (k.Arg != "") {
+			return k.parse(arg, keyHeader)
+		}
+	}
+	specs := []string{Auto}
+	for _, k := range kinds {
+		specs = append(specs, k.Spec())
+	}
+	return nil, fmt.Errorf("%q: want %s", spec, conf.OrList(specs))
 }
 
 // BodyDigest makes the body's SHA-256 the key ("sha256:<hex>"): the same body is

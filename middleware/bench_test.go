@@ -115,7 +115,7 @@ func BenchmarkWebhook(b *testing.B) {
 		return `{"id":"` + id + `","object":"event","type":"payment_intent.succeeded","data":{"object":{"metadata":"` +
 			strings.Repeat("x", 2000) + `"}}}`
 	}
-	stripe := webhookOpt(webhook.Webhook{Preset: webhook.Stripe, Secrets: []string{"whsec_bench"}})
+	stripe := webhookOpt(webhook.Webhook{Preset: webhook.Stripe, Secrets: []string{"whsec_bench"}, Tolerance: webhook.DefaultTolerance})
 	for _, bc := range []struct {
 		name   string
 		opts   []middleware.Option

@@ -166,7 +166,7 @@ func TestBodyFingerprintBoundedParts(t *testing.T) {
 
 func TestBodyFingerprintSettings(t *testing.T) {
 	bf, _ := fingerprint.NewJSON()
-	v, err := webhook.New(webhook.Webhook{Preset: "standard", Secrets: []string{"whsec_c2VjcmV0LW9mLWVub3VnaC1sZW5ndGgtMTIzNDU2"}})
+	v, err := webhook.New(webhook.Webhook{Preset: "standard", Secrets: []string{"whsec_c2VjcmV0LW9mLWVub3VnaC1sZW5ndGgtMTIzNDU2"}, Tolerance: webhook.DefaultTolerance})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,12 +39,12 @@ type Settings struct {
 	IgnoreHeaders      []string      `json:"ignore_headers" help:"response headers never stored nor replayed"`
 	FailOpen           bool          `json:"fail_open" help:"on store failure, pass requests through untracked instead of '503' (never when the memory store is full)"`
 	TTL                time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
-	LockTTL            time.Duration `json:"lock_ttl" help:"in-flight lease, renewed every third of it while the first execution runs; the lease of an instance that died lapses after it, and its key is then an unknown outcome (see docs/unknown-outcomes.md). At least 3ms"`
-	HandlerTimeout     time.Duration `json:"handler_timeout" help:"bound on a first execution, which does not stop when the client hangs up (its response is stored for the retry); '0' means no bound, on every surface"`
+	LockTTL            time.Duration `json:"lock_ttl" help:"in-flight lease, renewed every third of it while the first execution runs and while its answer is stored; once the lease of an instance that died lapses, its key is held as an unknown outcome (unknown_outcome; see docs/unknown-outcomes.md). At least 3ms"`
+	HandlerTimeout     time.Duration `json:"handler_timeout" help:"bound on a first execution, which does not stop when the client hangs up (its response is stored for the retry); when it passes, the key is held with '504' (an unknown outcome), whatever the handler does after; '0' means no bound, on every surface"`
 	StoreTimeout       time.Duration `json:"store_timeout" help:"bound on each store call: claim, complete, release, lease renewal (on DynamoDB, on each of its requests: a large response's completion takes as many as it needs)"`
 	CompleteRetry      time.Duration `json:"complete_retry" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
-	UnknownOutcome     string        `json:"unknown_outcome" help:"a first execution sent upstream with no complete answer (a reset after the request was written, a timeout, a body cut mid-stream): 'hold' its key for unknown_hold (retries get the same outcome-unknown answer, nothing runs twice, until the route's reconcile or an operator settles it) or 'release' it, so that a retry runs again (see docs/unknown-outcomes.md)"`
-	UnknownHold        time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key"`
+	UnknownOutcome     string        `json:"unknown_outcome" help:"a first execution sent upstream with no complete answer (a reset after the request was written, a timeout, a body cut mid-stream, handler_timeout), or whose lease lapsed (its instance died): 'hold' its key for unknown_hold (retries get the same outcome-unknown answer, nothing runs twice, until the route's reconcile or an operator settles it) or 'release' it, so that a retry runs again (see docs/unknown-outcomes.md)"`
+	UnknownHold        time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key (a lapsed lease's: from the lease's end)"`
 	RetryAfter         time.Duration `json:"retry_after" help:"Retry-After sent with '409' (in flight) and '503' (store unavailable, overloaded)"`
 	Wait               time.Duration `json:"wait" help:"a duplicate of an in-flight request waits this long for its result, then replays it, instead of an immediate '409' (which it still gets on timeout); if the first's key is released, one waiter claims it and runs. Stores that notify wake waiters at once; others are read again every wait_poll. '0': no waiting"`
 	WaitPoll           time.Duration `json:"wait_poll" help:"how often a waiter reads the store again when no notification comes"`
@@ -145,7 +145,9 @@ func DefaultSettings() Settings {
 }
 
 // SettingsError is a settings error that names the setting at fault by its
-// json name (lock_ttl), so each surface can name it in its own terms.
+// json name (lock_ttl), so each surface can name it in its own terms. It is the
+// one error type of a bad setting, the core's and its plug-ins' (key sources,
+// webhooks, error formats, reconcile) alike.
 type SettingsError struct {
 	Field string
 	Err   error
@@ -154,7 +156,9 @@ type SettingsError struct {
 func (e *SettingsError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *SettingsError) Unwrap() error { return e.Err }
 
-func fieldErr(field, format string, args ...any) error {
+// SettingsErrorf returns a *SettingsError naming field, its text formatted as
+// by fmt.Errorf.
+func SettingsErrorf(field, format string, args ...any) error {
 	return &SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 

@@ -99,6 +99,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--store-statuses", "2xx,!500,700"}, nil, "--store-statuses: "},
 		{[]string{"--upstream", "http://x", "--lock-ttl", "0s"}, nil, "--lock-ttl: must be at least 3ms"},
 		{[]string{"--upstream", "http://x", "--wait", "5s", "--in-flight-only"}, nil, "--wait: does not combine with in_flight_only"},
+		{[]string{"--upstream", "http://x", "--webhook", "stripe", "--webhook-secrets", "env:HOME", "--webhook-tolerance", "0s"}, nil, "--webhook-tolerance: must be positive, got 0s"},
 		{[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_LOCK_TTL": "1ms"}, "IDEMPROXY_LOCK_TTL: must be at least 3ms"},
 		{[]string{"--config", write("lock.yaml", "upstream: http://x\nlock_ttl: 1ms\n")}, nil, "lock_ttl in " + dir},
 		{[]string{"--config", write("routelock.yaml", "upstream: http://x\nroutes:\n  - path: /a\n    lock_ttl: 1ms\n")}, nil, "routes[0] (/a): lock_ttl: must be at least 3ms"},

@@ -8,7 +8,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -49,9 +48,9 @@ func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*recon
 		rules.Running = s.HandlerTimeout
 	}
 	if rules.Running <= 0 {
-		return nil, &middleware.SettingsError{Field: "reconcile", Err: errors.New(
-			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: " +
-				"set upstream_timeout or handler_timeout (both are 0)")}
+		return nil, middleware.SettingsErrorf("reconcile",
+			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: "+
+				"set upstream_timeout or handler_timeout (both are 0)")
 	}
 	if err := rules.Check(); err != nil {
 		return nil, err
@@ -91,7 +90,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 	jobs, ok := st.cache.(cache.Reconciler)
 	if !ok {
 		kind, _ := stores.KindOf(st.cfg.Store)
-		return &middleware.SettingsError{Field: "reconcile", Err: fmt.Errorf("the %s store keeps no reconcile jobs", kind)}
+		return middleware.SettingsErrorf("reconcile", "the %s store keeps no reconcile jobs", kind)
 	}
 	if st.rc == nil {
 		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate
@@ -120,7 +119,7 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 // X-Forwarded-Host, Forwarded's proto and host), kept with the job when the
 // key is held. A virtual-hosted upstream (an ingress, a multi-tenant API)
 // finds the same site it ran the original on. It does not carry what names a
-// client (X-Forwarded-For, Forwarded's for=): the proxy sends it on its own,
+// client (X-Forwarded-For, Forwarded's for=, X-Real-IP): the proxy sends it on its own,
 // on no client's connection, and claims no one's address. It carries a
 // request id of its own (request_id_header), as every request the proxy
 // sends does.
@@ -133,6 +132,7 @@ func (f *forwarding) reconcileHeaders(in *http.Request) http.Header {
 	f.rewrite(pr)
 	h := pr.Out.Header
 	delete(h, "X-Forwarded-For")
+	delete(h, "X-Real-Ip") // names the client, as X-Forwarded-For does
 	if fwd := withoutFor(h.Get("Forwarded")); fwd != "" {
 		h["Forwarded"] = []string{fwd}
 	} else {

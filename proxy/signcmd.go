@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/webhook"
 )
 
@@ -24,28 +26,9 @@ func signMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	bodyText := fs.String("body", "", "")
 	bodyFile := fs.String("body-file", "", "")
 	header := fs.String("webhook-header", "", "")
-	encoding := fs.String("webhook-encoding", "hex", "")
+	encoding := fs.String("webhook-encoding", webhook.Encodings()[0], "")
 	prefix := fs.String("webhook-prefix", "", "")
-	usage := func() {
-		fmt.Fprint(stderr, `usage: idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] [--body TEXT | --body-file FILE|-]
-
-Prints the headers a webhook provider would send with the body, signed with the
-secret (the first, for a file), one "Name: value" line each: to try a route
-that verifies signatures by hand, e.g.
-  mapfile -t h < <(idemproxy sign --webhook stripe --secret env:STRIPE_SECRET --body-file event.json)
-  curl -X POST 127.0.0.1:8080/webhooks/stripe --data-binary @event.json "${h[@]/#/-H}"
-
-  --webhook PRESET          standard, stripe, github or hmac
-  --secret REF              env:NAME or file:PATH, as in webhook_secrets
-  --id ID                   the delivery id: standard signs it (required there); github sends it unsigned
-  --at UNIX                 the signed time (standard, stripe); default now
-  --body TEXT               the body
-  --body-file FILE          the body, from a file (- for standard input)
-  --webhook-header NAME     hmac: the signature's header
-  --webhook-encoding ENC    hmac: hex (default) or base64
-  --webhook-prefix TEXT     hmac: text before the signature
-`)
-	}
+	usage := func() { fmt.Fprint(stderr, signUsage()) }
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *preset == "" || *secret == "" || (*bodyText != "") == (*bodyFile != "") {
 		usage()
 		if err == flag.ErrHelp {
@@ -90,4 +73,50 @@ that verifies signatures by hand, e.g.
 		fmt.Fprintf(stdout, "%s: %s\n", name, h.Get(name))
 	}
 	return 0
+}
+
+// signUsage is the usage of `idemproxy sign`, what it says of the presets read
+// from their descriptions (webhook.Presets).
+func signUsage() string {
+	var signsID, sendsID, timestamp, custom []string
+	for _, p := range webhook.Presets() {
+		switch {
+		case p.SignsID:
+			signsID = append(signsID, p.Name)
+		case p.ID != "":
+			sendsID = append(sendsID, p.Name)
+		}
+		if p.Timestamp {
+			timestamp = append(timestamp, p.Name)
+		}
+		if p.Custom {
+			custom = append(custom, p.Name)
+		}
+	}
+	id := "the delivery id"
+	if len(signsID) > 0 {
+		id += ": " + conf.OrList(signsID) + " signs it (required there)"
+	}
+	if len(sendsID) > 0 {
+		id += "; " + conf.OrList(sendsID) + " sends it unsigned"
+	}
+	hmac := strings.Join(custom, ", ")
+	return fmt.Sprintf(`usage: idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] [--body TEXT | --body-file FILE|-]
+
+Prints the headers a webhook provider would send with the body, signed with the
+secret (the first, for a file), one "Name: value" line each: to try a route
+that verifies signatures by hand, e.g.
+  mapfile -t h < <(idemproxy sign --webhook stripe --secret env:STRIPE_SECRET --body-file event.json)
+  curl -X POST 127.0.0.1:8080/webhooks/stripe --data-binary @event.json "${h[@]/#/-H}"
+
+  --webhook PRESET          %s
+  --secret REF              env:NAME or file:PATH, as in webhook_secrets
+  --id ID                   %s
+  --at UNIX                 the signed time (%s); default now
+  --body TEXT               the body
+  --body-file FILE          the body, from a file (- for standard input)
+  --webhook-header NAME     %s: the signature's header
+  --webhook-encoding ENC    %s: %s (default) or %s
+  --webhook-prefix TEXT     %s: text before the signature
+`, conf.OrList(webhook.Names()), id, strings.Join(timestamp, ", "), hmac, hmac, webhook.Encodings()[0], conf.OrList(webhook.Encodings()[1:]), hmac)
 }

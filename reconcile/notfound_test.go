@@ -38,15 +38,17 @@ func (f *fixture) held(t *testing.T, storeKey string) bool {
 }
 
 // An upstream may still be working on the original when it is first asked:
-// "not found" then means "not yet". A not-found answer releases the key only
-// once the original can no longer be running (Running after it was sent) and
-// a second not-found answer confirms it; the attempt after an early one comes
-// no earlier than that. A done answer settles at once, however early.
+// "not found" then means "not yet", and does not count. A not-found answer
+// counts once the original can no longer be running (Running after it was
+// sent), and releases the key when a second one that counts confirms it; the
+// attempt after an early one comes no earlier than that. A done answer
+// settles at once, however early.
 func TestNotFoundWaitsForTheOriginalAndASecondAnswer(t *testing.T) {
 	f := newFixture(t)
 	clk := newClock(base)
 	f.onClock(clk)
 	f.rules.Running = 30 * time.Second
+	f.rules.Attempts = 10
 	sent := base.Add(-time.Second) // the original went upstream a second before the hold
 	atSent := func(h *middleware.Held) { h.Sent = sent }
 	nf, done := f.holdWith(t, "nf-1", atSent), f.holdWith(t, "done-1", atSent)
@@ -55,13 +57,13 @@ func TestNotFoundWaitsForTheOriginalAndASecondAnswer(t *testing.T) {
 	clk.Set(base.Add(f.rules.Delay))
 	testutil.Eventually(t, 5*time.Second, "the first attempts", func() bool {
 		j := f.job(t, nf)
-		return f.job(t, done) == nil && j != nil && j.NotFound == 1
+		return f.job(t, done) == nil && j != nil && j.Attempts == 1
 	})
 	if f.held(t, done) || f.count("done-1") != 1 {
 		t.Fatalf("done-1 not settled at its first attempt (%d requests)", f.count("done-1"))
 	}
 	j := f.job(t, nf)
-	if !f.held(t, nf) || j.Attempts != 1 || j.LastStatus != 404 {
+	if !f.held(t, nf) || j.Attempts != 1 || j.LastStatus != 404 || j.NotFound != 0 {
 		t.Fatalf("nf-1 after one not-found answer, before the original can have ended: held %v, job %+v", f.held(t, nf), j)
 	}
 	if want := sent.Add(f.rules.Running); !j.Due.Equal(want) {
@@ -77,15 +79,23 @@ func TestNotFoundWaitsForTheOriginalAndASecondAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Set(j.Due)
-	testutil.Eventually(t, 5*time.Second, "the early second attempt", func() bool { j := f.job(t, nf); return j != nil && j.NotFound == 2 })
-	if j := f.job(t, nf); !f.held(t, nf) || !j.Due.Equal(over) {
-		t.Fatalf("nf-1 after a second not-found answer before the original can have ended: held %v, due %v; want held, due %v", f.held(t, nf), j.Due, over)
+	testutil.Eventually(t, 5*time.Second, "the early second attempt", func() bool { j := f.job(t, nf); return j != nil && j.Attempts == 2 })
+	if j := f.job(t, nf); !f.held(t, nf) || !j.Due.Equal(over) || j.NotFound != 0 {
+		t.Fatalf("nf-1 after a second not-found answer before the original can have ended: held %v, due %v, %d counted; want held, due %v, none counted", f.held(t, nf), j.Due, j.NotFound, over)
 	}
 
+	// The first not-found answer once the original can no longer be running
+	// counts, and asks again after reconcile_delay; the second releases.
 	clk.Set(over)
-	testutil.Eventually(t, 5*time.Second, "a not-found answer to release nf-1", func() bool { return f.job(t, nf) == nil })
-	if _, err := f.store.Get(context.Background(), nf); !errors.Is(err, cache.ErrNotFound) || f.count("nf-1") != 3 {
-		t.Fatalf("nf-1 after its last not-found answer: %v, %d requests; want released after 3", err, f.count("nf-1"))
+	testutil.Eventually(t, 5*time.Second, "the first late attempt", func() bool { j := f.job(t, nf); return j != nil && j.NotFound == 1 })
+	j = f.job(t, nf)
+	if !f.held(t, nf) || !j.Due.After(over) || j.Due.After(over.Add(f.rules.MaxDelay)) {
+		t.Fatalf("nf-1 after one late not-found answer: held %v, due %v; want held, due within reconcile_max_delay after %v", f.held(t, nf), j.Due, over)
+	}
+	clk.Set(j.Due)
+	testutil.Eventually(t, 5*time.Second, "a confirming not-found answer to release nf-1", func() bool { return f.job(t, nf) == nil })
+	if _, err := f.store.Get(context.Background(), nf); !errors.Is(err, cache.ErrNotFound) || f.count("nf-1") != 4 {
+		t.Fatalf("nf-1 after its last not-found answer: %v, %d requests; want released after 4", err, f.count("nf-1"))
 	}
 }
 
@@ -97,6 +107,7 @@ func TestNotFoundIsConfirmedEvenLate(t *testing.T) {
 	clk := newClock(base)
 	f.onClock(clk)
 	f.rules.Running = 30 * time.Second
+	f.rules.Attempts = 10
 	late := f.holdWith(t, "nf-late", func(h *middleware.Held) { h.Sent = base.Add(-time.Minute) })
 	legacy := f.hold(t, "nf-legacy")
 	j := f.job(t, legacy)
@@ -109,18 +120,26 @@ func TestNotFoundIsConfirmedEvenLate(t *testing.T) {
 	clk.Set(base.Add(f.rules.Delay))
 	testutil.Eventually(t, 5*time.Second, "the first attempts", func() bool {
 		a, b := f.job(t, late), f.job(t, legacy)
-		return a != nil && a.NotFound == 1 && b != nil && b.NotFound == 1
+		return a != nil && a.NotFound == 1 && b != nil && b.Attempts == 1
 	})
 	if j := f.job(t, late); !f.held(t, late) || !j.Due.Equal(base.Add(2*f.rules.Delay)) {
 		t.Fatalf("nf-late after one not-found answer: held %v, due %v; want held, asked again after reconcile_delay", f.held(t, late), j.Due)
 	}
-	if j := f.job(t, legacy); !f.held(t, legacy) || !j.Due.Equal(base.Add(f.rules.Running)) {
+	if j := f.job(t, legacy); !f.held(t, legacy) || !j.Due.Equal(base.Add(f.rules.Running)) || j.NotFound != 0 {
 		t.Fatalf("the legacy job: held %v, due %v; want held until Running after its hold (%v)", f.held(t, legacy), j.Due, base.Add(f.rules.Running))
 	}
 	clk.Set(base.Add(f.rules.Running))
-	testutil.Eventually(t, 5*time.Second, "both to be released", func() bool { return f.job(t, late) == nil && f.job(t, legacy) == nil })
-	if f.held(t, late) || f.held(t, legacy) || f.count("nf-late") != 2 || f.count("nf-legacy") != 2 {
-		t.Fatalf("after a second not-found answer: held %v %v, requests %d %d", f.held(t, late), f.held(t, legacy), f.count("nf-late"), f.count("nf-legacy"))
+	testutil.Eventually(t, 5*time.Second, "nf-late to be released", func() bool { return f.job(t, late) == nil })
+	if f.held(t, late) || f.count("nf-late") != 2 {
+		t.Fatalf("nf-late after a second not-found answer: held %v, requests %d", f.held(t, late), f.count("nf-late"))
+	}
+	// The legacy job's first not-found answer that counts came now: a
+	// second, reconcile_delay later, releases it.
+	testutil.Eventually(t, 5*time.Second, "the legacy job's first counted answer", func() bool { j := f.job(t, legacy); return j != nil && j.NotFound == 1 })
+	clk.Set(f.job(t, legacy).Due)
+	testutil.Eventually(t, 5*time.Second, "the legacy job to be released", func() bool { return f.job(t, legacy) == nil })
+	if f.held(t, legacy) || f.count("nf-legacy") != 3 {
+		t.Fatalf("the legacy job after its confirming answer: held %v, requests %d", f.held(t, legacy), f.count("nf-legacy"))
 	}
 }
 

@@ -48,9 +48,7 @@ type Rules struct {
 // Check reports what is wrong with r: a *middleware.SettingsError naming the
 // setting.
 func (r *Rules) Check() error {
-	bad := func(field, format string, args ...any) error {
-		return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := middleware.SettingsErrorf
 	switch {
 	case r.Request == nil:
 		return bad("reconcile", "no request")

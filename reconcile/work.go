@@ -71,10 +71,11 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 	a.Attempt = job.Attempts
 	asked := now
 	w.attempt(ctx, rules, job, req, &a)
-	// A not-found answer settles only when the original can no longer be
-	// running (an upstream still working on it finds nothing yet) and a
-	// second one confirms it; before, the next attempt comes no earlier
-	// than when the original can no longer be running.
+	// A not-found answer counts only once the original can no longer be
+	// running (an upstream still working on it finds nothing yet), and
+	// settles when a second such answer confirms it; before, the next
+	// attempt comes no earlier than when the original can no longer be
+	// running.
 	var notBefore time.Time
 	switch a.Answer {
 	case AnswerDone:
@@ -82,9 +83,11 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 			return
 		}
 	case AnswerNotFound:
-		job.NotFound++
 		over := rules.sent(job).Add(rules.Running)
-		if job.NotFound >= 2 && !asked.Before(over) {
+		if !asked.Before(over) {
+			job.NotFound++
+		}
+		if job.NotFound >= 2 {
 			if w.settle(ctx, key, token, rules, &a) {
 				return
 			}

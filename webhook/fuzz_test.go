@@ -14,8 +14,8 @@ func FuzzWebhookVerify(f *testing.F) {
 	f.Add("t=,v1=", "v1,", "sha256=", "-1", []byte("x"))
 	var vs []*Verifier
 	for _, w := range []Webhook{
-		{Preset: Standard, Secrets: []string{"whsec_c2VjcmV0"}},
-		{Preset: Stripe, Secrets: []string{"s"}},
+		{Preset: Standard, Secrets: []string{"whsec_c2VjcmV0"}, Tolerance: DefaultTolerance},
+		{Preset: Stripe, Secrets: []string{"s"}, Tolerance: DefaultTolerance},
 		{Preset: GitHub, Secrets: []string{"s"}},
 		{Preset: HMAC, Secrets: []string{"s"}, Header: "X-Sig", Encoding: "base64", Prefix: "v0="},
 	} {

@@ -13,7 +13,7 @@ import (
 // and the key is read from the same set the signature was checked under; a
 // delivery that mixes the sets does not verify.
 func TestStandardAcceptsSvixNames(t *testing.T) {
-	v, err := New(Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}})
+	v, err := New(Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}, Tolerance: DefaultTolerance})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Package webhook verifies webhook providers' signatures before a delivery's key
 // is claimed, and picks each provider's key: Standard Webhooks (and Svix's own
-// header names), Stripe, GitHub, and a generic HMAC. A Verifier is a
-// middleware.Verifier; its KeySource is the preset's key (key_source: auto).
+// header names), Stripe, GitHub, and a generic HMAC. Each provider is a Preset,
+// described once (presets.go): Presets lists them for the configuration's help
+// and errors. A Verifier is a middleware.Verifier; its KeySource is the
+// preset's key (key_source: auto).
 // Secrets come from references (env:NAME, file:PATH), never from the
 // configuration itself, and are never quoted in an error.
 package webhook
@@ -9,19 +11,19 @@ package webhook
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// Webhook signature presets: the value of the webhook setting.
+// The presets' names (Presets has each one's description).
 const (
 	// Standard is Standard Webhooks (Svix and others): webhook-id,
 	// webhook-timestamp and webhook-signature ("v1,<base64>", space-separated),
@@ -43,33 +45,42 @@ const (
 	HMAC = "hmac"
 )
 
-// DefaultTolerance is how far a signed timestamp may be from now.
+// DefaultTolerance is the default of webhook_tolerance: how far a signed
+// timestamp may be from now.
 const DefaultTolerance = 5 * time.Minute
+
+// macSize is the size of a signature: an HMAC-SHA256.
+const macSize = sha256.Size
 
 // Webhook is a provider's signature scheme, checked on every tracked request of a
 // handler before its key is claimed: a request whose signature does not verify
 // gets 401 and nothing is claimed, stored or forwarded.
 type Webhook struct {
-	// Preset is Standard, Stripe, GitHub or HMAC.
+	// Preset is the name of one of Presets: Standard, Stripe, GitHub, HMAC.
 	Preset string
 	// Secrets are the signing secrets as the provider shows them (whsec_… for
 	// Standard Webhooks); a signature made with any of them verifies, so a
 	// secret can be rotated without downtime. At least one.
 	Secrets []string
-	// Tolerance is how far the signed timestamp may be from now (standard,
-	// stripe). Default DefaultTolerance.
+	// Tolerance is how far the signed timestamp may be from now, either way,
+	// for a preset that signs one (Preset.Timestamp: standard, stripe): it
+	// must be positive there, as webhook_tolerance must be on every surface;
+	// DefaultTolerance is the usual. Other presets do not read it.
 	Tolerance time.Duration
-	// Header, Encoding ("hex" or "base64") and Prefix describe the signature of
-	// the hmac preset, e.g. X-Signature, hex, "sha256=".
+	// Header, Encoding ("hex", the default, or "base64") and Prefix describe
+	// the signature of a Custom preset (hmac), e.g. X-Signature, hex,
+	// "sha256=".
 	Header, Encoding, Prefix string
 }
 
 // Verifier is a compiled Webhook: a middleware.Verifier.
 type Verifier struct {
 	Webhook
-	keys   [][]byte // HMAC keys, one per secret
-	header string   // the signature's header, canonical
-	now    func() time.Time
+	preset   Preset
+	keys     [][]byte // HMAC keys, one per secret
+	header   string   // the signature's header, canonical
+	encoding encoding // a Custom preset's
+	now      func() time.Time
 }
 
 // errors of a signature check: their text is the 401 problem's detail.
@@ -84,156 +95,95 @@ var (
 // naming it (webhook, webhook_secrets, …).
 func New(w Webhook) (*Verifier, error) {
 	w.Secrets = append([]string(nil), w.Secrets...)
-	v := &Verifier{Webhook: w, now: time.Now}
-	if v.Tolerance == 0 {
-		v.Tolerance = DefaultTolerance
+	p, ok := lookup(w.Preset)
+	if !ok {
+		return nil, middleware.SettingsErrorf("webhook", "%q: want %s", w.Preset, conf.OrList(Names()))
 	}
-	if v.Tolerance < 0 {
-		return nil, fieldErr("webhook_tolerance", "must be positive, got %v", v.Tolerance)
-	}
+	v := &Verifier{Webhook: w, preset: p, header: p.Header, now: time.Now}
 	if len(v.Secrets) == 0 {
-		return nil, fieldErr("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
+		return nil, middleware.SettingsErrorf("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
 	}
-	if v.Preset != HMAC && (v.Header != "" || v.Prefix != "") {
-		return nil, fieldErr("webhook_header", "webhook_header and webhook_prefix apply to the hmac preset only; %s has its own header", v.Preset)
-	}
-	switch v.Preset {
-	case Standard:
-		v.header = "Webhook-Signature"
-	case Stripe:
-		v.header = "Stripe-Signature"
-	case GitHub:
-		v.header = "X-Hub-Signature-256"
-	case HMAC:
-		if !validHeaderName(v.Header) {
-			return nil, fieldErr("webhook_header", "the hmac preset needs the header that carries the signature, got %q", v.Header)
+	if p.Custom {
+		if err := v.custom(); err != nil {
+			return nil, err
 		}
-		if v.Encoding == "" {
-			v.Encoding = "hex"
-		}
-		if v.Encoding != "hex" && v.Encoding != "base64" {
-			return nil, fieldErr("webhook_encoding", "%q: want hex or base64", v.Encoding)
-		}
-		v.header = http.CanonicalHeaderKey(v.Header)
-	default:
-		return nil, fieldErr("webhook", "%q: want standard, stripe, github or hmac", v.Preset)
+	} else if v.Header != "" || v.Prefix != "" {
+		return nil, middleware.SettingsErrorf("webhook_header", "webhook_header and webhook_prefix apply to the %s preset only; %s has its own header",
+			conf.OrList(names(func(p Preset) bool { return p.Custom })), v.Preset)
 	}
 	for i, s := range v.Secrets {
 		if s == "" {
-			return nil, fieldErr("webhook_secrets", "secret %d is empty", i+1)
+			return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d is empty", i+1)
 		}
 		key := []byte(s)
-		if v.Preset == Standard {
-			// The secret is base64 after an optional whsec_ prefix; the HMAC key
-			// is the decoded bytes. The secret itself is never named in errors.
-			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
-			if err != nil || len(b) == 0 {
-				return nil, fieldErr("webhook_secrets", "secret %d is not a Standard Webhooks secret (whsec_ and base64)", i+1)
+		if p.secret != nil {
+			var err error
+			if key, err = p.secret(s); err != nil {
+				return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d %v", i+1, err)
 			}
-			key = b
 		}
 		v.keys = append(v.keys, key)
+	}
+	if v.Tolerance < 0 || v.Tolerance == 0 && p.Timestamp {
+		return nil, middleware.SettingsErrorf("webhook_tolerance", "must be positive, got %v", v.Tolerance)
 	}
 	return v, nil
 }
 
+// custom checks and compiles the settings of a Custom preset's signature.
+func (v *Verifier) custom() error {
+	if !validHeaderName(v.Header) {
+		return middleware.SettingsErrorf("webhook_header", "the %s preset needs the header that carries the signature, got %q", v.Preset, v.Header)
+	}
+	if v.Encoding == "" {
+		v.Encoding = encodings[0].name
+	}
+	i := slices.IndexFunc(encodings, func(e encoding) bool { return e.name == v.Encoding })
+	if i < 0 {
+		return middleware.SettingsErrorf("webhook_encoding", "%q: want %s", v.Encoding, conf.OrList(Encodings()))
+	}
+	v.encoding = encodings[i]
+	v.header = http.CanonicalHeaderKey(v.Header)
+	return nil
+}
+
 // Verify implements middleware.Verifier: it checks r's signature over body.
 func (v *Verifier) Verify(r *http.Request, body []byte) error {
-	h := r.Header
-	if v.Preset == Standard {
-		return v.verifyStandard(h, body)
-	}
-	sig := h.Values(v.header)
-	if len(sig) == 0 || sig[0] == "" {
-		return fmt.Errorf("%w: no %s header", errSigMissing, v.header)
-	}
-	switch v.Preset {
-	case Stripe:
-		return v.verifyStripe(strings.Join(sig, ","), body)
-	case GitHub:
-		return v.verifyMAC(sig, "sha256=", hex.DecodeString, nil, body)
-	default:
-		decode := hex.DecodeString
-		if v.Encoding == "base64" {
-			decode = base64.StdEncoding.DecodeString
-		}
-		return v.verifyMAC(sig, v.Prefix, decode, nil, body)
-	}
-}
-
-func (v *Verifier) verifyStandard(h http.Header, body []byte) error {
-	names := standardNamesOf(h)
-	sig := h.Values(names.signature)
-	if len(sig) == 0 || sig[0] == "" {
-		return fmt.Errorf("%w: no %s header", errSigMissing, names.signature)
-	}
-	id, ts := h.Get(names.id), h.Get(names.timestamp)
-	if id == "" || ts == "" {
-		return fmt.Errorf("%w: %s and %s are both required", errSigMissing, strings.ToLower(names.id), strings.ToLower(names.timestamp))
-	}
-	if err := v.fresh(ts); err != nil {
+	s, err := v.preset.read(v, r.Header)
+	if err != nil {
 		return err
 	}
-	var candidates []string
-	for _, s := range strings.Fields(strings.Join(sig, " ")) {
-		if b64, ok := strings.CutPrefix(s, "v1,"); ok { // other versions (v1a: asymmetric) are not ours
-			candidates = append(candidates, b64)
+	if v.preset.Timestamp {
+		if err := v.fresh(s.timestamp); err != nil {
+			return err
 		}
 	}
-	return v.verifyMAC(candidates, "", base64.StdEncoding.DecodeString, []byte(id+"."+ts+"."), body)
+	return v.verifyMAC(s.macs, s.prefix, body)
 }
 
-func (v *Verifier) verifyStripe(sig string, body []byte) error {
-	var t string
-	var candidates []string
-	for _, part := range strings.Split(sig, ",") {
-		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "t":
-			if t == "" {
-				t = val
-			}
-		case "v1":
-			candidates = append(candidates, val)
-		}
+// verifyMAC reports whether any of macs is the HMAC-SHA256 of prefix+body
+// under any key, in constant time per compare.
+func (v *Verifier) verifyMAC(macs [][]byte, prefix, body []byte) error {
+	if len(macs) == 0 {
+		return errSigMismatch
 	}
-	if t == "" || len(candidates) == 0 {
-		return fmt.Errorf("%w: Stripe-Signature needs t= and v1=", errSigMissing)
-	}
-	if err := v.fresh(t); err != nil {
-		return err
-	}
-	return v.verifyMAC(candidates, "", hex.DecodeString, []byte(t+"."), body)
-}
-
-// verifyMAC reports whether any candidate (after prefix, decoded) is the
-// HMAC-SHA256 of signedPrefix+body under any key, in constant time per compare.
-func (v *Verifier) verifyMAC(candidates []string, prefix string, decode func(string) ([]byte, error), signedPrefix, body []byte) error {
-	var sums [][]byte
-	for _, c := range candidates {
-		c, ok := strings.CutPrefix(strings.TrimSpace(c), prefix)
-		if !ok {
-			continue
-		}
-		got, err := decode(c)
-		if err != nil || len(got) != sha256.Size {
-			continue
-		}
-		if sums == nil {
-			for _, k := range v.keys {
-				m := hmac.New(sha256.New, k)
-				m.Write(signedPrefix)
-				m.Write(body)
-				sums = append(sums, m.Sum(nil))
-			}
-		}
-		for _, s := range sums {
-			if hmac.Equal(got, s) {
+	for _, k := range v.keys {
+		sum := mac(k, prefix, body)
+		for _, got := range macs {
+			if hmac.Equal(got, sum) {
 				return nil
 			}
 		}
 	}
 	return errSigMismatch
+}
+
+// mac is the HMAC-SHA256 of prefix+body under key.
+func mac(key, prefix, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(prefix)
+	m.Write(body)
+	return m.Sum(nil)
 }
 
 // fresh checks a signed Unix timestamp against the tolerance, either way.
@@ -254,10 +204,10 @@ func (v *Verifier) Challenge() string { return `Webhook-Signature header="` + v.
 // ID implements middleware.Verifier.
 func (v *Verifier) ID() string { return v.Preset }
 
-// fieldErr is a settings error naming the setting at fault.
-func fieldErr(field, format string, args ...any) error {
-	return &middleware.SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
-}
+// KeySource is the preset's key (key_source auto): Standard, the signed id
+// (webhook-id, or svix-id under Svix's names); Stripe, the body's /id; GitHub
+// and HMAC, a digest of the signed body, the only part of a delivery they sign.
+func (v *Verifier) KeySource() middleware.KeySource { return v.preset.key() }
 
 // validHeaderName reports whether s is an RFC 9110 token.
 func validHeaderName(s string) bool {

@@ -13,7 +13,7 @@ import (
 
 // The published vectors verify, and Sign reproduces them.
 func TestWebhookPublishedVectors(t *testing.T) {
-	std := Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}}
+	std := Webhook{Preset: Standard, Secrets: []string{webhooktest.StandardSecret}, Tolerance: DefaultTolerance}
 	v, err := New(std)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestWebhookVerify(t *testing.T) {
 		bad  map[string]map[string]string // name → headers that must fail
 		err  error
 	}{
-		{name: "standard", w: Webhook{Preset: Standard, Secrets: []string{"whsec_" + "c2VjcmV0LXR3bw==", webhooktest.StandardSecret}},
+		{name: "standard", w: Webhook{Preset: Standard, Secrets: []string{"whsec_" + "c2VjcmV0LXR3bw==", webhooktest.StandardSecret}, Tolerance: DefaultTolerance},
 			good: webhooktest.Standard(webhooktest.StandardSecret, "msg_1", now, body),
 			bad: map[string]map[string]string{
 				"other id":     merge(webhooktest.Standard(webhooktest.StandardSecret, "msg_1", now, body), map[string]string{"webhook-id": "msg_2"}),
@@ -71,7 +71,7 @@ func TestWebhookVerify(t *testing.T) {
 				"other secret": webhooktest.Standard("whsec_c2VjcmV0LXRocmVl", "msg_1", now, body),
 				"none":         {"webhook-id": "msg_1", "webhook-timestamp": "1"},
 			}},
-		{name: "stripe", w: Webhook{Preset: Stripe, Secrets: []string{"whsec_stripe"}},
+		{name: "stripe", w: Webhook{Preset: Stripe, Secrets: []string{"whsec_stripe"}, Tolerance: DefaultTolerance},
 			good: webhooktest.Stripe("whsec_stripe", now, body),
 			bad: map[string]map[string]string{
 				"old":          webhooktest.Stripe("whsec_stripe", now.Add(-6*time.Minute), body),

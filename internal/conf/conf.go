@@ -3,7 +3,9 @@
 // subdirectives, --help, the settings table in docs/settings.md) from the struct itself, so a
 // setting is declared once: a field with a json name and a help tag.
 //
-// A field is a setting when it has a `help` tag; its name is its json name.
+// A field is a setting when it has a `help` tag; its name is its json name. A
+// help tag may name a list a registry keeps, ${name}, which the struct's
+// HelpList fills (Lister).
 // Kinds, by the field's Go type:
 //
 //   - string, bool, int, int64, []string;
@@ -134,6 +136,7 @@ func Fields(t reflect.Type) []Field {
 		}
 	}
 	walk(t, nil, "", nil)
+	expandLists(t, out)
 	return out
 }
 

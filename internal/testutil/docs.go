@@ -27,8 +27,12 @@ func Root(t testing.TB) string {
 	}
 }
 
+// SettingsDoc is the page of the one settings table, generated from the
+// settings' tags (internal/settingsdoc).
+const SettingsDoc = "docs/settings.md"
+
 // Docs returns the text of the documents named, by their paths from the module
-// root ("README.md", "docs/proxy.md"), joined; with no names, README.md and every
+// root ("README.md", SettingsDoc), joined; with no names, README.md and every
 // page under docs/. A document that is missing fails the test.
 func Docs(t testing.TB, names ...string) string {
 	t.Helper()

@@ -1,5 +1,5 @@
 // Package webhooktest signs webhook deliveries the way each provider documents
-// it, written apart from the verifier in package middleware so that the tests
+// it, written apart from the verifier in package webhook so that the tests
 // of one do not merely repeat the other.
 package webhooktest
 

@@ -1,9 +1,15 @@
 package webhook
 
-import (
-	"net/http"
+// Standard Webhooks: the headers a delivery is signed under, its secret, its
+// signature and its key.
 
-	"github.com/idemproxy/idemproxy/keysource"
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -36,20 +42,6 @@ func standardNamesOf(h http.Header) standardNames {
 	return webhookNames
 }
 
-// KeySource is the preset's key (key_source auto): Standard, the signed id
-// (webhook-id, or svix-id under Svix's names); Stripe, the body's /id; GitHub
-// and HMAC, a digest of the signed body, the only part of a delivery they sign.
-func (v *Verifier) KeySource() middleware.KeySource {
-	switch v.Preset {
-	case Standard:
-		return standardID{}
-	case Stripe:
-		ks, _ := keysource.NewJSON("/id") // a valid pointer
-		return ks
-	}
-	return keysource.BodyDigest{}
-}
-
 // standardID is the Standard Webhooks delivery's signed id, under the header set
 // the signature is checked under (standardNamesOf).
 type standardID struct{}
@@ -67,3 +59,30 @@ func (standardID) NeedsBody() bool { return false }
 func (standardID) ID() string { return "header" }
 
 func (standardID) Describe() string { return "a webhook-id (or svix-id) header" }
+
+// standardSecret is a Standard Webhooks secret's key: the base64 after an
+// optional whsec_ prefix. The secret itself is never named in errors.
+func standardSecret(s string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+	if err != nil || len(b) == 0 {
+		return nil, errors.New("is not a Standard Webhooks secret (whsec_ and base64)")
+	}
+	return b, nil
+}
+
+// readStandard reads a Standard Webhooks delivery under the header set it uses
+// (standardNamesOf): the signature over id.timestamp.body, "v1,<base64>" in a
+// space-separated list (other versions, v1a: asymmetric, are not ours).
+func readStandard(_ *Verifier, h http.Header) (signed, error) {
+	names := standardNamesOf(h)
+	sigs, err := signatures(h, names.signature)
+	if err != nil {
+		return signed{}, err
+	}
+	id, ts := h.Get(names.id), h.Get(names.timestamp)
+	if id == "" || ts == "" {
+		return signed{}, fmt.Errorf("%w: %s and %s are both required", errSigMissing, strings.ToLower(names.id), strings.ToLower(names.timestamp))
+	}
+	macs := decodeMACs(strings.Fields(strings.Join(sigs, " ")), "v1,", base64.StdEncoding.DecodeString)
+	return signed{prefix: []byte(id + "." + ts + "."), timestamp: ts, macs: macs}, nil
+}
