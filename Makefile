@@ -33,7 +33,7 @@ bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, int
 	taskset -c 0 $(BIN)/bench -bin $(BIN)
 
 .PHONY: bench-micro
-bench-micro: ## Every Go micro-benchmark, in whatever package holds it: the core, the codec, the stores (each starting its own server), fingerprints, the proxy's forwarding, metrics (allocs/op, bytes/record).
+bench-micro: ## Every Go micro-benchmark (Benchmark* in any package, found in the code; the stores' start their own servers): allocs/op, bytes/record.
 	pkgs=$$(GO='$(GO)' ./.ci/testfuncs Benchmark | cut -d' ' -f1 | sort -u) && [ -n "$$pkgs" ] && \
 	$(GO) test -run '^$$' -bench . -benchmem $$pkgs
 
@@ -55,7 +55,7 @@ test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz every Fuzz* target, found in whatever package holds it (.ci/fuzz -l lists them): the key parser, the response decoders, webhook signatures, JSON-pointer and form keys, the canonical request, the JSON and form fingerprints; FUZZTIME each (default 30s), FUZZ=Name,… for some (an unknown name fails).
+fuzz: ## Fuzz every Fuzz* target in the package that holds it, found in the code (.ci/fuzz -l lists them); FUZZTIME each (default 30s), FUZZ=Name,… for some (an unknown name fails).
 	FUZZTIME=$(or $(FUZZTIME),30s) FUZZ='$(FUZZ)' GO='$(GO)' ./.ci/fuzz
 
 .PHONY: demo
