@@ -57,7 +57,7 @@ type Handler struct {
 	// replaces scope_headers. One client can never read another's stored response
 	// only when the client's credential is part of the scope. Default: unset (the
 	// Host and scope_headers).
-	Scope []string `json:"scope,omitempty"`
+	Scope []string `json:"scope,omitempty" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
 
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile

@@ -134,7 +134,7 @@ every OTEL_* variable of the OpenTelemetry SDK applies (see docs/tracing.md).
 
 Flags:
 `)
-	fmt.Fprintf(out, "  --config value\n      %s\n      default \"\"; env %s\n", configHelp, EnvName("config"))
+	fmt.Fprintf(out, "  --config value\n%s      default \"\"; env %s\n", wrap(configHelp, "      ", 86), EnvName("config"))
 	for _, f := range fields {
 		def := f.Text(&d)
 		switch {
@@ -150,8 +150,27 @@ Flags:
 		if f.Bool() {
 			kind = ""
 		}
-		fmt.Fprintf(out, "  --%s%s\n      %s\n      default %s; env %s\n", f.FlagName(), kind, f.Help, def, f.EnvName(EnvPrefix))
+		fmt.Fprintf(out, "  --%s%s\n%s      default %s; env %s\n", f.FlagName(), kind, wrap(f.Help, "      ", 86), def, f.EnvName(EnvPrefix))
 	}
+}
+
+// wrap breaks text into lines of at most width characters where it can, each
+// after indent and ending in a newline.
+func wrap(text, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(text) {
+		if line != indent && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -240,7 +240,7 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
-	needRestart := keepRestartOnly(old.cfg, cfg)
+	cfg, needRestart := restartKept(old.cfg, cfg)
 	st, reopened, err := p.newState(ctx, cfg, old)
 	if err != nil {
 		return err
@@ -263,23 +263,27 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-// keepRestartOnly gives c the running values of the settings that cannot
-// change without a restart, those tagged reload:"restart" (the listeners,
-// their timeouts and guards, the log's format and level), and of TLS on or
-// off, and returns the names of those that c had changed.
-func keepRestartOnly(old, c *Config) []string {
+// restartKept returns next with the running values (old's) of the settings
+// whose change takes effect only at a restart, by their reload tags:
+// "restart" (the listeners, their timeouts and guards, the log's format and
+// level) and "restart-on-off" (TLS turned on or off), and the names of those
+// next had changed. next itself is left as it is.
+func restartKept(old, next *Config) (*Config, []string) {
+	kept := *next
 	var changed []string
 	for _, f := range fields {
-		if f.Reload == conf.ReloadRestart && f.Text(old) != f.Text(c) { // text: an empty list is no list
+		was, now := f.Text(old), f.Text(next) // text: an empty list is no list
+		switch {
+		case f.Reload == conf.ReloadRestart && was != now:
 			changed = append(changed, f.Name)
-			f.Copy(c, old)
+		case f.Reload == conf.ReloadRestartOnOff && (was == "") != (now == ""):
+			changed = append(changed, f.Name+" (on or off)")
+		default:
+			continue
 		}
+		f.Copy(&kept, old)
 	}
-	if (old.TLSCert == "") != (c.TLSCert == "") {
-		changed = append(changed, "tls_cert (TLS on or off)")
-		c.TLSCert, c.TLSKey = old.TLSCert, old.TLSKey
-	}
-	return changed
+	return &kept, changed
 }
 
 // certificate serves the current state's certificate (tls.Config.GetCertificate).

@@ -8,8 +8,9 @@
 //   - requests sent over real sockets with everything a client controls
 //     (Request, Send, Do, KeyedPost, Delivery) and raw bytes on a connection
 //     (RawExchange, RawConn, AnswerThenClose);
-//   - the documents (Root, Docs, SettingsDoc): the README and the docs/ pages
-//     the docs tests hold to the code;
+//   - the documents (Root, Docs, SettingsDoc): the README and the docs/
+//     pages the docs tests hold to the code (SettingsDoc is generated:
+//     internal/settingsdoc);
 //   - the process harness: a binary built once per test binary (Build, Main),
 //     run to completion (Run) or started until the test ends (Start, Proc,
 //     StartIdemproxy), its output logged when the test fails.

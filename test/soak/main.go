@@ -37,9 +37,13 @@ func main() {
 	flag.IntVar(&cfg.campaignKeys, "campaign-keys", 1_000_000, "unique keys in the memory-bound campaign")
 	flag.BoolVar(&cfg.skipCampaign, "skip-campaign", false, "run only the fault soak")
 	flag.StringVar(&cfg.caddy, "caddy", "bin/caddy", "Caddy built with the module (make caddy), for the reload phase")
-	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload, postgres (env SOAK_PHASES; default all)")
+	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: "+phaseNames()+" (env SOAK_PHASES; default all)")
 	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover, reload and postgres round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
 	flag.Parse()
+	if _, err := pickPhases(cfg.phases); err != nil {
+		fmt.Fprintln(os.Stderr, "soak: -phases (SOAK_PHASES):", err)
+		os.Exit(2)
+	}
 	ok := true
 	if !cfg.skipCampaign {
 		if err := campaign(cfg); err != nil {

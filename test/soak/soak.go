@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,9 +89,51 @@ func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
 	return h, err
 }
 
-// soak runs the phases one after another: the main fault schedule on three
-// instances, Sentinel failovers, Caddy reloaded under load, and PostgreSQL
-// restarted under load.
+// phase is one round of the soak, with its own servers.
+type phase struct {
+	name string
+	run  func(config, string) error
+}
+
+// phases are the soak's phases, in the order they run: the main fault schedule
+// on three instances, Sentinel failovers, Caddy reloaded under load, and
+// PostgreSQL restarted under load.
+var phases = []phase{{"main", mainPhase}, {"failover", failoverPhase}, {"caddy-reload", reloadPhase}, {"postgres", postgresPhase}}
+
+// phaseNames lists the phases' names, for -phases's help and its errors.
+func phaseNames() string {
+	var names []string
+	for _, p := range phases {
+		names = append(names, p.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// pickPhases returns the phases spec names (comma-separated; empty: every
+// phase), in the order they run. A name that is no phase is an error: a typo
+// must not make a soak that runs nothing and passes.
+func pickPhases(spec string) ([]phase, error) {
+	if strings.TrimSpace(spec) == "" {
+		return phases, nil
+	}
+	want := map[string]bool{}
+	for _, name := range strings.Split(spec, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
+			return nil, fmt.Errorf("no phase %q; the phases are %s", name, phaseNames())
+		}
+		want[name] = true
+	}
+	var out []phase
+	for _, p := range phases {
+		if want[p.name] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// soak runs the phases picked one after another.
 func soak(cfg config) error {
 	dir, err := os.MkdirTemp("", "idemproxy-soak")
 	if err != nil {
@@ -101,14 +144,12 @@ func soak(cfg config) error {
 	} else {
 		fmt.Printf("soak: logs kept in %s (SOAK_KEEP)\n", dir)
 	}
+	run, err := pickPhases(cfg.phases)
+	if err != nil {
+		return err
+	}
 	var failed []string
-	for _, phase := range []struct {
-		name string
-		run  func(config, string) error
-	}{{"main", mainPhase}, {"failover", failoverPhase}, {"caddy-reload", reloadPhase}, {"postgres", postgresPhase}} {
-		if cfg.phases != "" && !strings.Contains(","+cfg.phases+",", ","+phase.name+",") {
-			continue
-		}
+	for _, phase := range run {
 		if err := phase.run(cfg, dir); err != nil {
 			fmt.Fprintf(os.Stderr, "soak: phase %s: %v\n", phase.name, err)
 			failed = append(failed, phase.name)
