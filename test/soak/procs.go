@@ -92,6 +92,16 @@ func (m *managed) signal(sig syscall.Signal, timeout time.Duration) error {
 	}
 }
 
+// notify sends sig to the running process and returns at once.
+func (m *managed) notify(sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return fmt.Errorf("%s is not running", m.name)
+	}
+	return m.cmd.Process.Signal(sig)
+}
+
 func (m *managed) kill() { _ = m.signal(syscall.SIGKILL, 5*time.Second) }
 
 func port(addr string) string {
@@ -164,4 +174,42 @@ func pong(c net.Conn) bool {
 	buf := make([]byte, 64)
 	n, _ := c.Read(buf)
 	return strings.HasPrefix(string(buf[:n]), "+PONG")
+}
+
+// lapsedLog is what an instance logs when a retry finds a lease that lapsed
+// before its outcome was stored: the key is held from then on.
+const lapsedLog = "idempotency lease lapsed before the outcome was stored"
+
+// logged counts the lines containing each of s in the logs of every run of m.
+func (m *managed) logged(s ...string) int {
+	m.mu.Lock()
+	runs := m.runs
+	m.mu.Unlock()
+	n := 0
+	for run := 1; run <= runs; run++ {
+		b, _ := os.ReadFile(filepath.Join(m.dir, fmt.Sprintf("%s.%d.log", m.name, run)))
+	lines:
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, want := range s {
+				if !strings.Contains(line, want) {
+					continue lines
+				}
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// logged counts the lines containing s in the logs of the phase's instances.
+func (h *harness) logged(s string) int { return h.loggedAll(s) }
+
+// loggedAll counts the lines containing each of s in the logs of the phase's
+// instances.
+func (h *harness) loggedAll(s ...string) int {
+	n := 0
+	for _, p := range h.proxies {
+		n += p.logged(s...)
+	}
+	return n
 }
