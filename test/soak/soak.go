@@ -94,11 +94,11 @@ type harness struct {
 	// run once.
 	reconcile bool
 	lease     time.Duration // the instances' lock_ttl
-	client   *http.Client
-	faults   faultLog
-	st       stats
-	seen     seen
-	deadline time.Time
+	client    *http.Client
+	faults    faultLog
+	st        stats
+	seen      seen
+	deadline  time.Time
 	// followers: the background follow-ups of keys answered held.
 	followers sync.WaitGroup
 }
