@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/faultproxy"
-	"github.com/idemproxy/idemproxy/internal/procinfo"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -212,7 +211,7 @@ func newSentinel(dir, name, primary string) (*managed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
 	}
-	addr := procinfo.FreeAddr()
+	addr := listenAddr()
 	sdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
 		return nil, err

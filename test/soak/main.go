@@ -38,6 +38,10 @@ func main() {
 	flag.BoolVar(&cfg.skipCampaign, "skip-campaign", false, "run only the fault soak")
 	flag.StringVar(&cfg.caddy, "caddy", "bin/caddy", "Caddy built with the module (make caddy), for the reload phase")
 	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload, postgres (env SOAK_PHASES; default all)")
+	flag.Func("proxy-arg", "an extra argument for every idemproxy instance, repeatable (-proxy-arg=--unknown-outcome -proxy-arg=release: the checker then sees a SIGKILLed instance's keys run twice, and fails)", func(s string) error {
+		proxyArgs = append(proxyArgs, s)
+		return nil
+	})
 	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover, reload and postgres round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
 	flag.Parse()
 	ok := true

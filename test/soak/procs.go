@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/idemproxy/idemproxy/internal/procinfo"
 )
 
 // managed is a child process that can be killed, stopped and restarted on the same
@@ -104,6 +103,34 @@ func (m *managed) notify(sig syscall.Signal) error {
 
 func (m *managed) kill() { _ = m.signal(syscall.SIGKILL, 5*time.Second) }
 
+// listenAddr is a loopback address for a child process to listen on, kept for
+// its restarts. Its port is below Linux's ephemeral range (32768 and up), where
+// the soak's own many outgoing connections take their local ports: a port
+// picked there can be taken by one before the child binds it, or between its
+// SIGKILL and its restart. It is free when picked, and never handed out twice.
+func listenAddr() string {
+	usedPorts.mu.Lock()
+	defer usedPorts.mu.Unlock()
+	for {
+		p := 10000 + rand.IntN(22000)
+		if usedPorts.m[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		usedPorts.m[p] = true
+		return l.Addr().String()
+	}
+}
+
+var usedPorts = struct {
+	mu sync.Mutex
+	m  map[int]bool
+}{m: map[int]bool{}}
+
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
@@ -117,7 +144,7 @@ func newRedis(dir, name string, extra ...string) (*managed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
 	}
-	addr := procinfo.FreeAddr()
+	addr := listenAddr()
 	rdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
@@ -130,10 +157,14 @@ func newRedis(dir, name string, extra ...string) (*managed, error) {
 // soakLease is the instances' lock_ttl.
 const soakLease = 4 * time.Second
 
+// proxyArgs are added to every idemproxy instance's arguments (-proxy-arg).
+var proxyArgs []string
+
 func newProxy(dir, bin, name, upstream, store string, extra ...string) *managed {
-	addr, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
+	addr, admin := listenAddr(), listenAddr()
 	argv := append([]string{bin, "--listen", addr, "--admin", admin, "--upstream", upstream, "--store", store,
 		"--lock-ttl", soakLease.String(), "--shutdown-timeout", "15s", "--log-level", "warn", "--log-format", "json"}, extra...)
+	argv = append(argv, proxyArgs...)
 	return &managed{name: name, dir: dir, addr: addr, argv: argv}
 }
 

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/idemproxy/idemproxy/internal/procinfo"
 )
 
 // reloadEvery is how often the reload phase reloads a configuration.
@@ -59,7 +57,7 @@ func caddyReloadRound(cfg config, dir string, round int, name, store string) err
 		defer h.redis.kill()
 		storeLine = func(int) string { return "store redis://" + h.redis.addr + "/0" }
 	}
-	site, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
+	site, admin := listenAddr(), listenAddr()
 	cfgPath := filepath.Join(dir, fmt.Sprintf("reload%d.Caddyfile", round))
 	write := func(gen int) error {
 		// Each generation differs (retry_after, the memory bound), so every reload
@@ -172,10 +170,11 @@ func sighupRound(cfg config, dir, name, store string) error {
 	for i, path := range paths {
 		// Only the file names the store and its settings: a flag would win over it
 		// at every reload.
-		addr, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
+		addr, admin := listenAddr(), listenAddr()
 		p := &managed{name: fmt.Sprintf("idemproxy-sighup-%s-%d", store, i), dir: dir, addr: addr,
 			argv: []string{cfg.bin, "--config", path, "--listen", addr, "--admin", admin,
 				"--shutdown-timeout", "15s", "--log-level", "info", "--log-format", "json"}}
+		p.argv = append(p.argv, proxyArgs...)
 		if err := p.start(); err != nil {
 			return err
 		}
