@@ -148,7 +148,7 @@ func (h *harness) clientLoop(c int) {
 		key := fmt.Sprintf("soak-%d-%d", c, n)
 		body := fmt.Sprintf(`{"client":%d,"op":%d,"amount":%d}`, c, n, rand.IntN(10000))
 		h.seen.mu.Lock()
-		h.seen.body[key] = body
+		h.seen.body[key], h.seen.sent[key] = body, time.Now()
 		h.seen.mu.Unlock()
 		switch r := rand.IntN(10); {
 		case r == 0: // concurrent duplicates on different instances

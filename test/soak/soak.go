@@ -48,6 +48,7 @@ type seen struct {
 	first map[string]int64          // first execution id a client got for the key
 	ids   map[string]map[int64]bool // every execution id clients got for the key
 	body  map[string]string         // the request body of the key
+	sent  map[string]time.Time      // when the key was first sent
 	held  map[string]*heldKey       // keys a client was answered held
 }
 
@@ -104,7 +105,7 @@ type harness struct {
 }
 
 func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
-	h := &harness{cfg: cfg, name: name, duration: d, lease: soakLease, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}, held: map[string]*heldKey{}}}
+	h := &harness{cfg: cfg, name: name, duration: d, lease: soakLease, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}, sent: map[string]time.Time{}, held: map[string]*heldKey{}}}
 	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
 	var err error
 	h.up, err = startUpstream()

@@ -57,6 +57,7 @@ type upstream struct {
 	mu            sync.Mutex
 	effects       map[string][]effect
 	lookups       map[string][]lookup
+	calls         map[string]int // every call per key, whatever became of it
 	attempts      atomic.Int64 // every call, including failed ones
 	resets        atomic.Int64
 	errors        atomic.Int64
@@ -67,7 +68,7 @@ type upstream struct {
 }
 
 func startUpstream() (*upstream, error) {
-	u := &upstream{effects: map[string][]effect{}, lookups: map[string][]lookup{}}
+	u := &upstream{effects: map[string][]effect{}, lookups: map[string][]lookup{}, calls: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -86,6 +87,9 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.attempts.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	key := r.Header.Get("Idempotency-Key")
+	u.mu.Lock()
+	u.calls[key]++
+	u.mu.Unlock()
 	sum := sha256.Sum256(body)
 	hash := hex.EncodeToString(sum[:8])
 	start := time.Now()

@@ -101,6 +101,9 @@ func (h *harness) ask(k string) answer {
 // settlement counts how held keys settled.
 type settlement struct {
 	stillHeld, answeredThenHeld, resolved, released, replaced int
+	// falseHolds: held because a lease lapsed, though no instance died while
+	// the key was in flight and its request never reached the upstream.
+	falseHolds int
 }
 
 // check compares the upstream's effects and lookups with the faults and with
@@ -226,23 +229,28 @@ soak summary: %s
   422 key reuse (probes)        %d
   503 store unavailable         %d
   502/504 upstream unavailable  %d
-  outcome unknown (held)        %d answers; %d keys held: %d sent then no answer, %d lease lapsed (%d lapsed leases logged by the instances)
-  held keys, how they settled   %d still held (%d of them answered first, their instance SIGKILLed before storing); %d resolved by reconcile; %d released by reconcile, then ran once; %d replaced by the late completion
+  outcome unknown (held)        %d answers
+  held keys                     %d: %d sent, then no answer; %d lease lapsed (%d lapsed leases found, in the instances' logs)
+    still held at the end       %d (%d of them answered first by an instance SIGKILLed before it stored the answer)
+    resolved by reconcile       %d (each ran once; the stored answer names that execution)
+    released by reconcile       %d (never ran before the last not-found; ran once after it)
+    replaced, late completion   %d (held when its lease lapsed; then the first execution's answer)
+    false holds                 %d (a lapsed lease, though never sent upstream and no instance was killed)
   reconcile lookups             %d found, %d not found
   acted, then reset             %d keys (each one a double run when failures released the key): ran again %d
   500 from the upstream         %d
   connection errors             %d
   client hang-ups               %d
-  double executions             %d %v
+  double executions             %d%s
   lost completed records        %d (and %d re-run after a failover lost the write)
   differing answers             %d (at verification: %d)
   key reuse that ran            %d
   unexpected answers            %d
 `, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
 		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
-		s.unknownAnswers.Load(), len(h.seen.held), reset, lapsed, h.logged(lapsedLog),
-		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, found, notFound,
-		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, reasons,
+		s.unknownAnswers.Load(), len(heldKeys), reset, lapsed, h.logged(lapsedLog),
+		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, st.falseHolds, found, notFound,
+		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
 		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load())
 	if h.net != nil {
 		fmt.Printf("  Redis replies dropped         %d (instances to Redis, through the fault proxy)\n", h.net.Dropped())
@@ -303,6 +311,11 @@ soak summary: %s
 func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, format string, args ...any)) {
 	runs := h.up.effects[k]
 	hk := h.seen.held[k]
+	if hk != nil && hk.lapsed && h.up.calls[k] == 0 && !h.killedBetween(h.seen.sent[k], hk.first) {
+		st.falseHolds++
+		failKey(k, "held as a lapsed lease, though its request never reached the upstream and no instance was SIGKILLed between its first request (%s) and the hold (%s): a claim the instance gave up on (503), left to lapse",
+			h.seen.sent[k].Format("15:04:05.000"), hk.first.Format("15:04:05.000"))
+	}
 	var lastNotFound time.Time
 	var notFound int
 	for _, l := range h.up.lookups[k] {
@@ -339,6 +352,18 @@ func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, fo
 	default:
 		failKey(k, "held, then answered %d (execution %d, replayed %v) without a release (%d not-found lookups)", a.status, a.id, a.replayed, notFound)
 	}
+}
+
+// killedBetween reports whether an instance was SIGKILLed between from and to.
+func (h *harness) killedBetween(from, to time.Time) bool {
+	h.faults.mu.Lock()
+	defer h.faults.mu.Unlock()
+	for _, f := range h.faults.faults {
+		if f.kind == "sigkill" && !f.from.Before(from) && f.from.Before(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // killedAfterAnswering reports whether the instance that ran key's execution
@@ -397,6 +422,19 @@ func (h *harness) explain(e effect) string {
 		}
 	}
 	return ""
+}
+
+// byCause prints double runs by cause: "" when there are none.
+func byCause(reasons map[string]int) string {
+	if len(reasons) == 0 {
+		return ""
+	}
+	causes := make([]string, 0, len(reasons))
+	for why, n := range reasons {
+		causes = append(causes, fmt.Sprintf("%s: %d", why, n))
+	}
+	sort.Strings(causes)
+	return " (" + strings.Join(causes, ", ") + ")"
 }
 
 func first(s []string, n int) []string {
