@@ -58,7 +58,7 @@ type upstream struct {
 	effects       map[string][]effect
 	lookups       map[string][]lookup
 	calls         map[string]int // every call per key, whatever became of it
-	attempts      atomic.Int64 // every call, including failed ones
+	attempts      atomic.Int64   // every call, including failed ones
 	resets        atomic.Int64
 	errors        atomic.Int64
 	actResets     atomic.Int64
