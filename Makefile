@@ -23,7 +23,7 @@ caddy: ## Build bin/caddy: Caddy with the standard modules and the idempotency m
 	$(GO) build -trimpath -o $(BIN)/caddy ./examples/caddy
 
 .PHONY: soak
-soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads; PostgreSQL restarts) and the bad-input campaign (SOAK_DURATION, default 60s).
+soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads and SIGHUPs with changed store settings; PostgreSQL restarts; SIGKILLs with and without reconcile) and the bad-input campaign (SOAK_DURATION, default 60s).
 	$(GO) build -o $(BIN)/soak ./test/soak
 	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 

@@ -18,7 +18,7 @@ func TestPickPhases(t *testing.T) {
 		t.Fatalf("postgres, main: %v, %v", got, err)
 	}
 	if _, err := pickPhases("main,failvoer"); err == nil || !strings.Contains(err.Error(), `"failvoer"`) ||
-		!strings.Contains(err.Error(), "caddy-reload") {
+		!strings.Contains(err.Error(), "reconcile") {
 		t.Fatalf("a misspelt phase: %v, want an error naming it and the phases", err)
 	}
 }
