@@ -21,6 +21,11 @@ import (
 //	POST   /resolve/{key}  resolve a key held with an unknown outcome with the
 //	                       response its retries get (JSON ResolveRequest body;
 //	                       409 if the record is not an unknown outcome)
+//	GET    /keys?state=held  the held unknown outcomes and their reconcile
+//	                       jobs, a page at a time (?limit=, ?cursor=)
+//	GET    /keys?hash=H    the record whose key hash begins with H (12 to 64 hex
+//	                       digits: the key_hash the logs print); DELETE /keys,
+//	                       POST /release and POST /resolve take ?hash=H too
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
 //
 // Every POST is Content-Type: application/json (415 otherwise).
@@ -65,6 +70,10 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
 	mux.HandleFunc("POST /release/{key...}", p.adminSettle)
 	mux.HandleFunc("POST /resolve/{key...}", p.adminSettle)
+	mux.HandleFunc("GET /keys", p.adminByHash)
+	mux.HandleFunc("DELETE /keys", p.adminByHash)
+	mux.HandleFunc("POST /release", p.adminByHash)
+	mux.HandleFunc("POST /resolve", p.adminByHash)
 	token := p.cur.Load().cfg.AdminToken // needs a restart to change
 	if token == "" {
 		return mux

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
+	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/tracing"
 )
@@ -39,6 +40,9 @@ type Proxy struct {
 	cur      atomic.Pointer[state]
 	mu       sync.Mutex     // one Reload at a time
 	retiring sync.WaitGroup // states replaced by a reload, finishing
+	// listenAddr is the clients' listener as bound (Run sets it before
+	// serving): the Host an admin lookup assumes when given none.
+	listenAddr string
 }
 
 type route struct {
@@ -47,6 +51,7 @@ type route struct {
 	match   string // path in route form (middleware.Canonical.Route)
 	enabled bool
 	h       *middleware.Handler
+	counts  *imetrics.RouteRequests // idemproxy_requests_total{route=…}
 }
 
 // New builds the proxy and opens its store. An unreachable Redis is an error.
@@ -78,7 +83,9 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 		// preset (two accounts of one provider) never share a record.
 		s.KeyNamespace = match
 	}
-	s.Logger, s.Observer = p.log, p.observe
+	name := (&route{path: path}).name()
+	counts := p.metrics.requests.Route(name)
+	s.Logger, s.Observer = p.log, func(ev middleware.Event) { p.observe(counts, ev) }
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
@@ -89,7 +96,7 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods}, nil
+	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods, counts: counts}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see
@@ -162,7 +169,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := st.match(route)
 	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
-		p.metrics.requests.Untracked()
+		rt.counts.Untracked()
 		st.rp.ServeHTTP(w, r)
 		return
 	}
@@ -181,8 +188,8 @@ func (rt *route) name() string {
 	return rt.path
 }
 
-func (p *Proxy) observe(ev middleware.Event) {
-	p.metrics.requests.Observe(ev)
+func (p *Proxy) observe(counts *imetrics.RouteRequests, ev middleware.Event) {
+	counts.Observe(ev)
 	if p.tracing {
 		tracing.Observe(ev)
 	}

@@ -105,7 +105,7 @@ func sigkillMidFlight(t *testing.T, store string, release bool) {
 	if n := up.Count("kill"); n != 1 {
 		t.Fatalf("executions of the killed key = %d, want 1", n)
 	}
-	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown"} 1`) {
+	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown",route="(top level)"} 1`) {
 		t.Fatalf("the lapsed lease found is not counted as one unknown outcome:\n%s", metricsOf(t, q.Admin))
 	}
 }
