@@ -131,8 +131,8 @@ type Proc struct {
 	Admin string // its admin listener, when it has one
 	// Metrics is its metrics listener, when it has one and its starter knows.
 	Metrics string
-	Cmd   *exec.Cmd
-	Logs  *SyncBuffer // what it wrote on stdout and stderr
+	Cmd     *exec.Cmd
+	Logs    *SyncBuffer // what it wrote on stdout and stderr
 
 	exited chan struct{}
 	err    error // how it exited, once exited is closed
