@@ -36,6 +36,7 @@ type Config struct {
 	IdleTimeout       time.Duration `json:"idle_timeout" reload:"restart" help:"how long an idle keep-alive client connection is kept"`
 	LogFormat         string        `json:"log_format" reload:"restart" help:"auto (JSON unless stderr is a terminal), json or text"`
 	LogLevel          string        `json:"log_level" reload:"restart" help:"debug, info, warn or error"`
+	AccessLog         bool          `json:"access_log" help:"log a request line for every request, the untracked ones too (outcome untracked); off: tracked requests only"`
 
 	// TLSCert and TLSKey are the PEM files of the client listener's certificate
 	// (its chain) and private key: with both set, the listener serves HTTPS,
@@ -77,7 +78,13 @@ type Config struct {
 	// (ParseArgs sets it).
 	file   string
 	reload func() (*Config, error)
+	// overrides are the file's settings a flag or variable replaced
+	// (ParseArgs sets them; the start-up line's notes say so).
+	overrides []override
 }
+
+// override is a setting of the config file that a flag or variable replaced.
+type override struct{ setting, by, file string }
 
 // Route is the protection of one path prefix. A setting set in a route wins over
 // the top level, zero included; an unset one takes the top level's value.

@@ -86,6 +86,9 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 		if err := set(&c, f, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
+		if prev := c.sources[f.Name]; prev != "" {
+			c.overrides = append(c.overrides, override{setting: f.Name, by: source, file: prev})
+		}
 		c.note(f.Name, source)
 	}
 	if err := c.Validate(); err != nil {

@@ -3,8 +3,11 @@ package proxy
 // The listeners Run binds, and the line that says where they are.
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 
 	"github.com/idemproxy/idemproxy/internal/stores"
 )
@@ -66,6 +69,16 @@ func (p *Proxy) logStarted(l *listeners) {
 	}
 	p.log.Info("idemproxy listening", "addr", addr(l.main), "tls", cfg.TLSCert != "", "admin", addr(l.admin), "metrics", addr(l.metrics),
 		"upstream", cfg.Upstream, "store", stores.Redact(cfg.Store), "routes", len(st.routes), "trusted_proxies", trusted, "version", Version)
+	for _, o := range cfg.overrides {
+		// A variable is easy to miss (a container image sets some): a
+		// warning; a flag is on the command line: a note.
+		level := slog.LevelWarn
+		if strings.HasPrefix(o.by, "--") {
+			level = slog.LevelInfo
+		}
+		p.log.Log(context.Background(), level, "a setting of the config file is overridden: the file's value is not used",
+			"setting", o.setting, "by", o.by, "file", o.file)
+	}
 	if st.store.opened.Memory != nil {
 		p.log.Warn("the memory store is this instance's own: records are not shared with other instances and are lost on restart; " +
 			"to run more than one instance, or to keep records across restarts, use redis, postgres or dynamodb (store)")

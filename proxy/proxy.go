@@ -152,8 +152,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := st.fwd.inbound(r)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
 	if !st.guarded[strings.ToUpper(r.Method)] { // "post" is POST
-		p.metrics.requests.Untracked()
-		st.rp.ServeHTTP(w, r)
+		p.passUntracked(st, p.metrics.requests.Any(), w, r, st.rp)
 		return
 	}
 	// Routes match the path as the core reads it (middleware.CanonicalPath):
@@ -162,15 +161,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// reach another upstream (/internal/..;/charges): it is refused.
 	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		p.metrics.requests.Untracked()
-		st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		p.passUntracked(st, p.metrics.requests.Any(), w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		}))
 		return
 	}
 	rt := st.match(route)
 	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
-		rt.counts.Untracked()
-		st.rp.ServeHTTP(w, r)
+		p.passUntracked(st, rt.counts, w, r, st.rp)
 		return
 	}
 	if err := rt.h.Handle(w, r, st.next); err != nil {

@@ -98,6 +98,9 @@ func (r *Requests) Route(name string) *RouteRequests {
 	return rr
 }
 
+// Any is the counters of route "": requests no route is named for.
+func (r *Requests) Any() *RouteRequests { return r.any }
+
 // Observe counts one tracked request under route "": pass it to
 // middleware.WithObserver (or call it from the observer given there).
 func (r *Requests) Observe(ev middleware.Event) { r.any.Observe(ev) }
