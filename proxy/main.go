@@ -28,6 +28,10 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 			return migrateMain(args[1:], stdout, stderr, getenv)
 		case "sign":
 			return signMain(args[1:], os.Stdin, stdout, stderr)
+		case "validate":
+			return validateMain(args[1:], stdout, stderr, getenv)
+		case "healthcheck":
+			return healthMain(args[1:], stdout, stderr, getenv)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0
