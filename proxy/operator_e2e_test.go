@@ -110,7 +110,9 @@ func TestE2EKeysByHash(t *testing.T) {
 	for i, line := range hashes {
 		hashes[i] = regexp.MustCompile(`"key_hash":"([0-9a-f]{12})"`).FindStringSubmatch(line)[1]
 	}
-	keys := func(args ...string) (int, string) { return runBin(t, append(append([]string{"keys"}, args...), "--admin", p.Admin)...) }
+	keys := func(args ...string) (int, string) {
+		return runBin(t, append(append([]string{"keys"}, args...), "--admin", p.Admin)...)
+	}
 
 	code, out := keys("get", "--hash", hashes[0])
 	if code != 0 || !strings.Contains(out, `"unknown_outcome": true`) || !strings.Contains(out, `"key_hash": "`+hashes[0]+`"`) {
