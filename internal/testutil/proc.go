@@ -181,8 +181,9 @@ type Listening struct {
 }
 
 // WaitListening waits for the idemproxy start-up line ("idemproxy listening",
-// logged once every listener is bound), sets Addr, Admin and Metrics from it
-// and returns it. It fails the test if the process exits first or 15 s pass.
+// logged at info once every listener is bound: with --log-format json and a
+// log level of info or below), sets Addr, Admin and Metrics from it and
+// returns it. It fails the test if the process exits first or 15 s pass.
 func (p *Proc) WaitListening(t testing.TB) Listening {
 	t.Helper()
 	var l Listening
