@@ -23,13 +23,13 @@ import (
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
 // core's (config.Config, which is also each route's).
 type Config struct {
-	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on"`
+	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on (a port of 0: a free one, named in the start-up line)"`
 	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
 	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
 	Admin             string        `json:"admin" reload:"restart" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
 	AdminHosts        []string      `json:"admin_hosts" reload:"restart" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
-	Metrics           string        `json:"metrics" reload:"restart" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
+	Metrics           string        `json:"metrics" reload:"restart" help:"address of a metrics-only listener (/metrics, /healthz, /readyz; no token), for Prometheus and probes; off when empty"`
 	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
 	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored (after a SIGHUP reload, the replaced configuration's background stores)"`
 	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" help:"time a client has to send its request headers"`
