@@ -258,7 +258,8 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// requests is idemproxy_requests_total{outcome} and the claim latency
+// requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
+// label, which Caddy leaves empty) and the claim latency
 // idemproxy_store_duration_seconds: the proxy's metrics (package metrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector

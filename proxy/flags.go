@@ -86,6 +86,9 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 		if err := set(&c, f, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
+		if prev := c.sources[f.Name]; prev != "" {
+			c.overrides = append(c.overrides, override{setting: f.Name, by: source, file: prev})
+		}
 		c.note(f.Name, source)
 	}
 	if err := c.Validate(); err != nil {
@@ -118,6 +121,10 @@ func Usage(out io.Writer) {
 Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
   idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
+  idemproxy keys get|delete|release|resolve --hash KEY_HASH [--admin ADDR]
+  idemproxy keys list --held [--admin ADDR] [--limit N] [--cursor C | --all]
+  idemproxy validate --config FILE [flags]     check a configuration as start-up does (no store contacted)
+  idemproxy healthcheck [--url URL]            probe a running instance's /readyz (exit 0: ready)
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
   idemproxy migrate --store dynamodb://TABLE [--apply]
   idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT

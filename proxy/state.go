@@ -74,19 +74,7 @@ func storeKey(cfg *Config) string {
 // applied to it (the memory store's bounds), and opens a new one otherwise
 // (reopened).
 func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *state, reopened bool, err error) {
-	cfg.tracing = p.tracing
-	if err := cfg.Validate(); err != nil {
-		return nil, false, err
-	}
-	st = &state{cfg: cfg}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, false, fmt.Errorf("%s, %s: %w", cfg.source("tls_cert"), cfg.source("tls_key"), err)
-		}
-		st.cert = &cert
-	}
-	if st.fwd, err = newForwarding(cfg); err != nil {
+	if st, err = p.prepareState(cfg); err != nil {
 		return nil, false, err
 	}
 	if key := storeKey(cfg); prev != nil && prev.store.key == key {
@@ -123,6 +111,28 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 	}
 	st.startReconcile()
 	return st, reopened, nil
+}
+
+// prepareState checks cfg and builds what its state needs before a store:
+// the TLS certificate, the forwarding rules. `idemproxy validate` runs it too.
+func (p *Proxy) prepareState(cfg *Config) (*state, error) {
+	cfg.tracing = p.tracing
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st := &state{cfg: cfg}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", cfg.source("tls_cert"), cfg.source("tls_key"), err)
+		}
+		st.cert = &cert
+	}
+	var err error
+	if st.fwd, err = newForwarding(cfg); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // buildRoutes builds st's reverse proxy and its routes' handlers.

@@ -27,6 +27,10 @@ import (
 )
 
 // FreeAddr returns a loopback address with a port free at the time of the call.
+// Another process may take it before the one it is meant for binds it: a
+// process that can bind 127.0.0.1:0 and say where (idemproxy's start-up line,
+// StartIdemproxy) should do that instead. For an address nothing listens on,
+// it is fine.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
