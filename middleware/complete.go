@@ -144,7 +144,12 @@ func (c *claim) undoLater(ctx context.Context, release func()) {
 		sctx, cancel := h.storeCtx(ctx)
 		err := h.store.Release(sctx, c.storeKey, c.token)
 		cancel()
-		if err == nil || errors.Is(err, cache.ErrLockLost) {
+		if err == nil {
+			h.c.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency claim whose store call failed undone: the key is free, nothing was sent under it",
+				slog.String("key_hash", c.keyHash))
+			return
+		}
+		if errors.Is(err, cache.ErrLockLost) {
 			return
 		}
 		if time.Until(deadline) < backoff {

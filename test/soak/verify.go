@@ -101,6 +101,11 @@ func (h *harness) ask(k string) answer {
 // settlement counts how held keys settled.
 type settlement struct {
 	stillHeld, answeredThenHeld, resolved, released, replaced int
+	// undone: held because a lease lapsed while its instance, alive, could
+	// not undo a claim whose store call failed (answered 503, never sent);
+	// the undo landed once the store took writes again, and the key then
+	// ran once.
+	undone int
 	// falseHolds: held because a lease lapsed, though no instance died while
 	// the key was in flight and its request never reached the upstream.
 	falseHolds int
@@ -235,6 +240,7 @@ soak summary: %s
     resolved by reconcile       %d (each ran once; the stored answer names that execution)
     released by reconcile       %d (never ran before the last not-found; ran once after it)
     replaced, late completion   %d (held when its lease lapsed; then the first execution's answer)
+    released by its instance    %d (a claim whose store call failed, never sent; undone once the store took writes, then ran once)
     false holds                 %d (a lapsed lease, though never sent upstream and no instance was killed)
   reconcile lookups             %d found, %d not found
   acted, then reset             %d keys (each one a double run when failures released the key): ran again %d
@@ -249,7 +255,7 @@ soak summary: %s
 `, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
 		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
 		s.unknownAnswers.Load(), len(heldKeys), reset, lapsed, h.logged(lapsedLog),
-		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, st.falseHolds, found, notFound,
+		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
 		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
 		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load())
 	if h.net != nil {
@@ -307,7 +313,11 @@ soak summary: %s
 //   - released by reconcile, then run once: two not-found lookups, and the one
 //     execution began after the last of them;
 //   - replaced by the late completion: held because its lease lapsed, then
-//     replayed as the execution that was running when it was first held.
+//     replayed as the execution that was running when it was first held;
+//   - released by its instance: held because its lease lapsed though no
+//     instance died (a claim whose store call failed, answered 503, which its
+//     instance undid once the store took writes again), then run once, after
+//     the hold.
 func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, format string, args ...any)) {
 	runs := h.up.effects[k]
 	hk := h.seen.held[k]
@@ -349,6 +359,8 @@ func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, fo
 		st.released++
 	case hk != nil && hk.lapsed && a.replayed && runs[0].start.Before(hk.first):
 		st.replaced++
+	case hk != nil && hk.lapsed && runs[0].start.After(hk.first) && !h.killedBetween(h.seen.sent[k], hk.first):
+		st.undone++
 	default:
 		failKey(k, "held, then answered %d (execution %d, replayed %v) without a release (%d not-found lookups)", a.status, a.id, a.replayed, notFound)
 	}
