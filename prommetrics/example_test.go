@@ -3,6 +3,7 @@ package prommetrics_test
 import (
 	"bufio"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,16 +19,22 @@ import (
 // memory store's gauges are read at each scrape, and /metrics serves them with
 // the names the dashboard and the alert rules query.
 func Example() {
-	store, _ := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer store.Close()
 
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
 	requests := prommetrics.NewRequests()
 	reg.MustRegister(requests, prommetrics.NewMemory(store))
 
-	idem, _ := middleware.New(store, func(s *middleware.Settings) {
+	idem, err := middleware.New(store, func(s *middleware.Settings) {
 		s.Observer = requests.Observe
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	api := idem.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
