@@ -21,14 +21,18 @@ func GinMiddleware(idem *middleware.Handler) gin.HandlerFunc {
 		}
 		writer, req := c.Writer, c.Request
 		defer func() { c.Writer, c.Request = writer, req }()
+		ran := false
 		_ = idem.Handle(writer, req, middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
+			ran = true
 			gw := &ginWriter{ResponseWriter: writer, w: w, status: writer.Status(), size: -1}
 			c.Writer, c.Request = gw, r // r: the body the core read, a context that outlives the client
 			c.Next()
 			gw.WriteHeaderNow() // a status set without a body: c.Status(204)
 			return nil
 		}))
-		c.Abort() // the chain ran inside, or the core answered: nothing more to run
+		if !ran {
+			c.Abort() // the core answered: the handlers must not run
+		}
 	}
 }
 
