@@ -3,6 +3,8 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 PKGS  := ./...
+# Modules of their own, tested and vetted beside the root one.
+NESTED := examples/frameworks
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 IMAGE   ?= localhost/idemproxy:dev
 LDFLAGS := -s -w -X github.com/idemproxy/idemproxy/proxy.Version=$(VERSION)
@@ -38,8 +40,9 @@ bench-micro: ## Every Go micro-benchmark (Benchmark* in any package, found in th
 	$(GO) test -run '^$$' -bench . -benchmem $$pkgs
 
 .PHONY: vet
-vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
+vet: ## go vet (the root module and examples/frameworks), gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
 	$(GO) vet $(PKGS)
+	for m in $(NESTED); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	@bad=$$($(GO) list -deps ./middleware/... ./cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus|go.opentelemetry.io' || true); \
@@ -47,12 +50,14 @@ vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no
 	@echo "vet: ok (core free of Caddy, zap, Prometheus and OpenTelemetry)"
 
 .PHONY: test
-test: ## Run every test with the race detector (starts its own redis-server and PostgreSQL instances).
+test: ## Run every test with the race detector (starts its own redis-server and PostgreSQL instances), and those of examples/frameworks (chi, gin, echo).
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 .PHONY: test-short
 test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
+	for m in $(NESTED); do (cd $$m && $(GO) test -short -count=1 ./...) || exit 1; done
 
 .PHONY: fuzz
 fuzz: ## Fuzz every Fuzz* target in the package that holds it, found in the code (.ci/fuzz -l lists them); FUZZTIME each (default 30s), FUZZ=Name,… for some (an unknown name fails).

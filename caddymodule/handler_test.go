@@ -17,10 +17,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/idemproxy/idemproxy/internal/metrics"
-	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -228,7 +228,7 @@ func TestMetricsCounter(t *testing.T) {
 	count := func(outcome string) float64 {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(requests)
-		v, err := strconv.ParseFloat(metricstest.Scrape(t, "Caddy", reg).Value(metrics.RequestsTotal, "outcome", outcome), 64)
+		v, err := strconv.ParseFloat(metricstest.Scrape(t, "Caddy", reg).Value(prommetrics.RequestsTotal, "outcome", outcome), 64)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func TestMetricsCounter(t *testing.T) {
 	// no reset at every config change.
 	h3, ctx3, _ := provision(t, `{}`)
 	serve(h3, call{key: "metrics-1"}, next)
-	got, err := testutil.GatherAndCount(ctx3.GetMetricsRegistry(), metrics.RequestsTotal)
+	got, err := testutil.GatherAndCount(ctx3.GetMetricsRegistry(), prommetrics.RequestsTotal)
 	if err != nil || got < 2 || replayed()-r0 != 2 {
 		t.Fatalf("after a reload: %d series (%v), replayed +%v; want the counts kept", got, err, replayed()-r0)
 	}

@@ -7,16 +7,16 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/internal/metrics"
-	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/prommetrics"
 )
 
 // Caddy's /metrics (its admin endpoint) inside real Caddy exports the proxy's
 // metric names: the Grafana dashboard and the alert rules in examples/ query only
 // metrics it exports (but the proxy's own: upstream timing, operator
 // settlements), every idemproxy metric it exports is on them, each with the type,
-// help, outcomes and buckets of package metrics, and promtool accepts the text.
+// help, outcomes and buckets of package prommetrics, and promtool accepts the text.
 // The counts follow the requests, and survive a config reload.
 func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if testing.Short() {
@@ -45,7 +45,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 		return metricstest.Read(t, "Caddy", r.Body)
 	}
 	s := scrape()
-	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)
+	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 
@@ -62,18 +62,18 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 			labels []string
 			want   string
 		}{
-			{metrics.RequestsTotal, []string{"outcome", "stored"}, "1"},
-			{metrics.RequestsTotal, []string{"outcome", "replayed"}, "1"},
-			{metrics.RequestsTotal, []string{"outcome", "mismatch"}, "1"},
-			{metrics.RequestsTotal, []string{"outcome", "conflict"}, "0"},
-			{metrics.StoreDuration + "_count", nil, "3"},
-			{metrics.MemoryRecords, nil, "1"},
+			{prommetrics.RequestsTotal, []string{"outcome", "stored"}, "1"},
+			{prommetrics.RequestsTotal, []string{"outcome", "replayed"}, "1"},
+			{prommetrics.RequestsTotal, []string{"outcome", "mismatch"}, "1"},
+			{prommetrics.RequestsTotal, []string{"outcome", "conflict"}, "0"},
+			{prommetrics.StoreDuration + "_count", nil, "3"},
+			{prommetrics.MemoryRecords, nil, "1"},
 		} {
 			if got := s.Value(c.name, c.labels...); got != c.want {
 				t.Errorf("%s: %s%v = %q, want %q\n%s", when, c.name, c.labels, got, c.want, s.Text)
 			}
 		}
-		if got := s.Value(metrics.RequestsTotal, "outcome", metrics.Untracked); got == "0" || got == "" {
+		if got := s.Value(prommetrics.RequestsTotal, "outcome", prommetrics.Untracked); got == "0" || got == "" {
 			t.Errorf("%s: GETs through the handler counted as untracked: %q", when, got)
 		}
 	}
@@ -90,5 +90,5 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	}
 	s = scrape()
 	want(s, "after a reload")
-	metricstest.Check(t, s, "../examples", metrics.ProxyOnly...)
+	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
 }

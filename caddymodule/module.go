@@ -22,8 +22,8 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
-	"github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/idemproxy/idemproxy/tracing"
 )
 
@@ -65,7 +65,7 @@ type Handler struct {
 	config.Config
 
 	core     *middleware.Handler
-	requests *metrics.Requests // nil when the config has no metrics registry
+	requests *prommetrics.Requests // nil when the config has no metrics registry
 }
 
 // UnmarshalJSON reads the handler's JSON: store, scope, and the core's settings
@@ -260,29 +260,29 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 
 // requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
 // label, which Caddy leaves empty) and the claim latency
-// idemproxy_store_duration_seconds: the proxy's metrics (package metrics), so one
+// idemproxy_store_duration_seconds: the proxy's metrics (package prommetrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector
 // in its metrics registry (a new collector per config restarted the counts from
 // zero at every reload).
-var requests = metrics.NewRequests()
+var requests = prommetrics.NewRequests()
 
 // registerMetrics registers requests in the config's metrics registry, with the
 // memory store's gauges (idemproxy_memory_*) when store is the memory store: once
 // per registry, the config's other handlers find them registered. It returns
 // requests, or nil when the config has no registry or it refused them (logged).
-func registerMetrics(ctx caddy.Context, store cache.Store) *metrics.Requests {
+func registerMetrics(ctx caddy.Context, store cache.Store) *prommetrics.Requests {
 	reg := ctx.GetMetricsRegistry()
 	if reg == nil {
 		return nil
 	}
-	if err := metrics.Register(reg, requests); err != nil {
+	if err := prommetrics.Register(reg, requests); err != nil {
 		ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
 		return nil
 	}
-	if mem, ok := store.(metrics.MemoryStats); ok {
+	if mem, ok := store.(prommetrics.MemoryStats); ok {
 		// Read at each scrape: there is one memory store per process.
-		if err := metrics.Register(reg, metrics.NewMemory(mem)); err != nil {
+		if err := prommetrics.Register(reg, prommetrics.NewMemory(mem)); err != nil {
 			ctx.Slogger().Warn("idempotency: memory store metrics not registered", "error", err)
 		}
 	}

@@ -52,6 +52,6 @@ type Event struct {
 	Err error
 	// Origin is, for a duplicate (replayed, conflict, mismatch,
 	// not_replayable), the trace context the first execution stored (see
-	// WithTraceContext): link the duplicate's span to it. Nil otherwise.
+	// Settings.TraceContext): link the duplicate's span to it. Nil otherwise.
 	Origin []byte
 }

@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -21,7 +20,7 @@ import (
 func TestStoreFailure(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
 	store.failLock.Store(true)
-	var logs bytes.Buffer
+	var logs testutil.SyncBuffer // the undo of the failed claim logs from its own goroutine
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	c := &counter{}
 	closed := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger }).Wrap(c)

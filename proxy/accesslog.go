@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"time"
 
-	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
+	"github.com/idemproxy/idemproxy/prommetrics"
 )
 
 // passUntracked forwards a request the core does not track, counted under
 // counts, and logs its line when access_log is on.
-func (p *Proxy) passUntracked(st *state, counts *imetrics.RouteRequests, w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (p *Proxy) passUntracked(st *state, counts *prommetrics.RouteRequests, w http.ResponseWriter, r *http.Request, next http.Handler) {
 	counts.Untracked()
 	if !st.cfg.AccessLog || !p.log.Enabled(r.Context(), slog.LevelInfo) {
 		next.ServeHTTP(w, r)
@@ -26,7 +26,7 @@ func (p *Proxy) passUntracked(st *state, counts *imetrics.RouteRequests, w http.
 		sw.status = http.StatusOK // nothing written: net/http sends 200
 	}
 	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
-		slog.String("outcome", imetrics.Untracked),
+		slog.String("outcome", prommetrics.Untracked),
 		slog.Int("status", sw.status),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),

@@ -13,7 +13,7 @@ import (
 //
 //	GET    /healthz        the process is up
 //	GET    /readyz         the store answers
-//	GET    /metrics        Prometheus metrics (internal/metrics)
+//	GET    /metrics        Prometheus metrics (prommetrics)
 //	GET    /keys/{key}     the record for key, as JSON
 //	DELETE /keys/{key}     purge it (an in-flight key may then run again)
 //	POST   /release/{key}  release a key held with an unknown outcome: the next

@@ -13,14 +13,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
 // The Grafana dashboard and the alert rules in examples/ use only metrics and
 // outcome labels the proxy exports (read from a live /metrics), every
 // idemproxy_ metric it exports is on them with the type, help, outcomes and buckets of package
-// internal/metrics (as Caddy's: TestCaddyMetricsFitTheDashboard), promtool
+// prommetrics (as Caddy's: TestCaddyMetricsFitTheDashboard), promtool
 // accepts the text, and every dashboard query parses as PromQL (promtool; CI
 // installs it).
 func TestDashboardAndRulesMatchTheMetrics(t *testing.T) {

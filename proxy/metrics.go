@@ -4,22 +4,22 @@ import (
 	"net/http"
 
 	"github.com/idemproxy/idemproxy/cache/memstore"
-	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the proxy's Prometheus metrics: package internal/metrics, with the
+// metrics are the proxy's Prometheus metrics: package prommetrics, with the
 // names the Caddy module exports too (every idemproxy_ family is on the
 // dashboard in examples/grafana), and the Go runtime's and the process's
 // standard ones (go_*, process_*), in a registry of the proxy's own.
 type metrics struct {
 	reg       *prometheus.Registry
-	requests  *imetrics.Requests
-	upstream  *imetrics.Upstream
-	settled   *imetrics.Settled
-	reconcile *imetrics.Reconcile
+	requests  *prommetrics.Requests
+	upstream  *prommetrics.Upstream
+	settled   *prommetrics.Settled
+	reconcile *prommetrics.Reconcile
 	handler   http.Handler // /metrics
 	mem       prometheus.Collector
 }
@@ -27,10 +27,10 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:       prometheus.NewPedanticRegistry(),
-		requests:  imetrics.NewRequests(),
-		upstream:  imetrics.NewUpstream(),
-		settled:   imetrics.NewSettled(),
-		reconcile: imetrics.NewReconcile(),
+		requests:  prommetrics.NewRequests(),
+		upstream:  prommetrics.NewUpstream(),
+		settled:   prommetrics.NewSettled(),
+		reconcile: prommetrics.NewReconcile(),
 	}
 	m.reg.MustRegister(m.requests, m.upstream, m.settled, m.reconcile, // a fresh registry: no clash
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -46,7 +46,7 @@ func (m *metrics) memory(s *memstore.Store) {
 		m.mem = nil
 	}
 	if s != nil {
-		m.mem = imetrics.NewMemory(s)
+		m.mem = prommetrics.NewMemory(s)
 		m.reg.MustRegister(m.mem)
 	}
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
-	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/idemproxy/idemproxy/tracing"
 )
 
@@ -51,7 +51,7 @@ type route struct {
 	match   string // path in route form (middleware.Canonical.Route)
 	enabled bool
 	h       *middleware.Handler
-	counts  *imetrics.RouteRequests // idemproxy_requests_total{route=…}
+	counts  *prommetrics.RouteRequests // idemproxy_requests_total{route=…}
 }
 
 // New builds the proxy and opens its store. An unreachable Redis is an error.
@@ -187,7 +187,7 @@ func (rt *route) name() string {
 	return rt.path
 }
 
-func (p *Proxy) observe(counts *imetrics.RouteRequests, ev middleware.Event) {
+func (p *Proxy) observe(counts *prommetrics.RouteRequests, ev middleware.Event) {
 	counts.Observe(ev)
 	if p.tracing {
 		tracing.Observe(ev)

@@ -1,6 +1,6 @@
 // Package tracing connects idemproxy's core to OpenTelemetry without the core
 // knowing of it: TraceContext is the core's trace-context hook
-// (middleware.WithTraceContext) and Observe, called from the observer, puts the
+// (middleware.Settings.TraceContext) and Observe, called from the observer, puts the
 // outcome on the request's span and links a duplicate's span to the first
 // execution's. It uses the OpenTelemetry API only; the proxy sets up the SDK, and
 // inside Caddy the spans are those of Caddy's own tracing directive.

@@ -1,20 +1,20 @@
-package metrics_test
+package prommetrics_test
 
 import (
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/metrics"
-	"github.com/idemproxy/idemproxy/internal/metrics/metricstest"
+	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 func scrape(t *testing.T, cs ...prometheus.Collector) *metricstest.Surface {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry() // Collect must match Describe
-	if err := metrics.Register(reg, cs...); err != nil {
+	if err := prommetrics.Register(reg, cs...); err != nil {
 		t.Fatal(err)
 	}
 	return metricstest.Scrape(t, "test", reg)
@@ -28,12 +28,12 @@ func want(t *testing.T, s *metricstest.Surface, value, name string, labels ...st
 }
 
 func TestRequestsDeclaresEveryOutcomeAndCountsEvents(t *testing.T) {
-	r := metrics.NewRequests()
+	r := prommetrics.NewRequests()
 	s := scrape(t, r)
-	for _, o := range append(middleware.Outcomes, metrics.Untracked) {
-		want(t, s, "0", metrics.RequestsTotal, "outcome", string(o))
+	for _, o := range append(middleware.Outcomes, prommetrics.Untracked) {
+		want(t, s, "0", prommetrics.RequestsTotal, "outcome", string(o))
 	}
-	want(t, s, "0", metrics.StoreDuration+"_count")
+	want(t, s, "0", prommetrics.StoreDuration+"_count")
 
 	r.Observe(middleware.Event{Outcome: middleware.OutcomeStored, StoreDuration: 300 * time.Microsecond})
 	r.Observe(middleware.Event{Outcome: middleware.OutcomeStored, StoreDuration: 2 * time.Second})
@@ -41,40 +41,40 @@ func TestRequestsDeclaresEveryOutcomeAndCountsEvents(t *testing.T) {
 	r.Observe(middleware.Event{Outcome: "brand_new"})               // an outcome newer than the list
 	r.Untracked()
 	s = scrape(t, r)
-	want(t, s, "2", metrics.RequestsTotal, "outcome", "stored")
-	want(t, s, "1", metrics.RequestsTotal, "outcome", "invalid")
-	want(t, s, "1", metrics.RequestsTotal, "outcome", "brand_new")
-	want(t, s, "1", metrics.RequestsTotal, "outcome", metrics.Untracked)
-	want(t, s, "0", metrics.RequestsTotal, "outcome", "replayed")
-	want(t, s, "2", metrics.StoreDuration+"_count")
-	want(t, s, "0", metrics.StoreDuration+"_bucket", "le", "0.00025")
-	want(t, s, "1", metrics.StoreDuration+"_bucket", "le", "0.0005")
-	want(t, s, "1", metrics.StoreDuration+"_bucket", "le", "1")
-	want(t, s, "2", metrics.StoreDuration+"_bucket", "le", "+Inf")
-	want(t, s, "2.0003", metrics.StoreDuration+"_sum")
+	want(t, s, "2", prommetrics.RequestsTotal, "outcome", "stored")
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", "invalid")
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", "brand_new")
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", prommetrics.Untracked)
+	want(t, s, "0", prommetrics.RequestsTotal, "outcome", "replayed")
+	want(t, s, "2", prommetrics.StoreDuration+"_count")
+	want(t, s, "0", prommetrics.StoreDuration+"_bucket", "le", "0.00025")
+	want(t, s, "1", prommetrics.StoreDuration+"_bucket", "le", "0.0005")
+	want(t, s, "1", prommetrics.StoreDuration+"_bucket", "le", "1")
+	want(t, s, "2", prommetrics.StoreDuration+"_bucket", "le", "+Inf")
+	want(t, s, "2.0003", prommetrics.StoreDuration+"_sum")
 }
 
 func TestUpstreamCountsInFlightAndTimes(t *testing.T) {
-	u := metrics.NewUpstream()
+	u := prommetrics.NewUpstream()
 	start := u.Start()
 	u.Start() // a second call, still running
-	want(t, scrape(t, u), "2", metrics.UpstreamInFlight)
+	want(t, scrape(t, u), "2", prommetrics.UpstreamInFlight)
 	u.Done(start.Add(-3 * time.Second)) // it took 3s
 	s := scrape(t, u)
-	want(t, s, "1", metrics.UpstreamInFlight)
-	want(t, s, "1", metrics.UpstreamDuration+"_count")
-	want(t, s, "0", metrics.UpstreamDuration+"_bucket", "le", "2.5")
-	want(t, s, "1", metrics.UpstreamDuration+"_bucket", "le", "5")
+	want(t, s, "1", prommetrics.UpstreamInFlight)
+	want(t, s, "1", prommetrics.UpstreamDuration+"_count")
+	want(t, s, "0", prommetrics.UpstreamDuration+"_bucket", "le", "2.5")
+	want(t, s, "1", prommetrics.UpstreamDuration+"_bucket", "le", "5")
 }
 
 func TestSettledCountsReleasesAndResolves(t *testing.T) {
-	st := metrics.NewSettled()
+	st := prommetrics.NewSettled()
 	st.Released()
 	st.Released()
 	st.Resolved()
 	s := scrape(t, st)
-	want(t, s, "2", metrics.UnknownReleased)
-	want(t, s, "1", metrics.UnknownResolved)
+	want(t, s, "2", prommetrics.UnknownReleased)
+	want(t, s, "1", prommetrics.UnknownResolved)
 }
 
 type stats struct{ records, bytes atomic.Int64 }
@@ -85,15 +85,15 @@ func (s *stats) Bounds() (maxRecords, maxBytes int64) { return 1000, 1 << 20 }
 
 func TestMemoryReadsTheStoreAtEachScrape(t *testing.T) {
 	var st stats
-	m := metrics.NewMemory(&st)
-	want(t, scrape(t, m), "0", metrics.MemoryRecords)
+	m := prommetrics.NewMemory(&st)
+	want(t, scrape(t, m), "0", prommetrics.MemoryRecords)
 	st.records.Store(7)
 	st.bytes.Store(4096)
 	s := scrape(t, m)
-	want(t, s, "7", metrics.MemoryRecords)
-	want(t, s, "4096", metrics.MemoryBytes)
-	want(t, s, "1000", metrics.MemoryMaxRecords)
-	want(t, s, "1.048576e+06", metrics.MemoryMaxBytes)
+	want(t, s, "7", prommetrics.MemoryRecords)
+	want(t, s, "4096", prommetrics.MemoryBytes)
+	want(t, s, "1000", prommetrics.MemoryMaxRecords)
+	want(t, s, "1.048576e+06", prommetrics.MemoryMaxBytes)
 }
 
 // Register takes the same collector twice (two handlers of one Caddy config),
@@ -101,23 +101,23 @@ func TestMemoryReadsTheStoreAtEachScrape(t *testing.T) {
 // clashes with a registered one is an error.
 func TestRegisterToleratesTheSameMetricsOnly(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	r := metrics.NewRequests()
+	r := prommetrics.NewRequests()
 	var a, b stats
 	a.records.Store(1)
 	b.records.Store(2)
-	if err := metrics.Register(reg, r, metrics.NewMemory(&a)); err != nil {
+	if err := prommetrics.Register(reg, r, prommetrics.NewMemory(&a)); err != nil {
 		t.Fatal(err)
 	}
-	if err := metrics.Register(reg, r, metrics.NewMemory(&b)); err != nil {
+	if err := prommetrics.Register(reg, r, prommetrics.NewMemory(&b)); err != nil {
 		t.Fatalf("registering the same metrics again: %v", err)
 	}
 	r.Untracked()
 	s := metricstest.Scrape(t, "test", reg)
-	want(t, s, "1", metrics.RequestsTotal, "outcome", metrics.Untracked)
-	want(t, s, "1", metrics.MemoryRecords)
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", prommetrics.Untracked)
+	want(t, s, "1", prommetrics.MemoryRecords)
 
-	clash := prometheus.NewCounter(prometheus.CounterOpts{Name: metrics.RequestsTotal, Help: "another"})
-	if err := metrics.Register(reg, clash); err == nil {
+	clash := prometheus.NewCounter(prometheus.CounterOpts{Name: prommetrics.RequestsTotal, Help: "another"})
+	if err := prommetrics.Register(reg, clash); err == nil {
 		t.Fatal("a different idemproxy_requests_total was registered beside the first")
 	}
 }
@@ -125,7 +125,7 @@ func TestRegisterToleratesTheSameMetricsOnly(t *testing.T) {
 // BenchmarkRequestsObserve is the metrics' share of the observer, once per
 // tracked request.
 func BenchmarkRequestsObserve(b *testing.B) {
-	r := metrics.NewRequests()
+	r := prommetrics.NewRequests()
 	ev := middleware.Event{Outcome: middleware.OutcomeStored, StoreDuration: 150 * time.Microsecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -138,7 +138,7 @@ func BenchmarkRequestsObserve(b *testing.B) {
 // BenchmarkUpstream is the proxy's bracket around each first execution, with
 // the count of an untracked request beside it.
 func BenchmarkUpstream(b *testing.B) {
-	u, r := metrics.NewUpstream(), metrics.NewRequests()
+	u, r := prommetrics.NewUpstream(), prommetrics.NewRequests()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -151,16 +151,16 @@ func BenchmarkUpstream(b *testing.B) {
 // Each route's counters are its own series, declared at zero; route "" (the
 // Caddy module's, and requests no route is named for) is apart.
 func TestRequestsByRoute(t *testing.T) {
-	r := metrics.NewRequests()
+	r := prommetrics.NewRequests()
 	charges := r.Route("/charges")
 	r.Route("/orders")
 	charges.Observe(middleware.Event{Outcome: middleware.OutcomeStored})
 	charges.Untracked()
 	r.Observe(middleware.Event{Outcome: middleware.OutcomeStored})
 	s := scrape(t, r)
-	want(t, s, "1", metrics.RequestsTotal, "outcome", "stored", "route", "/charges")
-	want(t, s, "1", metrics.RequestsTotal, "outcome", metrics.Untracked, "route", "/charges")
-	want(t, s, "0", metrics.RequestsTotal, "outcome", "stored", "route", "/orders")
-	want(t, s, "1", metrics.RequestsTotal, "outcome", "stored", "route", "")
-	want(t, s, "2", metrics.RequestsTotal, "outcome", "stored") // summed over the routes
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", "stored", "route", "/charges")
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", prommetrics.Untracked, "route", "/charges")
+	want(t, s, "0", prommetrics.RequestsTotal, "outcome", "stored", "route", "/orders")
+	want(t, s, "1", prommetrics.RequestsTotal, "outcome", "stored", "route", "")
+	want(t, s, "2", prommetrics.RequestsTotal, "outcome", "stored") // summed over the routes
 }

@@ -1,4 +1,4 @@
-package metrics
+package prommetrics
 
 import (
 	"github.com/idemproxy/idemproxy/reconcile"

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/internal/metrics"
+	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
@@ -233,7 +233,7 @@ func Check(t testing.TB, s *Surface, examples string, absent ...string) {
 		t.Fatalf("%s exports no idemproxy metric", s.Name)
 	}
 	var outcomes []string
-	if f := s.Families[metrics.RequestsTotal]; f != nil {
+	if f := s.Families[prommetrics.RequestsTotal]; f != nil {
 		outcomes = f.labelValues("outcome")
 	}
 	seen := map[string]bool{}
@@ -283,15 +283,15 @@ func Check(t testing.TB, s *Surface, examples string, absent ...string) {
 	}
 }
 
-// Reference is every metric of package metrics, as the shared collectors export
+// Reference is every metric of package prommetrics, as the shared collectors export
 // them: what any surface's families must equal (see Same).
 func Reference(t testing.TB) *Surface {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	if err := metrics.Register(reg, metrics.NewRequests(), metrics.NewUpstream(), metrics.NewSettled(), metrics.NewReconcile(), metrics.NewMemory(fakeMemory{})); err != nil {
+	if err := prommetrics.Register(reg, prommetrics.NewRequests(), prommetrics.NewUpstream(), prommetrics.NewSettled(), prommetrics.NewReconcile(), prommetrics.NewMemory(fakeMemory{})); err != nil {
 		t.Fatal(err)
 	}
-	return Scrape(t, "package metrics", reg)
+	return Scrape(t, "package prommetrics", reg)
 }
 
 // Scrape reads g as /metrics serves it (promhttp, the text format).
@@ -319,14 +319,14 @@ func Same(t testing.TB, s, ref *Surface) {
 	for name, f := range s.Families {
 		r := ref.Families[name]
 		if r == nil {
-			t.Errorf("%s exports %s, which package metrics does not define", s.Name, name)
+			t.Errorf("%s exports %s, which package prommetrics does not define", s.Name, name)
 			continue
 		}
 		if f.Type != r.Type || f.Help != r.Help {
-			t.Errorf("%s: %s is %s %q; package metrics makes it %s %q", s.Name, name, f.Type, f.Help, r.Type, r.Help)
+			t.Errorf("%s: %s is %s %q; package prommetrics makes it %s %q", s.Name, name, f.Type, f.Help, r.Type, r.Help)
 		}
 		if got, want := shape(f), shape(r); got != want {
-			t.Errorf("%s: %s has the labels %s; package metrics gives it %s", s.Name, name, got, want)
+			t.Errorf("%s: %s has the labels %s; package prommetrics gives it %s", s.Name, name, got, want)
 		}
 	}
 }

@@ -1,18 +1,36 @@
-// Package metrics is idemproxy's Prometheus metrics, one set for the proxy and
-// the Caddy module: the same names, labels, help and buckets on both, so one
-// Grafana dashboard (examples/grafana) and one alert file (examples/prometheus)
-// serve either. The counts come from the core's observer (middleware.Event); the
-// core itself imports no metrics library.
+// Package prommetrics is idemproxy's Prometheus metrics, for a Go program that
+// uses package middleware: the names, labels, help and buckets the reverse
+// proxy and the Caddy module export, so the Grafana dashboard
+// (examples/grafana) and the alert rules (examples/prometheus) in the
+// repository serve a Go service too.
 //
-// Both surfaces export Requests (idemproxy_requests_total by outcome and the
-// claim latency idemproxy_store_duration_seconds) and, with the memory store,
-// Memory (idemproxy_memory_*). Only the proxy exports Upstream (its first
-// executions' latency and how many run), Settled (held unknown outcomes an
-// operator released or resolved through its admin API) and Reconcile (the
-// reconcile requests it sent upstream, and what became of each job): under
-// Caddy the rest of the route is not one upstream call, there is no admin API
-// for keys, and no reconcile.
-package metrics
+// A Go service needs two of the collectors. Requests counts every tracked
+// request by outcome (idemproxy_requests_total{outcome,route}) and times the
+// store's claim (idemproxy_store_duration_seconds); its Observe method is the
+// core's observer:
+//
+//	requests := prommetrics.NewRequests()
+//	prometheus.MustRegister(requests)
+//	idem, err := middleware.New(store, func(s *middleware.Settings) {
+//		s.Observer = requests.Observe
+//	})
+//
+// With more than one handler, give each its route's counters
+// (requests.Route("/charges").Observe). The core reports tracked requests
+// only: count the others with Untracked where you see them, or the dashboard's
+// untracked series stays at zero. Memory is the memory store's use and bounds
+// (idemproxy_memory_*), read at each scrape: NewMemory(store) for a
+// *memstore.Store.
+//
+// The rest is what the proxy adds, and a Go program that does the same may use
+// them too: Upstream (first executions forwarded upstream), Settled (held
+// unknown outcomes an operator settled) and Reconcile (reconcile requests and
+// jobs, package reconcile). ProxyOnly names their metrics: the dashboard's
+// panels for them stay empty without them.
+//
+// The core itself imports no metrics library: this package imports
+// middleware, never the other way round.
+package prommetrics
 
 import (
 	"errors"
@@ -36,8 +54,9 @@ const (
 	MemoryMaxBytes   = "idemproxy_memory_max_bytes"
 )
 
-// ProxyOnly are the metrics whose meaning exists in the proxy alone (see the
-// package doc): the Caddy module does not export them.
+// ProxyOnly are the metrics the proxy exports and the Caddy module does not
+// (Upstream, Settled, Reconcile): under Caddy the rest of the route is not one
+// upstream call, there is no admin API for keys, and no reconcile.
 var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved, ReconcileAttempts, ReconcileOutcomes}
 
 // Untracked is the outcome label of a request that reached idemproxy with a
@@ -101,8 +120,8 @@ func (r *Requests) Route(name string) *RouteRequests {
 // Any is the counters of route "": requests no route is named for.
 func (r *Requests) Any() *RouteRequests { return r.any }
 
-// Observe counts one tracked request under route "": pass it to
-// middleware.WithObserver (or call it from the observer given there).
+// Observe counts one tracked request under route "": it is a
+// middleware.Settings.Observer (or call it from yours).
 func (r *Requests) Observe(ev middleware.Event) { r.any.Observe(ev) }
 
 // Untracked counts a request idemproxy let through without tracking it,

@@ -1,0 +1,57 @@
+package frameworks_test
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/examples/frameworks"
+	"github.com/idemproxy/idemproxy/middleware"
+	echov4 "github.com/labstack/echo/v4"
+)
+
+// echo v4, with EchoV4Middleware: as ExampleEchoMiddleware shows for v5.
+func ExampleEchoV4Middleware() {
+	store, _ := memstore.New()
+	defer store.Close()
+	idem, _ := middleware.New(store)
+
+	var logged []int // what echo's request logger would see
+	charges := 0
+	e := echov4.New()
+	e.Use(func(next echov4.HandlerFunc) echov4.HandlerFunc {
+		return func(c echov4.Context) error {
+			err := next(c)
+			logged = append(logged, c.Response().Status)
+			return err
+		}
+	})
+	e.Use(frameworks.EchoV4Middleware(idem))
+	e.POST("/charges", func(c echov4.Context) error {
+		var in struct {
+			Amount int `json:"amount"`
+		}
+		if err := c.Bind(&in); err != nil {
+			return err
+		}
+		if in.Amount <= 0 {
+			return echov4.NewHTTPError(http.StatusBadRequest, "amount must be positive")
+		}
+		charges++
+		return c.JSON(http.StatusCreated, map[string]int{"charge": charges, "amount": in.Amount})
+	})
+
+	send(e, "/charges", "order-1", `{"amount":100}`)
+	send(e, "/charges", "order-1", `{"amount":100}`) // a retry
+	send(e, "/charges", "order-1", `{"amount":999}`) // the key reused
+	send(e, "/charges", "order-2", `{"amount":0}`)
+	send(e, "/charges", "order-2", `{"amount":0}`) // the 400, replayed
+	fmt.Println("charges:", charges, "logged:", logged)
+	// Output:
+	// 201 replayed= {"amount":100,"charge":1}
+	// 201 replayed=true {"amount":100,"charge":1}
+	// 422 replayed= urn:idemproxy:problem:mismatch
+	// 400 replayed= {"message":"amount must be positive"}
+	// 400 replayed=true {"message":"amount must be positive"}
+	// charges: 1 logged: [201 201 422 400 400]
+}
