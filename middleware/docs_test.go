@@ -13,8 +13,8 @@ import (
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// Every field of the core's Settings, and every exported option (With…) of the
-// stores, is in the settings table: a Go user finds each in the one table.
+// Every field of the core's Settings, and every field of the stores' Options,
+// is in the settings table: a Go user finds each in the one table.
 func TestSettingsTableListsEverySetting(t *testing.T) {
 	table := testutil.Docs(t, testutil.SettingsDoc)
 	st := reflect.TypeFor[middleware.Settings]()
@@ -37,16 +37,25 @@ func TestSettingsTableListsEverySetting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range f.Decls {
-				fn, ok := d.(*ast.FuncDecl)
-				if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "With") {
-					continue
+			ast.Inspect(f, func(node ast.Node) bool {
+				ts, ok := node.(*ast.TypeSpec)
+				if !ok || ts.Name.Name != "Options" {
+					return true
 				}
-				n++
-				if !strings.Contains(table, prefix+fn.Name.Name) {
-					t.Errorf("the settings table lacks %s%s", prefix, fn.Name.Name)
+				st, ok := ts.Type.(*ast.StructType)
+				if !ok {
+					return true
 				}
-			}
+				for _, fl := range st.Fields.List {
+					for _, name := range fl.Names {
+						n++
+						if !strings.Contains(table, prefix+"Options."+name.Name) {
+							t.Errorf("the settings table lacks %sOptions.%s", prefix, name.Name)
+						}
+					}
+				}
+				return false
+			})
 		}
 	}
 	if n < 5 {

@@ -11,7 +11,7 @@ import (
 )
 
 func ExampleHandler_Wrap() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store, func(s *middleware.Settings) { s.RequireKey = true })
 

@@ -23,7 +23,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgstore.New(ctx, pool, pgstore.WithTable("idem.records"))
+	store, err := pgstore.New(ctx, pool, pgstore.Options{Table: "idem.records"})
 	if err != nil {
 		log.Fatal(err)
 	}

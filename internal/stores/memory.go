@@ -34,5 +34,5 @@ func (m Memory) Open() (*memstore.Store, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	return memstore.New(memstore.WithMaxRecords(m.MaxRecords), memstore.WithMaxBytes(m.MaxBytes))
+	return memstore.New(memstore.Options{MaxRecords: m.MaxRecords, MaxBytes: m.MaxBytes})
 }

@@ -79,8 +79,12 @@ func (p Postgres) Open(ctx context.Context, rawURL string, env Env) (*pgstore.St
 		pool.Close()
 		return nil, nil, &UnreachableError{Store: "PostgreSQL", URL: Redact(rawURL), Err: redactErr(err, rawURL)}
 	}
-	ps, err := pgstore.New(pctx, pool, pgstore.WithTable(p.Table), pgstore.WithCreateSchema(p.CreateSchema),
-		pgstore.WithSweep(p.SweepInterval, pgstore.DefaultSweepBatch), pgstore.WithLocalCache(p.LocalCache))
+	sweep := p.SweepInterval
+	if sweep == 0 {
+		sweep = -1 // 0: never by this instance
+	}
+	ps, err := pgstore.New(pctx, pool, pgstore.Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema,
+		SweepInterval: sweep, LocalCache: p.LocalCache})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

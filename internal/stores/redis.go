@@ -96,8 +96,8 @@ func (r Redis) Open(ctx context.Context, rawURL string, env Env) (*redisstore.St
 			return nil, nil, fmt.Errorf("tracing Redis: %w", err)
 		}
 	}
-	rs, err := redisstore.New(client, redisstore.WithPrefix(r.Prefix),
-		redisstore.WithWaitReplicas(int(r.WaitReplicas), r.WaitTimeout), redisstore.WithLocalCache(r.LocalCache))
+	rs, err := redisstore.New(client, redisstore.Options{Prefix: r.Prefix,
+		WaitReplicas: int(r.WaitReplicas), WaitTimeout: r.WaitTimeout, LocalCache: r.LocalCache})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
