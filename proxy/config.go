@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -25,7 +26,7 @@ import (
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on"`
 	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
-	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
+	Store             string        `json:"store" help:"${stores}"`
 	Admin             string        `json:"admin" reload:"restart" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
 	AdminHosts        []string      `json:"admin_hosts" reload:"restart" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
@@ -58,8 +59,10 @@ type Config struct {
 	// logged as request_id. Empty: generated and logged, not sent.
 	RequestIDHeader string `json:"request_id_header" help:"header of the request id: kept from a trusted proxy when well formed, generated otherwise; sent upstream and logged (empty: logged only)"`
 
-	// Stores are every store's settings; Store's URL picks which apply.
-	Stores stores.Settings `conf:"prefix="`
+	// Stores are every store's settings (internal/stores.Kinds), each named
+	// with its store's name in front (redis_prefix); Store's URL picks which
+	// apply.
+	Stores stores.Settings
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
@@ -118,12 +121,21 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// fields are the proxy's settings, its own, the stores' and the core's;
-// routeFields a route's.
-var (
-	fields      = conf.Fields(reflect.TypeFor[Config]())
-	routeFields = conf.Fields(reflect.TypeFor[config.Config]())
-)
+// routeFields are a route's settings.
+var routeFields = conf.Fields(reflect.TypeFor[config.Config]())
+
+// fields are the proxy's settings, its own, the stores' and the core's: read
+// at each use, for the stores are those of the registry (stores.Kinds).
+func fields() []conf.Field { return conf.Fields(reflect.TypeFor[Config]()) }
+
+// HelpList implements conf.Lister: the stores, for the help of store, and
+// the core's lists.
+func (c Config) HelpList(name string) (string, bool) {
+	if name == "stores" {
+		return stores.Help(), true
+	}
+	return c.Config.HelpList(name)
+}
 
 // DefaultConfig is the configuration before flags, variables and file.
 func DefaultConfig() Config {
@@ -206,7 +218,7 @@ func (c *Config) Validate() error {
 		return c.storeError(err)
 	}
 	if kind, _ := stores.KindOf(c.Store); kind != "" {
-		for _, f := range fields {
+		for _, f := range fields() {
 			if store, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(store) && store != kind && c.sources[f.Name] != "" {
 				return fmt.Errorf("%s: applies to a %s store; --store is %s", c.source(f.Name), store, kind)
 			}
@@ -273,17 +285,13 @@ func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config)
 
 // isStoreKind reports whether a setting's first word names a store.
 func isStoreKind(s string) bool {
-	for _, k := range stores.Kinds {
-		if k.Name == s {
-			return true
-		}
-	}
-	return false
+	_, ok := stores.Lookup(s)
+	return ok
 }
 
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {
-	var fe *stores.FieldError
+	var fe *cache.FieldError
 	if errors.As(err, &fe) {
 		return fmt.Errorf("%s: %w", c.source(fe.Store+"_"+fe.Field), fe.Err)
 	}

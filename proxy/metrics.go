@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache"
 	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,15 +36,16 @@ func newMetrics() *metrics {
 	return m
 }
 
-// memory serves the gauges (idemproxy_memory_*) of the memory store s, in
-// place of the store's a reload replaced; s is nil for the other stores.
-func (m *metrics) memory(s *memstore.Store) {
+// memory serves the gauges (idemproxy_memory_*) of the store s when it is the
+// memory store (imetrics.MemoryStats), in place of the store's a reload
+// replaced.
+func (m *metrics) memory(s cache.Store) {
 	if m.mem != nil {
 		m.reg.Unregister(m.mem)
 		m.mem = nil
 	}
-	if s != nil {
-		m.mem = imetrics.NewMemory(s)
+	if mem, ok := s.(imetrics.MemoryStats); ok {
+		m.mem = imetrics.NewMemory(mem)
 		m.reg.MustRegister(m.mem)
 	}
 }

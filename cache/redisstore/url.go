@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // NewClient opens a client from a URL. The forms:
@@ -63,30 +65,16 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 
 // Redact returns the URL with its password replaced, for logs and errors.
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "(unparseable URL)"
-		}
-		return rawURL
+	if _, err := url.Parse(rawURL); err != nil {
+		return "(unparseable URL)"
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return cache.RedactURL(rawURL)
 }
 
 // redactErr keeps passwords out of error messages that quote the URL.
 func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		if perr != nil {
-			return fmt.Errorf("malformed URL")
-		}
-		return err
+	if _, perr := url.Parse(rawURL); perr != nil {
+		return fmt.Errorf("malformed URL")
 	}
-	if p, has := u.User.Password(); has && p != "" && strings.Contains(err.Error(), p) {
-		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), p, "xxxxx"))
-	}
-	return err
+	return cache.RedactError(err, rawURL)
 }

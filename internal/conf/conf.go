@@ -63,7 +63,8 @@ type Field struct {
 	Reload string
 	index  []int
 	typ    reflect.Type
-	bytes  bool // an int64 counted in bytes (a size)
+	bytes  bool     // an int64 counted in bytes (a size)
+	in     *section // the section the setting is in (sections.go); index leads to its Sections
 }
 
 // Fields lists the settings of struct type t, in declaration order. It panics on
@@ -71,41 +72,47 @@ type Field struct {
 // that builds the list.
 func Fields(t reflect.Type) []Field {
 	var out []Field
-	var walk func(t reflect.Type, index []int, prefix string)
-	walk = func(t reflect.Type, index []int, prefix string) {
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			idx := append(append([]int(nil), index...), i)
-			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix)
-				continue
-			}
-			if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix+p)
-				continue
-			}
-			help, ok := sf.Tag.Lookup("help")
-			if !ok {
-				continue
-			}
-			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if name == "" {
-				panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
-			}
-			f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
-			if f.Reload != "" && f.Reload != ReloadLive && f.Reload != ReloadRestart {
-				panic(fmt.Sprintf("conf: field %s: reload:%q, want %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart))
-			}
-			if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
-				panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
-			}
-			f.kind() // panics on an unsupported type
-			out = append(out, f)
-		}
-	}
-	walk(t, nil, "")
+	walk(t, nil, "", &out)
 	expandLists(t, out)
 	return out
+}
+
+// walk appends the settings of struct type t to out, index leading to t and
+// prefix in front of their names.
+func walk(t reflect.Type, index []int, prefix string, out *[]Field) {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		idx := append(append([]int(nil), index...), i)
+		if sections, ok := sectionsOf(sf.Type); ok {
+			walkSections(sections, idx, prefix, out)
+			continue
+		}
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			walk(sf.Type, idx, prefix, out)
+			continue
+		}
+		if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
+			walk(sf.Type, idx, prefix+p, out)
+			continue
+		}
+		help, ok := sf.Tag.Lookup("help")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name == "" {
+			panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
+		}
+		f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+		if f.Reload != "" && f.Reload != ReloadLive && f.Reload != ReloadRestart {
+			panic(fmt.Sprintf("conf: field %s: reload:%q, want %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart))
+		}
+		if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
+			panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
+		}
+		f.kind() // panics on an unsupported type
+		*out = append(*out, f)
+	}
 }
 
 // Lookup returns the field named name.
@@ -182,7 +189,7 @@ func deref(t reflect.Type) reflect.Type {
 // value is the field in *ptr, behind its pointer (allocated when nil and
 // alloc).
 func (f Field) value(ptr any, alloc bool) (reflect.Value, bool) {
-	v := reflect.ValueOf(ptr).Elem().FieldByIndex(f.index)
+	v := f.field(ptr)
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			if !alloc {
@@ -378,12 +385,10 @@ func (f Field) JSON(ptr any) any {
 
 // Copy sets the field in *dst to its value in *src (same struct type).
 func (f Field) Copy(dst, src any) {
-	s := reflect.ValueOf(src).Elem().FieldByIndex(f.index)
-	reflect.ValueOf(dst).Elem().FieldByIndex(f.index).Set(s)
+	f.field(dst).Set(f.field(src))
 }
 
 // Equal reports whether the field holds the same value in *a and *b.
 func (f Field) Equal(a, b any) bool {
-	return reflect.DeepEqual(reflect.ValueOf(a).Elem().FieldByIndex(f.index).Interface(),
-		reflect.ValueOf(b).Elem().FieldByIndex(f.index).Interface())
+	return reflect.DeepEqual(f.field(a).Interface(), f.field(b).Interface())
 }

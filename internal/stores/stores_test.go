@@ -34,19 +34,19 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	admin := srv.Client()
 	type spec struct {
 		url   string
-		redis stores.Redis
+		redis redisstore.Settings
 		warn  func(string, ...any)
 	}
 	open := func(sp spec) error {
 		s := stores.DefaultSettings()
-		s.Redis = sp.redis
+		*s.Of("redis").(*redisstore.Settings) = sp.redis
 		o, err := s.Open(ctx, sp.url, stores.Env{Warn: sp.warn})
 		if err == nil {
 			o.Close()
 		}
 		return err
 	}
-	sp := spec{url: srv.URL(), redis: stores.DefaultRedis()}
+	sp := spec{url: srv.URL(), redis: redisstore.DefaultSettings()}
 	if err := open(sp); err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
