@@ -8,7 +8,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/idemproxy/idemproxy/cache/dynamostore"
-	"github.com/idemproxy/idemproxy/internal/stores"
 )
 
 // `store dynamodb <table> [{ … }]` and `store dynamodb://<table>`: the table and
@@ -79,14 +78,4 @@ func TestDynamoDBStoreJSON(t *testing.T) {
 	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("a placeholder replaced by a bad table: %v", err)
 	}
-}
-
-// storeModule is a new module of the store named name.
-func storeModule(t *testing.T, name string) *Store {
-	t.Helper()
-	k, ok := stores.Lookup(name)
-	if !ok {
-		t.Fatalf("no store %q", name)
-	}
-	return newStore(k)
 }
