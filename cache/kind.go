@@ -174,3 +174,13 @@ type Wrapper interface {
 	Store
 	Unwrap() Store
 }
+
+// Unwrap returns the store s wraps (Wrapper), or s, and the Holder s is, if
+// any.
+func Unwrap(s Store) (Store, Holder) {
+	h, _ := s.(Holder)
+	if w, ok := s.(Wrapper); ok {
+		return w.Unwrap(), h
+	}
+	return s, h
+}

@@ -279,10 +279,8 @@ func registerMetrics(ctx caddy.Context, store cache.Store) *metrics.Requests {
 		ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
 		return nil
 	}
-	if w, ok := store.(cache.Wrapper); ok {
-		store = w.Unwrap()
-	}
-	if mem, ok := store.(metrics.MemoryStats); ok {
+	base, _ := cache.Unwrap(store)
+	if mem, ok := base.(metrics.MemoryStats); ok {
 		// Read at each scrape: there is one memory store per process.
 		if err := metrics.Register(reg, metrics.NewMemory(mem)); err != nil {
 			ctx.Slogger().Warn("idempotency: memory store metrics not registered", "error", err)

@@ -75,10 +75,7 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
-	holder, _ := store.(cache.Holder)
-	if w, ok := store.(cache.Wrapper); ok {
-		store = w.Unwrap() // held through the wrapper, used as itself
-	}
+	store, holder := cache.Unwrap(store) // held through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
 	return &Handler{store: store, s: s, c: c, inProcess: inProcess, holder: holder, budget: sharedBudget(s.BodyBudget)}, nil
 }

@@ -17,8 +17,10 @@
 //     commas.
 //
 // Anonymous struct fields are walked into. A named struct field tagged
-// `conf:"prefix=P"` is walked into with P in front of its settings' names (the
-// proxy's redis_prefix is the Redis store's prefix).
+// `conf:"prefix=P"` is walked into with P in front of its settings' names; so is
+// each section of a field whose pointer is a Sections, structs known only at
+// run time (the proxy's redis_prefix is the Redis store's prefix, a section of
+// the registry of stores).
 //
 // What a configuration reload does with a changed setting is its `reload` tag
 // (Field.Reload), read by the proxy's reload and the stores' identity
