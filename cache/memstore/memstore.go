@@ -56,6 +56,7 @@
 package memstore
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -239,18 +240,10 @@ func New(opts Options) (*Store, error) {
 	case c.Shards < 0 || c.Shards > 4096:
 		return nil, fmt.Errorf("memstore: shards must be between 1 and 4096 (0: the default), got %d", c.Shards)
 	}
-	if c.MaxRecords == 0 {
-		c.MaxRecords = DefaultMaxRecords
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
-	}
-	if c.Shards == 0 {
-		c.Shards = DefaultShards
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
+	c.MaxRecords = cmp.Or(c.MaxRecords, DefaultMaxRecords)
+	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultMaxBytes)
+	c.Shards = cmp.Or(c.Shards, DefaultShards)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

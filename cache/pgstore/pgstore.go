@@ -16,6 +16,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -119,9 +120,7 @@ func CheckTable(name string) error {
 // opts.SkipCreateSchema) or checks that the table has the columns this version
 // needs, and starts the sweeper. Call Close when done with it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
+	opts.Table = cmp.Or(opts.Table, DefaultTable)
 	if err := CheckTable(opts.Table); err != nil {
 		return nil, err
 	}
@@ -131,22 +130,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("pgstore: the sweep batch must be at least 1 (0: the default), got %d", opts.SweepBatch)
 	}
-	s := &Store{pool: pool, table: opts.Table, createSchema: !opts.SkipCreateSchema, sweepEvery: opts.SweepInterval,
-		sweepBatch: opts.SweepBatch, now: opts.Now, localBytes: opts.LocalCache, batches: opts.Batches}
-	switch {
-	case s.sweepEvery == 0:
-		s.sweepEvery = DefaultSweepInterval
-	case s.sweepEvery < 0:
-		s.sweepEvery = 0 // no sweeper
-	}
-	if s.sweepBatch == 0 {
-		s.sweepBatch = DefaultSweepBatch
-	}
-	switch {
-	case s.batches == 0:
-		s.batches = DefaultBatches
-	case s.batches < 0:
-		s.batches = 0 // every statement on its own
+	s := &Store{
+		pool:         pool,
+		table:        opts.Table,
+		createSchema: !opts.SkipCreateSchema,
+		sweepEvery:   max(cmp.Or(opts.SweepInterval, DefaultSweepInterval), 0), // negative: no sweeper
+		sweepBatch:   cmp.Or(opts.SweepBatch, DefaultSweepBatch),
+		now:          opts.Now,
+		localBytes:   opts.LocalCache,
+		batches:      max(cmp.Or(opts.Batches, DefaultBatches), 0), // negative: none
 	}
 	s.q = buildQueries(s.table)
 	s.rq = buildReconcileQueries(s.table)

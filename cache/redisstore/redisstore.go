@@ -8,6 +8,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -54,20 +55,15 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
+	s := &Store{
+		c:            c,
+		prefix:       cmp.Or(opts.Prefix, DefaultPrefix),
+		now:          opts.Now,
+		pipelines:    max(cmp.Or(opts.Pipelines, DefaultPipelines), 0), // negative: none
+		waitReplicas: opts.WaitReplicas,
+		waitTimeout:  cmp.Or(opts.WaitTimeout, DefaultWaitTimeout),
+		localBytes:   opts.LocalCache,
 	}
-	switch {
-	case opts.Pipelines == 0:
-		opts.Pipelines = DefaultPipelines
-	case opts.Pipelines < 0:
-		opts.Pipelines = 0
-	}
-	if opts.WaitTimeout == 0 {
-		opts.WaitTimeout = DefaultWaitTimeout
-	}
-	s := &Store{c: c, prefix: opts.Prefix, now: opts.Now, pipelines: opts.Pipelines,
-		waitReplicas: opts.WaitReplicas, waitTimeout: opts.WaitTimeout, localBytes: opts.LocalCache}
 	switch {
 	case s.waitReplicas < 0:
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
