@@ -21,8 +21,8 @@ import (
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 )
 
-// Kinds are the stores, in the order of their settings; the first is the
-// default. A new store is one line here.
+// Kinds are the stores, in the order of their settings. A new store is one
+// line here.
 var Kinds = []Kind{
 	{Kind: memstore.Kind},
 	{Kind: redisstore.Kind, Trace: traceRedis},
