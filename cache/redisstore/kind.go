@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idemproxy/idemproxy/cache"
 )
 
@@ -116,43 +114,6 @@ func (r *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 		return nil, nil, err
 	}
 	return rs, func() error { return errors.Join(rs.Close(), client.Close()) }, nil
-}
-
-// dial opens a client from its URL (NewClient) and checks that it answers
-// within cache.PingTimeout. On a failed check it returns the client (usable
-// once Redis is up) with a *cache.UnreachableError.
-func dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	client, err := NewClient(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, cache.PingTimeout)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		return client, &cache.UnreachableError{Store: Kind.Title, URL: Redact(rawURL), Err: err}
-	}
-	return client, nil
-}
-
-// enforceNoEviction applies CheckEviction's answer: an evicting policy is an error
-// unless allowed (then a warning); an unanswered check is a warning.
-func enforceNoEviction(ctx context.Context, client redis.UniversalClient, allow bool, warn func(string, ...any)) error {
-	err := CheckEviction(ctx, client)
-	var ev *EvictionError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ev) && !allow:
-		return err
-	}
-	if warn != nil {
-		if ev != nil {
-			warn("Redis may evict in-flight locks: eviction allowed by configuration", "maxmemory-policy", ev.Policy)
-		} else {
-			warn("could not check Redis's maxmemory-policy; make sure it is noeviction", "error", err)
-		}
-	}
-	return nil
 }
 
 var _ cache.Settings = (*Settings)(nil)

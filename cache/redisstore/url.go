@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -77,4 +78,20 @@ func redactErr(err error, rawURL string) error {
 		return fmt.Errorf("malformed URL")
 	}
 	return cache.RedactError(err, rawURL)
+}
+
+// dial opens a client from its URL (NewClient) and checks that it answers
+// within cache.PingTimeout. On a failed check it returns the client (usable
+// once Redis is up) with a *cache.UnreachableError.
+func dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	client, err := NewClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, cache.PingTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		return client, &cache.UnreachableError{Store: Kind.Title, URL: Redact(rawURL), Err: err}
+	}
+	return client, nil
 }
