@@ -32,17 +32,19 @@ type Kind struct {
 	// store serves whatever URL selects it.
 	Locator string
 	// Help says which URLs select the store, for the help of idemproxy's
-	// --store: "a postgres:// (postgresql://) URL".
+	// --store (and its row in docs/settings.md): "a postgres://
+	// (postgresql://) URL"; 'x' marks x as a literal ("'memory'").
 	Help string
 	// Settings returns new settings holding their defaults.
 	Settings func() Settings
 }
 
 // Settings are a store's settings: a pointer to a struct whose settings are
-// its fields with a json name and a help tag (and unit and reload tags), read
-// by idemproxy's internal/conf: each is a flag, a variable and a file key of
-// idemproxy, with the kind's name in front (redis_prefix), and a setting of
-// the Caddy store module. A reload opens the store again when a setting
+// its fields with a json name and a help tag (and unit, reload and go tags),
+// read by idemproxy's internal/conf: each is a flag, a variable and a file key
+// of idemproxy, with the kind's name in front (redis_prefix), refused while
+// another store is selected, and a setting of the Caddy store module. The
+// help tag is the setting's one description (--help, docs/settings.md). A reload opens the store again when a setting
 // without a reload tag changes; reload:"live" settings are applied to the
 // open store (LiveSettings).
 type Settings interface {

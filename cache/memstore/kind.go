@@ -14,7 +14,7 @@ var Kind = cache.Kind{
 	Name:     "memory",
 	Title:    "memory",
 	Schemes:  []string{"memory"},
-	Help:     "memory",
+	Help:     "'memory'",
 	Settings: func() cache.Settings { s := DefaultSettings(); return &s },
 }
 
@@ -23,10 +23,8 @@ var Kind = cache.Kind{
 // locks (Apply). The shard count, the sweep interval and the per-client share
 // floor are constants of the store there, not settings: nothing to reload.
 type Settings struct {
-	// MaxRecords is the most records kept (in flight and completed).
-	MaxRecords int64 `json:"max_records" reload:"live" help:"memory store: most records kept (a client's records are evicted only for its own volume or when it holds more than its share)"`
-	// MaxBytes is the most bytes kept (approximate).
-	MaxBytes int64 `json:"max_bytes" unit:"bytes" reload:"live" help:"memory store: most bytes kept (approximate)"`
+	MaxRecords int64 `json:"max_records" reload:"live" help:"memory store bound (records, in flight and completed), shared fairly between client scopes: a client's records are evicted only for its own volume or when it holds more than its share (see docs/clients.md)"`
+	MaxBytes   int64 `json:"max_bytes" unit:"bytes" reload:"live" help:"memory store bound (bytes, approximate), shared the same way"`
 }
 
 // DefaultSettings are the memory store's defaults.

@@ -13,7 +13,7 @@ import (
 )
 
 // A Go service on PostgreSQL. New creates the table if it is missing (or, with
-// WithCreateSchema(false), checks that it exists), so a database that cannot be
+// Options.SkipCreateSchema, checks that it exists), so a database that cannot be
 // reached fails here rather than at the first request.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -57,6 +57,7 @@ func ExampleSchema() {
 	// 	found_by    bytea
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
+	// CREATE INDEX IF NOT EXISTS "idem_records_held" ON "idem_records" (key) WHERE unknown OR state = 1;
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
 	// 	key   bytea       PRIMARY KEY,
 	// 	due   timestamptz NOT NULL,

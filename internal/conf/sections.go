@@ -20,11 +20,14 @@ type Sections interface {
 	Section(prefix string) any
 }
 
-// Section is one section of a Sections: its prefix, and the type of its
-// struct.
+// Section is one section of a Sections: its prefix, the type of its struct,
+// and the tags of the section as a whole, as those of a field tagged
+// conf:"prefix=P": a needs tag (needs:"store=redis") reaches every setting
+// inside (Field.Tag).
 type Section struct {
 	Prefix string
 	Type   reflect.Type
+	Tag    reflect.StructTag
 }
 
 // section is where a Field in a section is: the section's prefix, and the
@@ -46,14 +49,17 @@ func sectionsOf(t reflect.Type) ([]Section, bool) {
 }
 
 // walkSections appends the settings of each section to out, the Sections at
-// index.
-func walkSections(sections []Section, index []int, prefix string, out *[]Field) {
+// index inside the prefixed struct fields outer.
+func walkSections(sections []Section, index []int, prefix string, outer []reflect.StructField, out *[]Field) {
 	for _, sec := range sections {
 		if sec.Type.Kind() != reflect.Struct {
 			panic(fmt.Sprintf("conf: section %s: %v is not a struct", sec.Prefix, sec.Type))
 		}
+		// To its settings the section is a prefixed struct field they are
+		// inside, with its tags (Field.Tag).
+		in := append(append([]reflect.StructField(nil), outer...), reflect.StructField{Name: sec.Prefix, Type: sec.Type, Tag: sec.Tag})
 		var inner []Field
-		walk(sec.Type, nil, prefix+sec.Prefix, &inner)
+		walk(sec.Type, nil, prefix+sec.Prefix, in, &inner)
 		for _, f := range inner {
 			f.in = &section{prefix: sec.Prefix, index: f.index}
 			f.index = index

@@ -2,6 +2,7 @@ package conf_test
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -24,7 +25,8 @@ type beta struct {
 }
 
 func (*plugins) Sections() []conf.Section {
-	return []conf.Section{{Prefix: "alpha_", Type: reflect.TypeFor[alpha]()}, {Prefix: "beta_", Type: reflect.TypeFor[beta]()}}
+	return []conf.Section{{Prefix: "alpha_", Type: reflect.TypeFor[alpha]()},
+		{Prefix: "beta_", Type: reflect.TypeFor[beta](), Tag: `needs:"name=beta"`}}
 }
 
 func (p *plugins) Section(prefix string) any {
@@ -87,5 +89,29 @@ func TestSections(t *testing.T) {
 	}
 	if quiet.Equal(&a, &b) {
 		t.Fatal("Copy of alpha_size copied beta_quiet")
+	}
+}
+
+// A section's tags reach its settings as a prefixed struct field's do: a
+// section's needs tag is each of its settings' (Field.Needs), and CheckNeeds
+// refuses one of them set while the feature it needs is off.
+func TestSectionNeeds(t *testing.T) {
+	fields := conf.Fields(reflect.TypeFor[withPlugins]())
+	for _, name := range []string{"alpha_size", "beta_wait", "beta_quiet"} {
+		f, _ := conf.Lookup(fields, name)
+		if want := map[bool]string{true: "name=beta"}[name != "alpha_size"]; f.Needs != want {
+			t.Errorf("%s needs %q, want %q", name, f.Needs, want)
+		}
+	}
+	var def, got withPlugins
+	got.Plugins.Section("beta_").(*beta).Wait = time.Minute
+	err := conf.CheckNeeds(fields, &got, &def, nil)
+	var ne *conf.NeedsError
+	if !errors.As(err, &ne) || *ne != (conf.NeedsError{Field: "beta_wait", Feature: "name", Want: "beta"}) {
+		t.Fatalf("beta_wait set with name empty: %v", err)
+	}
+	got.Name = "beta"
+	if err := conf.CheckNeeds(fields, &got, &def, nil); err != nil {
+		t.Fatalf("beta_wait set with name beta: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 //     its records and in-flight locks exist nowhere else, so opening it again
 //     would forget them (TestMemorySettingsNeverReopen).
 //   - reload:"restart": the running value is kept until a restart, and the
-//     reload names it in its warning (the proxy's keepRestartOnly).
+//     reload names it in its warning (the proxy's restartKept).
 
 // Key is the identity of the store k opens with settings s at rawURL: two
 // configurations with the same Key share one open store, and a reload between

@@ -13,7 +13,7 @@ import (
 // until set; the URL picks which apply. In the proxy's configuration they are
 // sections (conf.Sections): a store's settings are named with its name in
 // front (redis_prefix). A copy shares its stores' settings with the
-// original: make another with DefaultSettings.
+// original: make another with Clone or DefaultSettings.
 type Settings struct {
 	byName map[string]cache.Settings
 }
@@ -25,6 +25,17 @@ func DefaultSettings() Settings {
 		s.Of(k.Name)
 	}
 	return s
+}
+
+// Clone returns a copy of s that shares nothing with it.
+func (s Settings) Clone() Settings {
+	c := Settings{byName: make(map[string]cache.Settings, len(s.byName))}
+	for name, st := range s.byName {
+		v := reflect.New(reflect.TypeOf(st).Elem())
+		v.Elem().Set(reflect.ValueOf(st).Elem())
+		c.byName[name] = v.Interface().(cache.Settings)
+	}
+	return c
 }
 
 // Of returns the settings of the store named name (a pointer to its settings
@@ -47,11 +58,14 @@ func (s *Settings) Of(name string) cache.Settings {
 }
 
 // Sections implements conf.Sections: each store's settings, in the order of
-// Kinds, prefixed with its name.
+// Kinds, prefixed with its name, and needing the setting store to select it
+// (needs:"store=redis": a setting of another store is refused,
+// conf.CheckNeeds).
 func (*Settings) Sections() []conf.Section {
 	out := make([]conf.Section, 0, len(Kinds))
 	for _, k := range Kinds {
-		out = append(out, conf.Section{Prefix: k.Name + "_", Type: reflect.TypeOf(k.Settings()).Elem()})
+		out = append(out, conf.Section{Prefix: k.Name + "_", Type: reflect.TypeOf(k.Settings()).Elem(),
+			Tag: reflect.StructTag(`needs:"store=` + k.Name + `"`)})
 	}
 	return out
 }

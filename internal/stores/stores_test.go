@@ -82,3 +82,22 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 		t.Fatalf("CONFIG refused: err %v, warnings %q", err, warned)
 	}
 }
+
+// A clone of the stores' settings shares none of them with the original (a
+// copy of the struct would: the proxy's reload keeps running values in a
+// clone and leaves the configuration it was given alone).
+func TestSettingsClone(t *testing.T) {
+	orig := stores.DefaultSettings()
+	orig.Of("redis").(*redisstore.Settings).Prefix = "a:"
+	clone := orig.Clone()
+	clone.Of("redis").(*redisstore.Settings).Prefix = "b:"
+	if got := orig.Of("redis").(*redisstore.Settings).Prefix; got != "a:" {
+		t.Fatalf("the original's prefix is %q after the clone's changed", got)
+	}
+	if got := clone.Of("redis").(*redisstore.Settings).Prefix; got != "b:" {
+		t.Fatalf("the clone's prefix is %q", got)
+	}
+	if orig.Key("redis://h:1") == clone.Key("redis://h:1") {
+		t.Fatal("the clone's key is the original's")
+	}
+}
