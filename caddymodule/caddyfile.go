@@ -10,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/idemproxy/idemproxy/cache/dynamostore"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -38,11 +37,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    <setting> <value...>
 //	}
 //
-// Store modules: `memory [{ max_records <n>; max_bytes <size> }]`,
-// `redis <url> [{ prefix <prefix> … }]`, `postgres <url> [{ table <name> … }]`
-// and `dynamodb <table> [{ create_table false … }]`; a redis:// (rediss://,
-// redis+cluster://, redis+sentinel://), postgres:// (postgresql://) or
-// dynamodb://TABLE URL alone selects its store. Every field of
+// Store modules (one per store, Store.UnmarshalCaddyfile): `memory [{
+// max_records <n>; max_bytes <size> }]`, `redis <url> [{ prefix <prefix> …
+// }]`, `postgres <url> [{ table <name> … }]`, `dynamodb <table> [{
+// create_table false … }]`; a store's URL alone (redis://…, dynamodb://TABLE)
+// selects its store. Every field of
 // middleware.Config is a setting, by its JSON name: a boolean takes no value (true)
 // or true/false, a list takes its items, every other setting one value.
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -102,7 +101,7 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	}
 	modID := "http.handlers.idempotency.stores." + name
 	if _, err := caddy.GetModule(modID); err != nil {
-		return d.Errf("unknown store %q: want memory, redis <url>, postgres <url>, dynamodb <table>, or a redis://, postgres:// or dynamodb:// URL", d.Val())
+		return d.Errf("unknown store %q: want %s", d.Val(), storeForms())
 	}
 	unm, err := caddyfile.UnmarshalModule(d, modID)
 	if err != nil {
@@ -116,29 +115,51 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// storeForms are the forms of `store`, for errors: memory, redis <url>, …, or
+// a redis:// … URL.
+func storeForms() string {
+	var forms, urls []string
+	for _, k := range stores.Kinds {
+		if k.Locator == "" {
+			forms = append(forms, k.Name)
+			continue
+		}
+		forms = append(forms, k.Name+" <"+k.Locator+">")
+		urls = append(urls, k.Schemes[0]+"://")
+	}
+	return strings.Join(forms, ", ") + ", or a " + conf.OrList(urls) + " URL"
+}
+
 // coreFields are the core's settings: the handler's subdirectives.
 var coreFields = conf.Fields(reflect.TypeFor[config.Config]())
 
-// storeNames are the stores' names in messages.
-var storeNames = map[string]string{"memory": "memory", "redis": "Redis", "postgres": "PostgreSQL", "dynamodb": "DynamoDB"}
-
-// unmarshalStore reads a store's Caddyfile tokens: `<kind> [<locator>] [{ … }]`,
-// or `<url> [{ … }]` (when loc is not nil), with a block of `<setting>
-// [<value>…]` lines named as the store's settings (internal/stores). The
-// locator is a URL, or DynamoDB's table (storeLocators).
-func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, loc *string) error {
-	d.Next() // the kind, or the URL itself
-	if loc != nil {
-		*loc = d.Val()
-		if *loc == kind {
+// UnmarshalCaddyfile reads a store's Caddyfile tokens: `<name> [<locator>] [{
+// … }]`, or `<url> [{ … }]`, with a block of `<setting> [<value>…]` lines
+// named as the store's settings (memory { max_records <n> }, redis <url> {
+// prefix <prefix> }, dynamodb <table> { create_table false }, …). The
+// settings are checked here; so is a locator that is no URL (DynamoDB's
+// table) and has no placeholders. A URL is checked at provisioning.
+func (s *Store) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	k := s.kind
+	d.Next() // the store's name, or its URL
+	if k.Locator != "" {
+		loc := d.Val()
+		if loc == k.Name {
 			if !d.NextArg() {
-				what := "URL"
-				if storeLocators[kind] == "table" {
-					what = "table"
+				what := k.Locator
+				if what == "url" {
+					what = "URL"
 				}
-				return d.Errf("store %s: missing the %s %s", kind, storeNames[kind], what)
+				return d.Errf("store %s: missing the %s %s", k.Name, k.Title, what)
 			}
-			*loc = d.Val()
+			loc = d.Val()
+		}
+		s.Location = loc
+		if k.Locator != "url" && strings.Contains(loc, "://") { // dynamodb://TABLE: the table
+			if err := s.Settings.Validate(loc); err != nil {
+				return d.Errf("store %s: %v", k.Name, err)
+			}
+			_, s.Location, _ = strings.Cut(loc, "://")
 		}
 	}
 	if d.NextArg() {
@@ -146,69 +167,25 @@ func unmarshalStore(d *caddyfile.Dispenser, kind string, settings any, loc *stri
 	}
 	for d.NextBlock(0) {
 		name := d.Val()
-		f, ok := conf.Lookup(storeFields[kind], name)
+		f, ok := conf.Lookup(stores.Fields(s.Settings), name)
 		if !ok {
-			return d.Errf("unknown %s store option %q", kind, name)
+			return d.Errf("unknown %s store option %q", k.Name, name)
 		}
 		args := d.RemainingArgs()
 		if !f.List() && (len(args) > 1 || len(args) == 0 && !f.Bool()) {
 			return d.Errf("%s: takes one value", name)
 		}
-		if err := f.Set(settings, args...); err != nil {
+		if err := f.Set(s.Settings, args...); err != nil {
 			return d.Errf("%s: %v", name, err)
 		}
 	}
-	return nil
-}
-
-// UnmarshalCaddyfile reads `memory [{ max_records <n>; max_bytes <size> }]`.
-func (ms *MemoryStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalChecked(d, "memory", &ms.Memory, nil, func() error { return ms.Memory.Validate() })
-}
-
-// UnmarshalCaddyfile reads `redis <url> [{ prefix <prefix>; allow_eviction;
-// wait_replicas <n>; wait_timeout <duration> }]`, or `<url> [{ … }]`.
-func (rs *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalChecked(d, "redis", &rs.Redis, &rs.URL, func() error { return rs.Redis.Check() })
-}
-
-// UnmarshalCaddyfile reads `postgres <url> [{ table <name>; create_schema
-// [true|false]; sweep_interval <duration> }]`, or `<url> [{ … }]`.
-func (ps *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalChecked(d, "postgres", &ps.Postgres, &ps.URL, func() error { return ps.Postgres.Check() })
-}
-
-// unmarshalChecked is unmarshalStore, then check of the settings read (the URL,
-// which may hold placeholders, is checked at provisioning).
-func unmarshalChecked(d *caddyfile.Dispenser, kind string, settings any, url *string, check func() error) error {
-	if err := unmarshalStore(d, kind, settings, url); err != nil {
-		return err
-	}
-	if err := check(); err != nil {
-		return d.Err(err.Error())
-	}
-	return nil
-}
-
-// UnmarshalCaddyfile reads `dynamodb <table> [{ create_table [true|false];
-// inline_limit <size>; max_response <size> }]`, or `dynamodb://<table> [{ … }]`.
-// A table without placeholders is checked here.
-func (ds *DynamoDBStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if err := unmarshalStore(d, "dynamodb", &ds.DynamoDB, &ds.Table); err != nil {
-		return err
-	}
-	if strings.Contains(ds.Table, "://") {
-		table, err := stores.DynamoDBTable(ds.Table)
-		if err != nil {
-			return d.Errf("store dynamodb: %v", err)
+	if k.Locator != "" && k.Locator != "url" && !strings.Contains(s.Location, "{") {
+		if err := s.Settings.Validate(s.url()); err != nil {
+			return d.Errf("store %s: %v", k.Name, err)
 		}
-		ds.Table = table
-	} else if !strings.Contains(ds.Table, "{") {
-		if err := dynamostore.CheckTable(ds.Table); err != nil {
-			return d.Errf("store dynamodb: %v", err)
-		}
+		return nil
 	}
-	if err := ds.DynamoDB.Check(); err != nil {
+	if err := s.Settings.Check(); err != nil {
 		return d.Err(err.Error())
 	}
 	return nil
@@ -217,8 +194,5 @@ func (ds *DynamoDBStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // Interface guards.
 var (
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
-	_ caddyfile.Unmarshaler = (*MemoryStore)(nil)
-	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
-	_ caddyfile.Unmarshaler = (*PostgresStore)(nil)
-	_ caddyfile.Unmarshaler = (*DynamoDBStore)(nil)
+	_ caddyfile.Unmarshaler = (*Store)(nil)
 )

@@ -232,7 +232,7 @@ func TestValidate(t *testing.T) {
 	if err := (&Handler{}).Validate(); err != nil {
 		t.Errorf("zero handler: %v", err)
 	}
-	if err := (&RedisStore{}).Validate(); err == nil {
+	if err := storeModule(t, "redis").Validate(); err == nil {
 		t.Error("redis store without URL accepted")
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/idemproxy/idemproxy/cache/dynamostore"
 )
 
 // `store dynamodb <table> [{ … }]` and `store dynamodb://<table>`: the table and
-// the settings of internal/stores.DynamoDB, by name; bad ones refused by name.
+// the settings of dynamostore.Settings, by name; bad ones refused by name.
 func TestUnmarshalCaddyfileDynamoDB(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, want, wantErr string
@@ -57,21 +59,21 @@ func TestUnmarshalCaddyfileDynamoDB(t *testing.T) {
 // The module's JSON: table and settings by name over the defaults, unknown
 // members refused, the table required.
 func TestDynamoDBStoreJSON(t *testing.T) {
-	ds := &DynamoDBStore{}
+	ds := storeModule(t, "dynamodb")
 	if err := json.Unmarshal([]byte(`{"type":"dynamodb","table":"idem","create_table":false,"max_response":"32MiB"}`), ds); err != nil {
 		t.Fatal(err)
 	}
-	if ds.Table != "idem" || ds.CreateTable || ds.MaxResponse != 32<<20 {
-		t.Fatalf("decoded %+v", ds)
+	if d := ds.Settings.(*dynamostore.Settings); ds.Location != "idem" || d.CreateTable || d.MaxResponse != 32<<20 {
+		t.Fatalf("decoded %+v %+v", ds, d)
 	}
-	if err := json.Unmarshal([]byte(`{"table":"idem","url":"dynamodb://idem"}`), &DynamoDBStore{}); err == nil || !strings.Contains(err.Error(), "url") {
+	if err := json.Unmarshal([]byte(`{"table":"idem","url":"dynamodb://idem"}`), storeModule(t, "dynamodb")); err == nil || !strings.Contains(err.Error(), "url") {
 		t.Fatalf("a url member: %v; want it refused", err)
 	}
-	if err := (&DynamoDBStore{}).Validate(); err == nil || !strings.Contains(err.Error(), "table is required") {
+	if err := storeModule(t, "dynamodb").Validate(); err == nil || !strings.Contains(err.Error(), "table is required") {
 		t.Fatalf("no table: %v", err)
 	}
-	m := (&DynamoDBStore{}).CaddyModule().New().(*DynamoDBStore)
-	m.Table = "{env.IDEMPROXY_TEST_DYNAMO_TABLE}"
+	m := storeModule(t, "dynamodb").CaddyModule().New().(*Store)
+	m.Location = "{env.IDEMPROXY_TEST_DYNAMO_TABLE}"
 	t.Setenv("IDEMPROXY_TEST_DYNAMO_TABLE", "x")
 	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("a placeholder replaced by a bad table: %v", err)

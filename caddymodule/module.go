@@ -22,6 +22,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
+	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/idemproxy/idemproxy/tracing"
@@ -29,10 +30,9 @@ import (
 
 func init() {
 	caddy.RegisterModule(new(Handler))
-	caddy.RegisterModule(new(MemoryStore))
-	caddy.RegisterModule(new(RedisStore))
-	caddy.RegisterModule(new(PostgresStore))
-	caddy.RegisterModule(new(DynamoDBStore))
+	for _, k := range stores.Kinds {
+		registerStore(k)
+	}
 }
 
 // ResultPlaceholder holds the outcome of the request (stored, replayed, conflict,
@@ -47,9 +47,9 @@ const ResultPlaceholder = "http.idempotency.result"
 // 409; a key reused for a different request gets 422.
 type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
-	// same one: "memory" (the default, this process only), "redis",
-	// "postgres" or "dynamodb" (shared by every Caddy instance pointing at the
-	// same one).
+	// same one: "memory" (the default, this process only), or one shared by
+	// every Caddy instance pointing at the same one ("redis", "postgres",
+	// "dynamodb": the stores of internal/stores.Kinds, each a module Store).
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
 	// What a key belongs to, as placeholders, e.g.
@@ -280,7 +280,8 @@ func registerMetrics(ctx caddy.Context, store cache.Store) *prommetrics.Requests
 		ctx.Slogger().Warn("idempotency: metrics not registered", "error", err)
 		return nil
 	}
-	if mem, ok := store.(prommetrics.MemoryStats); ok {
+	base, _ := cache.Unwrap(store)
+	if mem, ok := base.(prommetrics.MemoryStats); ok {
 		// Read at each scrape: there is one memory store per process.
 		if err := prommetrics.Register(reg, prommetrics.NewMemory(mem)); err != nil {
 			ctx.Slogger().Warn("idempotency: memory store metrics not registered", "error", err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -27,7 +29,7 @@ func TestCaddyReloadKeepsTheMemoryStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	for _, f := range storeFields["memory"] {
+	for _, f := range stores.Fields(memstore.Kind.Settings()) {
 		found := false
 		for _, c := range memoryReloads {
 			found = found || c.name == f.Name

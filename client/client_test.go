@@ -37,7 +37,7 @@ type api struct {
 
 func newAPI(t *testing.T, fail func(attempt int64) int) *api {
 	a := &api{fail: fail}
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	h, err := middleware.New(store)
 	if err != nil {
@@ -253,7 +253,7 @@ func TestBodiesAndMethods(t *testing.T) {
 }
 
 func ExampleNew() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 	charges := 0
@@ -301,7 +301,7 @@ func TestOutcomeUnknownIsNotRetried(t *testing.T) {
 func TestEveryErrorFormat(t *testing.T) {
 	for _, format := range []string{"problem", "stripe", `{"errors":[{"code":"{code}","message":"{detail}"}]}`} {
 		t.Run(format, func(t *testing.T) {
-			store, err := memstore.New()
+			store, err := memstore.New(memstore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,7 +21,7 @@ func ExampleConfig() {
 		fmt.Println(err)
 		return
 	}
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	if _, err := middleware.New(store, middleware.From(s)); err != nil {
 		fmt.Println(err)

@@ -32,7 +32,7 @@ func configured(t *testing.T, c config.Config, opts ...middleware.Option) *middl
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func handler(t *testing.T, spec string, opts ...middleware.Option) *middleware.H
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // Keys in the body: a JSON pointer (Square's idempotency_key, say).
 func ExampleNewJSON() {
 	ks, _ := keysource.NewJSON("/idempotency_key")
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store, func(s *middleware.Settings) { s.KeySource = ks })
 	h := idem.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -20,7 +20,7 @@ func TestCanonicalMethod(t *testing.T) {
 		}
 	}
 	// A tracked custom method is upper-cased too.
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

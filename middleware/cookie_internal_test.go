@@ -40,7 +40,7 @@ func TestEachCookieIsRaw(t *testing.T) {
 // them get different store keys; where they differ only in whitespace around
 // the pair, or in other cookies, the same one.
 func TestCookieScopeStoreKeys(t *testing.T) {
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 //
 // Wrap a handler, a mux, or a whole router:
 //
-//	store, err := memstore.New() // one process; redisstore, pgstore, dynamostore to share
+//	store, err := memstore.New(memstore.Options{}) // one process; redisstore, pgstore, dynamostore to share
 //	if err != nil { … }
 //	defer store.Close()
 //	idem, err := middleware.New(store, func(s *middleware.Settings) {

@@ -14,7 +14,7 @@ import (
 // The quick start: a net/http mux wrapped whole. The first POST runs, its
 // retry gets the stored answer, and GET passes through untouched.
 func Example() {
-	store, err := memstore.New() // one process; redisstore, pgstore or dynamostore to share
+	store, err := memstore.New(memstore.Options{}) // one process; redisstore, pgstore or dynamostore to share
 	if err != nil {
 		panic(err)
 	}
@@ -52,7 +52,7 @@ func Example() {
 // another request (422), and no key where one is required (400). The core's
 // own answers are RFC 9457 problems (Settings.ErrorFormat for another shape).
 func ExampleHandler_Wrap() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store, func(s *middleware.Settings) { s.RequireKey = true })
 
@@ -90,7 +90,7 @@ func ExampleHandler_Wrap() {
 // Retry-After (Settings.Wait makes it wait for the answer instead); once the
 // first is done, the retry gets its stored answer.
 func ExampleHandler_Wrap_inFlight() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 
@@ -128,7 +128,7 @@ func ExampleHandler_Wrap_inFlight() {
 // error from next releases the key, so that the retry runs again, and comes
 // back to the caller unchanged to answer as it does for any other error.
 func ExampleHandler_Handle() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 
@@ -162,7 +162,7 @@ func ExampleHandler_Handle() {
 // The observer sees every tracked request's outcome: count it, log it, or
 // give it to package prommetrics (the proxy's Prometheus metrics).
 func ExampleEvent() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store, func(s *middleware.Settings) {
 		s.Observer = func(ev middleware.Event) {

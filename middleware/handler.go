@@ -75,8 +75,8 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
+	store, holder := cache.Unwrap(store) // held through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
-	holder, _ := store.(cache.Holder)
 	return &Handler{store: store, s: s, c: c, inProcess: inProcess, holder: holder, budget: sharedBudget(s.BodyBudget)}, nil
 }
 

@@ -27,9 +27,14 @@ type (
 
 var serve = testutil.Serve
 
-func newMem(t testing.TB, opts ...memstore.Option) *memstore.Store {
+// newMem is a memory store with opts (none: the defaults).
+func newMem(t testing.TB, opts ...memstore.Options) *memstore.Store {
 	t.Helper()
-	s, err := memstore.New(opts...)
+	var o memstore.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s, err := memstore.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // fail_open: a client that can fill the store must not switch protection off.
 // (Issue 24, finding 7.)
 func TestFullStoreRefusedEvenWhenFailOpen(t *testing.T) {
-	store := newMem(t, memstore.WithMaxRecords(2))
+	store := newMem(t, memstore.Options{MaxRecords: 2})
 	// Two requests of other clients in flight fill the store: locks are never
 	// evicted.
 	for i := range 2 {
@@ -123,7 +123,7 @@ func TestClaimsNameTheirScopeAsOwner(t *testing.T) {
 // Through the core on the memory store: one client's flood of large responses
 // never evicts another client's completed record, and its retry replays.
 func TestAnotherClientsFloodDoesNotEvict(t *testing.T) {
-	store := newMem(t, memstore.WithMaxBytes(256<<10))
+	store := newMem(t, memstore.Options{MaxBytes: 256 << 10})
 	big := strings.Repeat("x", 8<<10)
 	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)

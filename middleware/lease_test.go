@@ -19,7 +19,7 @@ import (
 // but only in steps shorter than it, each after a renewal.
 func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	clk := cachetest.NewClock()
-	store := &flaky{Store: newMem(t, memstore.WithClock(clk.Now)), extends: make(chan struct{}, 1)}
+	store := &flaky{Store: newMem(t, memstore.Options{Now: clk.Now}), extends: make(chan struct{}, 1)}
 	const lease = 30 * time.Millisecond
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -53,7 +53,7 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 // through) cannot overwrite the newer holder's record.
 func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	clk := cachetest.NewClock()
-	store := newMem(t, memstore.WithClock(clk.Now))
+	store := newMem(t, memstore.Options{Now: clk.Now})
 	var evs events
 	releaseFirst := make(chan struct{})
 	firstStarted := make(chan struct{})
@@ -98,7 +98,7 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 // completion that lands after all replaces the held answer.
 func TestLapsedLeaseIsHeld(t *testing.T) {
 	clk := cachetest.NewClock()
-	store := newMem(t, memstore.WithClock(clk.Now))
+	store := newMem(t, memstore.Options{Now: clk.Now})
 	var evs events
 	releaseFirst, firstStarted := make(chan struct{}), make(chan struct{})
 	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {

@@ -182,7 +182,7 @@ func TestCompleteRetryGivesUpAfterItsBound(t *testing.T) {
 }
 
 func TestStoreFullAnswers503(t *testing.T) {
-	store := newMem(t, memstore.WithMaxRecords(1), memstore.WithShards(1))
+	store := newMem(t, memstore.Options{MaxRecords: 1, Shards: 1})
 	release := make(chan struct{})
 	started := make(chan struct{})
 	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release }}
@@ -201,7 +201,7 @@ func TestStoreFullAnswers503(t *testing.T) {
 // as "done, not replayable", like one above max_body: the retry gets 409 and the
 // handler does not run twice.
 func TestResponseTooLargeForTheStore(t *testing.T) {
-	store := newMem(t, memstore.WithMaxBytes(16<<10), memstore.WithShards(1))
+	store := newMem(t, memstore.Options{MaxBytes: 16 << 10, Shards: 1})
 	body := strings.Repeat("x", 64<<10)
 	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(201)

@@ -200,3 +200,49 @@ func TestInFlightOnly(t *testing.T) {
 		t.Fatal("negative wait accepted")
 	}
 }
+
+// wrapped is a store wrapped only to add a Holder (Caddy's handle on a pooled
+// store): its own method set hides the wrapped store's optional interfaces.
+type wrapped struct {
+	cache.Store
+	holds atomic.Int64
+}
+
+func (w *wrapped) Unwrap() cache.Store { return w.Store }
+
+func (w *wrapped) Hold() func() {
+	w.holds.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { w.holds.Add(-1) }) }
+}
+
+// A wrapped store (cache.Wrapper) is held through the wrapper and used as
+// itself: its notifications wake the waiting duplicates (polling once an hour,
+// only they can), as if it were not wrapped.
+func TestWrappedStoreKeepsItsInterfaces(t *testing.T) {
+	store := &subscriptions{Store: newMem(t)}
+	w := &wrapped{Store: store}
+	c, gate, started := gated(created("paid"), created("paid"))
+	var during int64
+	first := c.Fn
+	c.Fn = func(rw http.ResponseWriter, r *http.Request) {
+		if c.Calls.Load() == 1 {
+			during = w.holds.Load()
+		}
+		first(rw, r)
+	}
+	h := newHandler(t, w, func(s *middleware.Settings) { s.Wait = 30 * time.Second }, func(s *middleware.Settings) { s.WaitPoll = time.Hour }).Wrap(c)
+	finished := blockedFirst(t, h)
+	<-started
+	answers := duplicates(t, h, store, 5, func() { close(gate) })
+	finished()
+	for _, a := range answers {
+		if a.Status != 201 || !a.Replayed {
+			t.Fatalf("waiter got %+v, want the replay", a)
+		}
+	}
+	if during < 1 {
+		t.Fatalf("holds while the first ran: %d; the wrapper was not held", during)
+	}
+	testutil.Eventually(t, 5*time.Second, "every hold to be released", func() bool { return w.holds.Load() == 0 })
+}

@@ -19,7 +19,7 @@ import (
 // and buckets the proxy and Caddy give them (as TestCaddyMetricsFitTheDashboard
 // and TestDashboardAndRulesMatchTheMetrics check for those two).
 func TestGoServiceMetricsFitTheDashboard(t *testing.T) {
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

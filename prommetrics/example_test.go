@@ -19,7 +19,7 @@ import (
 // memory store's gauges are read at each scrape, and /metrics serves them with
 // the names the dashboard and the alert rules query.
 func Example() {
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func Example() {
 // One Handler per route, each counting under its own route label; requests the
 // core does not track (here: GET) counted as untracked.
 func ExampleRequests_Route() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	requests := prommetrics.NewRequests()
 	reg := prometheus.NewRegistry()

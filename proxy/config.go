@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
@@ -27,7 +28,7 @@ import (
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on (a port of 0: a free one, named in the start-up line)"`
 	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API to protect: an http:// or https:// URL"`
-	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live: 'memory', a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles; see docs/stores.md and docs/stores.md#dynamodb)"`
+	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live (see docs/stores.md): ${stores}"`
 	Admin             string        `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off" help:"address of the admin listener: health, metrics, keys ('/healthz', '/readyz', '/metrics', '/keys/'); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off" help:"off when empty; else the bearer token the admin API requires on every endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows in 'ps'); 'idemproxy keys' sends it from the same variable"`
 	AdminHosts        []string      `json:"admin_hosts" reload:"restart" caddy:"Caddy admin: its 'origins'" help:"host names the admin listener answers to, besides IP addresses and 'localhost'; a request with any other Host gets '403' (DNS rebinding). List the names you reach the admin port by"`
@@ -45,8 +46,10 @@ type Config struct {
 	UpstreamHost      string        `json:"upstream_host" caddy:"'reverse_proxy' 'header_up Host'" help:"the Host the upstream receives: 'upstream' (the upstream URL's), 'client' (the client's Host, in canonical form: lower case, without a default port or a trailing dot), or a literal 'host[:port]'; reconcile requests get the same"`
 	RequestIDHeader   string        `json:"request_id_header" caddy:"Caddy's '{http.request.uuid}'" help:"header of the request id every request line logs: kept from a trusted proxy when well formed (1–128 visible characters), generated otherwise; sent upstream. Empty: generated and logged, not sent"`
 
-	// Stores are every store's settings; Store's URL picks which apply.
-	Stores stores.Settings `conf:"prefix="`
+	// Stores are every store's settings (internal/stores.Kinds), each named
+	// with its store's name in front (redis_prefix); Store's URL picks which
+	// apply.
+	Stores stores.Settings
 
 	// The core's settings for requests no route matches, and the defaults of
 	// every route.
@@ -111,12 +114,21 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// fields are the proxy's settings, its own, the stores' and the core's;
-// routeFields a route's.
-var (
-	fields      = conf.Fields(reflect.TypeFor[Config]())
-	routeFields = conf.Fields(reflect.TypeFor[config.Config]())
-)
+// routeFields are a route's settings.
+var routeFields = conf.Fields(reflect.TypeFor[config.Config]())
+
+// fields are the proxy's settings, its own, the stores' and the core's: read
+// at each use, for the stores are those of the registry (stores.Kinds).
+func fields() []conf.Field { return conf.Fields(reflect.TypeFor[Config]()) }
+
+// HelpList implements conf.Lister: the stores, for the help of store, and
+// the core's lists.
+func (c Config) HelpList(name string) (string, bool) {
+	if name == "stores" {
+		return stores.Help(), true
+	}
+	return c.Config.HelpList(name)
+}
 
 // DefaultConfig is the configuration before flags, variables and file.
 func DefaultConfig() Config {
@@ -200,7 +212,7 @@ func (c *Config) Validate() error {
 	}
 	def := DefaultConfig()
 	var ne *conf.NeedsError
-	err = conf.CheckNeeds(fields, c, &def, func(feature string) (string, bool) {
+	err = conf.CheckNeeds(fields(), c, &def, func(feature string) (string, bool) {
 		if feature != "store" {
 			return "", false
 		}
@@ -271,7 +283,7 @@ func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config)
 
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {
-	var fe *stores.FieldError
+	var fe *cache.FieldError
 	if errors.As(err, &fe) {
 		return fmt.Errorf("%s: %w", c.source(fe.Store+"_"+fe.Field), fe.Err)
 	}

@@ -49,7 +49,7 @@ func (c *Config) LoadFile(path string) error {
 			c.Routes = routes
 			continue
 		}
-		f, ok := conf.Lookup(fields, k.Value)
+		f, ok := conf.Lookup(fields(), k.Value)
 		if !ok {
 			return at(k, "unknown setting %q", k.Value)
 		}

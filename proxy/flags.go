@@ -51,7 +51,7 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 	fs.SetOutput(io.Discard)
 	explicit := map[string]string{}
 	fs.Var(&recorded{name: "config", into: explicit}, "config", configHelp)
-	for _, f := range fields {
+	for _, f := range fields() {
 		fs.Var(&recorded{name: f.FlagName(), into: explicit, isBool: f.Bool()}, f.FlagName(), f.Help)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -74,7 +74,7 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 			return nil, err
 		}
 	}
-	for _, f := range fields {
+	for _, f := range fields() {
 		v, fromFlag := explicit[f.FlagName()]
 		source := "--" + f.FlagName()
 		if !fromFlag {
@@ -142,7 +142,7 @@ every OTEL_* variable of the OpenTelemetry SDK applies (see docs/tracing.md).
 Flags:
 `)
 	fmt.Fprintf(out, "  --config value\n%s      default \"\"; env %s\n", wrap(configHelp, "      ", 86), EnvName("config"))
-	for _, f := range fields {
+	for _, f := range fields() {
 		def := f.Text(&d)
 		switch {
 		case def != "":

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
 )
 
@@ -79,8 +80,14 @@ func (p *Proxy) logStarted(l *listeners) {
 		p.log.Log(context.Background(), level, "a setting of the config file is overridden: the file's value is not used",
 			"setting", o.setting, "by", o.by, "file", o.file)
 	}
-	if st.store.opened.Memory != nil {
-		p.log.Warn("the memory store is this instance's own: records are not shared with other instances and are lost on restart; " +
-			"to run more than one instance, or to keep records across restarts, use redis, postgres or dynamodb (store)")
+	if k := st.store.opened.Kind; k.Locator == "" { // a store in the process (cache.Kind.Locator)
+		var shared []string
+		for _, o := range stores.Kinds {
+			if o.Locator != "" {
+				shared = append(shared, o.Name)
+			}
+		}
+		p.log.Warn("the " + k.Name + " store is this instance's own: records are not shared with other instances and are lost on restart; " +
+			"to run more than one instance, or to keep records across restarts, use " + conf.OrList(shared) + " (store)")
 	}
 }

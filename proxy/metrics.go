@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -38,15 +38,16 @@ func newMetrics() *metrics {
 	return m
 }
 
-// memory serves the gauges (idemproxy_memory_*) of the memory store s, in
-// place of the store's a reload replaced; s is nil for the other stores.
-func (m *metrics) memory(s *memstore.Store) {
+// memory serves the gauges (idemproxy_memory_*) of the store s when it is the
+// memory store (imetrics.MemoryStats), in place of the store's a reload
+// replaced.
+func (m *metrics) memory(s cache.Store) {
 	if m.mem != nil {
 		m.reg.Unregister(m.mem)
 		m.mem = nil
 	}
-	if s != nil {
-		m.mem = prommetrics.NewMemory(s)
+	if mem, ok := s.(prommetrics.MemoryStats); ok {
+		m.mem = prommetrics.NewMemory(mem)
 		m.reg.MustRegister(m.mem)
 	}
 }

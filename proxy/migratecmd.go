@@ -2,128 +2,165 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/idemproxy/idemproxy/cache/dynamostore"
-	"github.com/idemproxy/idemproxy/cache/pgstore"
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
 )
 
-// migrateMain runs `idemproxy migrate`: it prints the PostgreSQL store's DDL, or
-// applies it to the database of --store; with --store dynamodb://TABLE, the
-// DynamoDB table's definition (the AWS CLI commands that create it), or, with
-// --apply, creates the table. Exit 0: printed or applied; 1: the database
-// failed; 2: usage.
+// migrateMain runs `idemproxy migrate`: it prints the schema of the store
+// --store selects, or applies it to that store with --apply. The stores with
+// a schema are those whose settings are cache.SchemaSettings (PostgreSQL:
+// its DDL; DynamoDB: the AWS CLI commands that create its table); without
+// --store, or with a store that has none, it prints the first one's. Its
+// flags are --store, --apply, and those of the stores' settings tagged
+// schema:"" (--postgres-table), each also read from its variable. Exit 0:
+// printed or applied; 1: the store failed; 2: usage.
 func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	table := fs.String("postgres-table", or(getenv("IDEMPROXY_POSTGRES_TABLE"), pgstore.DefaultTable), "")
 	store := fs.String("store", getenv("IDEMPROXY_STORE"), "")
 	apply := fs.Bool("apply", false, "")
-	usage := func() {
-		fmt.Fprint(stderr, `usage: idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
-       idemproxy migrate --store dynamodb://TABLE [--apply]
-
-Prints the DDL of the PostgreSQL store's table and index (CREATE … IF NOT
-EXISTS, and the columns later versions added, each added only when missing),
-for teams that manage their schema themselves and run idemproxy with
---postgres-create-schema=false. With --apply, runs it against --store; running
-it again changes nothing and takes no exclusive lock.
-
-With --store dynamodb://TABLE, prints the DynamoDB table's definition instead,
-as the AWS CLI commands that create it (for teams that run idemproxy with
---dynamodb-create-table=false); with --apply, creates the table when it is
-missing (on-demand, time to live on), waits until it is active and checks its
-key schema. Region, credentials and endpoint come from the AWS environment
-(AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles).
-
-  --postgres-table NAME   the table, schema.name allowed (default $IDEMPROXY_POSTGRES_TABLE, else idemproxy_records)
-  --apply                 apply the DDL (create the DynamoDB table) instead of printing it
-  --store URL             the database, for --apply; a dynamodb:// URL selects DynamoDB (default $IDEMPROXY_STORE)
-`)
+	cfg := DefaultConfig()
+	kinds, flags := schemaStores(&cfg.Stores)
+	values := map[string]*string{}
+	for _, f := range flags {
+		values[f.Name] = fs.String(f.FlagName(), "", f.Help)
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		usage()
-		if err == flag.ErrHelp {
+		fmt.Fprint(stderr, migrateUsage(kinds, flags, &cfg))
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if kind, _ := stores.KindOf(*store); kind == "dynamodb" {
-		tableSet := false
-		fs.Visit(func(f *flag.Flag) { tableSet = tableSet || f.Name == "postgres-table" })
-		if tableSet {
-			fmt.Fprintln(stderr, "idemproxy migrate: --postgres-table applies to a PostgreSQL store; --store is a DynamoDB table (dynamodb://TABLE)")
+	k := kinds[0]
+	if sel, err := stores.Select(*store); err == nil && hasSchema(sel) {
+		k = sel
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, f := range flags {
+		v, set := *values[f.Name], given[f.FlagName()]
+		if f.store != k.Name {
+			if set {
+				fmt.Fprintf(stderr, "idemproxy migrate: --%s applies to a %s store; --store is %s\n", f.FlagName(), f.store, k.Name)
+				return 2
+			}
+			continue
+		}
+		if !set {
+			v = getenv(f.EnvName(EnvPrefix))
+		}
+		if v == "" {
+			continue
+		}
+		if err := f.Set(&cfg, v); err != nil {
+			fmt.Fprintf(stderr, "idemproxy migrate: --%s: %v\n", f.FlagName(), err)
 			return 2
 		}
-		return migrateDynamoDB(*store, *apply, stdout, stderr)
 	}
-	ddl, err := pgstore.Schema(*table)
-	if err != nil {
-		fmt.Fprintln(stderr, "idemproxy migrate: --postgres-table:", err)
+	st := cfg.Stores.Of(k.Name).(cache.SchemaSettings)
+	schema, err := st.Schema(*store)
+	var fe *cache.FieldError
+	switch {
+	case errors.As(err, &fe):
+		fmt.Fprintf(stderr, "idemproxy migrate: --%s-%s: %v\n", fe.Store, strings.ReplaceAll(fe.Field, "_", "-"), fe.Err)
 		return 2
-	}
-	if !*apply {
-		fmt.Fprint(stdout, ddl)
-		return 0
-	}
-	if kind, _ := stores.KindOf(*store); kind != "postgres" {
-		fmt.Fprintf(stderr, "idemproxy migrate: --apply needs --store postgres://… or dynamodb://TABLE (got %q)\n", stores.Redact(*store))
-		return 2
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, *store)
-	if err != nil {
-		fmt.Fprintf(stderr, "idemproxy migrate: %s: %s\n", stores.Redact(*store), Redact(strings.Join(strings.Fields(err.Error()), " ")))
-		return 1
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, ddl); err != nil {
-		fmt.Fprintln(stderr, "idemproxy migrate:", Redact(err.Error()))
-		return 1
-	}
-	fmt.Fprintf(stdout, "idemproxy migrate: table %s ready\n", *table)
-	return 0
-}
-
-// migrateDynamoDB prints the table's definition, or creates the table.
-func migrateDynamoDB(store string, apply bool, stdout, stderr io.Writer) int {
-	table, err := stores.DynamoDBTable(store)
-	if err != nil {
+	case err != nil:
 		fmt.Fprintln(stderr, "idemproxy migrate: --store:", err)
 		return 2
-	}
-	if !apply {
-		schema, _ := dynamostore.Schema(table) // the table was checked
+	case !*apply:
 		fmt.Fprint(stdout, schema)
 		return 0
 	}
-	d := stores.DefaultDynamoDB()
-	d.CreateTable = true
+	if sel, err := stores.Select(*store); err != nil || sel.Name != k.Name {
+		var want []string
+		for _, k := range kinds {
+			want = append(want, k.Schemes[0]+"://…")
+		}
+		fmt.Fprintf(stderr, "idemproxy migrate: --apply needs --store %s (got %q)\n", conf.OrList(want), stores.Redact(*store))
+		return 2
+	}
 	warn := func(msg string, args ...any) {
 		for i := 0; i+1 < len(args); i += 2 {
 			msg += fmt.Sprintf(" %v=%v", args[i], args[i+1])
 		}
 		fmt.Fprintln(stderr, "idemproxy migrate: warning:", msg)
 	}
-	s, closeFn, err := d.Open(context.Background(), store, stores.Env{Warn: warn})
+	ready, err := st.Migrate(context.Background(), *store, cache.Env{Warn: warn})
 	if err != nil {
 		fmt.Fprintln(stderr, "idemproxy migrate:", Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		return 1
 	}
-	_ = closeFn()
-	fmt.Fprintf(stdout, "idemproxy migrate: table %s ready\n", s.Table())
+	fmt.Fprintf(stdout, "idemproxy migrate: %s ready\n", ready)
 	return 0
 }
 
-func or(a, b string) string {
-	if a != "" {
-		return a
+// hasSchema reports whether the store k has a schema to migrate.
+func hasSchema(k stores.Kind) bool {
+	_, ok := k.Settings().(cache.SchemaSettings)
+	return ok
+}
+
+// schemaFlag is a setting a store's schema reads (tagged schema:""), as a
+// setting of the proxy (postgres_table), and its store.
+type schemaFlag struct {
+	conf.Field
+	store string
+}
+
+// schemaStores returns the stores with a schema, and the settings their
+// schemas read.
+func schemaStores(settings *stores.Settings) ([]stores.Kind, []schemaFlag) {
+	var kinds []stores.Kind
+	for _, k := range stores.Kinds {
+		if hasSchema(k) {
+			kinds = append(kinds, k)
+		}
 	}
-	return b
+	var flags []schemaFlag
+	for _, f := range fields() {
+		for _, k := range kinds {
+			name, ok := strings.CutPrefix(f.Name, k.Name+"_")
+			if ok && stores.SchemaSetting(settings.Of(k.Name), name) {
+				flags = append(flags, schemaFlag{f, k.Name})
+			}
+		}
+	}
+	return kinds, flags
+}
+
+// migrateUsage is migrate's help.
+func migrateUsage(kinds []stores.Kind, flags []schemaFlag, def *Config) string {
+	var b strings.Builder
+	b.WriteString("usage: idemproxy migrate [--store URL] [--apply]")
+	for _, f := range flags {
+		fmt.Fprintf(&b, " [--%s VALUE]", f.FlagName())
+	}
+	fmt.Fprintf(&b, `
+
+Prints the schema of the store --store selects: what that store creates at
+start-up when it is missing, as the commands that make it, for teams that
+manage it themselves and turn that creation off. Without --store, or with a
+store that has no schema, the %s store's. With --apply, applies it to the
+store at --store; applying it again changes nothing.
+
+The stores with a schema:
+`, kinds[0].Name)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "  %s: %s\n", k.Name, k.Help)
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "  --store URL   the store, for --apply (default $%s)\n", EnvName("store"))
+	b.WriteString("  --apply       apply the schema instead of printing it\n")
+	for _, f := range flags {
+		fmt.Fprintf(&b, "  --%s VALUE   %s (default $%s, else %s)\n", f.FlagName(), f.Help, f.EnvName(EnvPrefix), f.Text(def))
+	}
+	return b.String()
 }

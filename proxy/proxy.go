@@ -61,7 +61,7 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.metrics.memory(st.store.opened.Memory)
+	p.metrics.memory(st.store.opened.Store)
 	p.cur.Store(st)
 	return p, nil
 }

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/cache/memstore"
 	"github.com/idemproxy/idemproxy/internal/conf"
-	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -25,7 +25,7 @@ var memoryReloads = map[string]string{
 // completed key ran again and the duplicate ran beside the first.
 func TestE2EReloadKeepsTheMemoryStore(t *testing.T) {
 	skipShort(t)
-	for _, f := range conf.Fields(reflect.TypeFor[stores.Memory]()) {
+	for _, f := range conf.Fields(reflect.TypeFor[memstore.Settings]()) {
 		if _, ok := memoryReloads["memory_"+f.Name]; !ok {
 			t.Errorf("memoryReloads lacks memory_%s", f.Name)
 		}

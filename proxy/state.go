@@ -43,12 +43,11 @@ type state struct {
 }
 
 // sharedStore is an open store and the states that use it: a reload that
-// keeps the store's identity (stores.Settings.Key: the memory store always)
+// keeps the store's identity (stores.Opened.Serves: the memory store always)
 // keeps it with its records and in-flight locks, and it is closed when the
 // last state using it is done.
 type sharedStore struct {
 	opened *stores.Opened
-	key    string // its identity (stores.Settings.Key)
 	refs   atomic.Int32
 }
 
@@ -58,34 +57,24 @@ func (s *sharedStore) release() {
 	}
 }
 
-// storeKey is what opening a store depends on: the store's identity (its URL
-// and its settings that cannot change on an open store), and for DynamoDB the
-// store_timeout, which bounds each of its requests.
-func storeKey(cfg *Config) string {
-	key := cfg.Stores.Key(cfg.Store)
-	if kind, _ := stores.KindOf(cfg.Store); kind == "dynamodb" {
-		key += fmt.Sprintf("\x00store_timeout=%v", cfg.StoreTimeout)
-	}
-	return key
-}
-
-// newState builds the state of cfg. It shares prev's store when the store's
-// identity is the same (stores.Settings.Key), with cfg's live store settings
+// newState builds the state of cfg. It shares prev's store when it serves cfg
+// (stores.Opened.Serves: the same identity), with cfg's live store settings
 // applied to it (the memory store's bounds), and opens a new one otherwise
 // (reopened).
 func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *state, reopened bool, err error) {
 	if st, err = p.prepareState(cfg); err != nil {
 		return nil, false, err
 	}
-	if key := storeKey(cfg); prev != nil && prev.store.key == key {
+	env := stores.Env{Warn: p.log.Warn, Trace: cfg.tracing, StoreTimeout: cfg.StoreTimeout}
+	if prev != nil && prev.store.opened.Serves(cfg.Stores.Key(cfg.Store), env) {
 		prev.store.refs.Add(1)
 		st.store = prev.store
 	} else {
-		opened, err := cfg.Stores.Open(ctx, cfg.Store, stores.Env{Warn: p.log.Warn, Trace: cfg.tracing, StoreTimeout: cfg.StoreTimeout})
+		opened, err := cfg.Stores.Open(ctx, cfg.Store, env)
 		if err != nil {
 			return nil, false, cfg.storeError(err)
 		}
-		st.store, reopened = &sharedStore{opened: opened, key: key}, true
+		st.store, reopened = &sharedStore{opened: opened}, true
 		st.store.refs.Store(1)
 	}
 	st.cache = st.store.opened.Store
@@ -256,7 +245,7 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	if reopened {
-		p.metrics.memory(st.store.opened.Memory)
+		p.metrics.memory(st.store.opened.Store)
 	}
 	p.cur.Store(st)
 	p.retire(old)
@@ -280,8 +269,9 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 // next had changed. next itself is left as it is.
 func restartKept(old, next *Config) (*Config, []string) {
 	kept := *next
+	kept.Stores = next.Stores.Clone() // a copy of the struct shares them
 	var changed []string
-	for _, f := range fields {
+	for _, f := range fields() {
 		was, now := f.Text(old), f.Text(next) // text: an empty list is no list
 		switch {
 		case f.Reload == conf.ReloadRestart && was != now:

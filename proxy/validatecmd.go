@@ -49,7 +49,7 @@ func checkConfig(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	mem, err := memstore.New(memstore.WithMaxRecords(1))
+	mem, err := memstore.New(memstore.Options{MaxRecords: 1})
 	if err != nil {
 		return err
 	}

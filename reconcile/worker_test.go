@@ -39,7 +39,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	f := &fixture{hits: map[string]int{}, hosts: map[string]string{}}
 	var err error
-	if f.store, err = memstore.New(); err != nil {
+	if f.store, err = memstore.New(memstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.store.Close() })

@@ -30,7 +30,7 @@ func TestSpansAndLinks(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(t.Context())
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

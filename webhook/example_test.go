@@ -20,7 +20,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store, func(s *middleware.Settings) {
 		s.Verifier, s.KeySource = v, v.KeySource()

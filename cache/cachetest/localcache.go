@@ -9,7 +9,7 @@ import (
 )
 
 // Instances are two instances of a store sharing one backend, each with a
-// local cache of completed records (WithLocalCache), on the backend's own
+// local cache of completed records (Options.LocalCache), on the backend's own
 // clock: the cache's expiry is real time.
 type Instances struct {
 	A, B cache.Store

@@ -49,7 +49,7 @@ var (
 // BenchmarkClaimComplete: a claim and a completion on a store far from its
 // bounds (the common case).
 func BenchmarkClaimComplete(b *testing.B) {
-	s, err := memstore.New(memstore.WithSweepInterval(0))
+	s, err := memstore.New(memstore.Options{SweepInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		if i == len(keys) { // start again on an empty store
 			b.StopTimer()
 			s.Close()
-			if s, err = memstore.New(memstore.WithSweepInterval(0)); err != nil {
+			if s, err = memstore.New(memstore.Options{SweepInterval: -1}); err != nil {
 				b.Fatal(err)
 			}
 			i = 0
@@ -79,7 +79,7 @@ func BenchmarkClaimCompleteAtBound(b *testing.B) {
 	const bound = 10_000
 	for _, owners := range []int{1, 16} {
 		b.Run(fmt.Sprint("owners=", owners), func(b *testing.B) {
-			s, err := memstore.New(memstore.WithSweepInterval(0), memstore.WithMaxRecords(bound))
+			s, err := memstore.New(memstore.Options{SweepInterval: -1, MaxRecords: bound})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func BenchmarkClaimCompleteAtBound(b *testing.B) {
 
 // BenchmarkClaimCompleteParallel: claims and completions from every core.
 func BenchmarkClaimCompleteParallel(b *testing.B) {
-	s, err := memstore.New(memstore.WithSweepInterval(0))
+	s, err := memstore.New(memstore.Options{SweepInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

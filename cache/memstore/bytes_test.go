@@ -23,7 +23,7 @@ func BenchmarkBytesPerRecord(b *testing.B) {
 	body := make([]byte, 64)
 	hdr := map[string][]string{"Content-Type": {"application/json"}}
 	for b.Loop() {
-		s, err := memstore.New(memstore.WithSweepInterval(0))
+		s, err := memstore.New(memstore.Options{SweepInterval: -1})
 		if err != nil {
 			b.Fatal(err)
 		}

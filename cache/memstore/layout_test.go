@@ -18,7 +18,7 @@ import (
 // Keys that share an index slot (forced here; 128 bits of seeded hash make it
 // practically impossible otherwise) are never answered with each other's record.
 func TestIndexPrefixCollision(t *testing.T) {
-	s, _ := newStore(t, memstore.WithShards(1))
+	s, _ := newStore(t, memstore.Options{Shards: 1})
 	memstore.ForceIndexCollisions(s)
 	ctx := context.Background()
 	a, b := "key-a", strings.Repeat("ab", 32)
@@ -48,7 +48,7 @@ func TestIndexPrefixCollision(t *testing.T) {
 // Records deleted out of order leave holes in the log; the space comes back when
 // the head passes them, and an emptied store holds no bytes at all.
 func TestHolesAreReclaimed(t *testing.T) {
-	s, clk := newStore(t, memstore.WithShards(1))
+	s, clk := newStore(t, memstore.Options{Shards: 1})
 	ctx := context.Background()
 	body := make([]byte, 700)
 	for i := 0; i < 200; i++ { // several chunks' worth
@@ -83,7 +83,7 @@ func TestHolesAreReclaimed(t *testing.T) {
 
 // A record larger than a chunk gets a chunk of its own, and reads back whole.
 func TestRecordLargerThanChunk(t *testing.T) {
-	s, _ := newStore(t, memstore.WithShards(2))
+	s, _ := newStore(t, memstore.Options{Shards: 2})
 	big := make([]byte, 1<<20)
 	for i := range big {
 		big[i] = byte(i * 7)
@@ -102,7 +102,7 @@ func TestRecordLargerThanChunk(t *testing.T) {
 // chunk and eviction drops chunks: the race detector must see nothing, and every
 // read returns the record that was written.
 func TestConcurrentAppendReadEvict(t *testing.T) {
-	s, _ := newStore(t, memstore.WithShards(1), memstore.WithMaxRecords(300))
+	s, _ := newStore(t, memstore.Options{Shards: 1, MaxRecords: 300})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -149,7 +149,7 @@ func TestConcurrentAppendReadEvict(t *testing.T) {
 // Keys with structure (hex counters sharing a long zero prefix, as a caller
 // other than the middleware may choose) each keep their own record.
 func TestStructuredKeys(t *testing.T) {
-	s, _ := newStore(t)
+	s, _ := newStore(t, memstore.Options{})
 	ctx := context.Background()
 	const n = 20000
 	for i := range n {

@@ -14,7 +14,7 @@ import (
 // BenchmarkListHeld lists the held outcomes of a store of 100,000 completed
 // records, 100 of them held: what one page of an operator's listing costs.
 func BenchmarkListHeld(b *testing.B) {
-	s, err := memstore.New()
+	s, err := memstore.New(memstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

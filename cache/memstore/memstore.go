@@ -56,6 +56,7 @@
 package memstore
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -108,35 +109,26 @@ const (
 	roomAttempts = 3
 )
 
-// Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	maxRecords    int64
-	maxBytes      int64
-	shards        int
-	sweepInterval time.Duration
-	now           func() time.Time
+// Options configure a Store. The zero value is usable: defaults apply to
+// zero fields.
+type Options struct {
+	// MaxRecords bounds the number of records (in flight and completed). 0
+	// means DefaultMaxRecords.
+	MaxRecords int64
+	// MaxBytes bounds the memory held by records, including the index, the
+	// owner table and the unreclaimed space of the record log. 0 means
+	// DefaultMaxBytes.
+	MaxBytes int64
+	// Shards is the number of independently locked shards, at most 4096. 0
+	// means DefaultShards.
+	Shards int
+	// SweepInterval is how often expired records are swept; negative turns
+	// the sweeper off (expiry is still enforced on read). 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Now is the time source (tests inject one). nil: time.Now.
+	Now func() time.Time
 }
-
-// WithMaxRecords bounds the number of records (in flight and completed). Default
-// DefaultMaxRecords.
-func WithMaxRecords(n int64) Option { return func(c *config) { c.maxRecords = n } }
-
-// WithMaxBytes bounds the memory held by records, including the index, the
-// owner table and the unreclaimed space of the record log. Default
-// DefaultMaxBytes.
-func WithMaxBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }
-
-// WithShards sets the number of independently locked shards. Default DefaultShards.
-func WithShards(n int) Option { return func(c *config) { c.shards = n } }
-
-// WithSweepInterval sets how often expired records are swept; 0 or less disables the
-// sweeper (expiry is still enforced on read). Default DefaultSweepInterval.
-func WithSweepInterval(d time.Duration) Option { return func(c *config) { c.sweepInterval = d } }
-
-// WithClock injects the time source (tests). Default time.Now.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // Store is the in-memory cache.Store. Create it with New; call Close to stop its sweeper.
 type Store struct {
@@ -238,48 +230,44 @@ var (
 )
 
 // New returns a Store and starts its sweeper.
-func New(opts ...Option) (*Store, error) {
-	c := config{
-		maxRecords:    DefaultMaxRecords,
-		maxBytes:      DefaultMaxBytes,
-		shards:        DefaultShards,
-		sweepInterval: DefaultSweepInterval,
-		now:           time.Now,
-	}
-	for _, o := range opts {
-		o(&c)
-	}
+func New(opts Options) (*Store, error) {
+	c := opts
 	switch {
-	case c.maxRecords < 1:
-		return nil, fmt.Errorf("memstore: max records must be at least 1, got %d", c.maxRecords)
-	case c.maxBytes < 1:
-		return nil, fmt.Errorf("memstore: max bytes must be at least 1, got %d", c.maxBytes)
-	case c.shards < 1 || c.shards > 4096:
-		return nil, fmt.Errorf("memstore: shards must be between 1 and 4096, got %d", c.shards)
-	case c.now == nil:
-		return nil, fmt.Errorf("memstore: nil clock")
+	case c.MaxRecords < 0:
+		return nil, fmt.Errorf("memstore: max records must be at least 1 (0: the default), got %d", c.MaxRecords)
+	case c.MaxBytes < 0:
+		return nil, fmt.Errorf("memstore: max bytes must be at least 1 (0: the default), got %d", c.MaxBytes)
+	case c.Shards < 0 || c.Shards > 4096:
+		return nil, fmt.Errorf("memstore: shards must be between 1 and 4096 (0: the default), got %d", c.Shards)
+	}
+	c.MaxRecords = cmp.Or(c.MaxRecords, DefaultMaxRecords)
+	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultMaxBytes)
+	c.Shards = cmp.Or(c.Shards, DefaultShards)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	s := &Store{
-		shards: make([]shard, c.shards),
+		shards: make([]shard, c.Shards),
 		seedA:  maphash.MakeSeed(),
 		seedB:  maphash.MakeSeed(),
-		now:    c.now,
+		now:    c.Now,
 		// A partly filled chunk in every shard may cost at most an eighth of the
 		// byte bound.
-		chunkSize: int(min(max(c.maxBytes/int64(c.shards)/8, minChunk), maxChunk)),
+		chunkSize: int(min(max(c.MaxBytes/int64(c.Shards)/8, minChunk), maxChunk)),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	s.maxRecs.Store(c.maxRecords)
-	s.maxByte.Store(c.maxBytes)
+	s.maxRecs.Store(c.MaxRecords)
+	s.maxByte.Store(c.MaxBytes)
 	s.owners.init()
 	for i := range s.shards {
 		s.shards[i].locks = make(map[ikey]*lock)
 		s.shards[i].index = make(map[prefix]uint64)
 		s.shards[i].ownScan = make(map[ownerID]uint64)
 	}
-	if c.sweepInterval > 0 {
-		go s.sweepLoop(c.sweepInterval)
+	if c.SweepInterval > 0 {
+		go s.sweepLoop(c.SweepInterval)
 	} else {
 		close(s.done)
 	}

@@ -16,7 +16,7 @@ import (
 func TestConformance(t *testing.T) {
 	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		s, err := memstore.New(memstore.WithClock(clk.Now))
+		s, err := memstore.New(memstore.Options{Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,10 +26,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func newStore(t *testing.T, opts ...memstore.Option) (*memstore.Store, *cachetest.Clock) {
+// newStore is a store with opts, on a test clock, without a sweeper.
+func newStore(t *testing.T, opts memstore.Options) (*memstore.Store, *cachetest.Clock) {
 	t.Helper()
 	clk := cachetest.NewClock()
-	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clk.Now), memstore.WithSweepInterval(0)}, opts...)...)
+	opts.Now, opts.SweepInterval = clk.Now, -1
+	s, err := memstore.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func complete(t *testing.T, s cache.Store, key string, body []byte) {
 }
 
 func TestMaxRecordsEvictsOldestCompleted(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxRecords(3), memstore.WithShards(1))
+	s, _ := newStore(t, memstore.Options{MaxRecords: 3, Shards: 1})
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		complete(t, s, fmt.Sprint("k", i), []byte("x"))
@@ -85,7 +87,7 @@ func TestMaxRecordsEvictsOldestCompleted(t *testing.T) {
 }
 
 func TestInFlightNeverEvicted(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxRecords(2), memstore.WithShards(4))
+	s, _ := newStore(t, memstore.Options{MaxRecords: 2, Shards: 4})
 	ctx := context.Background()
 	a, b := cachetest.Token(), cachetest.Token()
 	if _, _, err := s.LockOrGet(ctx, "a", lockFor(a)); err != nil {
@@ -124,7 +126,7 @@ func TestInFlightNeverEvicted(t *testing.T) {
 
 func TestMaxBytesEvicts(t *testing.T) {
 	const limit = 64 << 10
-	s, _ := newStore(t, memstore.WithMaxBytes(limit), memstore.WithShards(8))
+	s, _ := newStore(t, memstore.Options{MaxBytes: limit, Shards: 8})
 	body := make([]byte, 4<<10)
 	for i := 0; i < 100; i++ {
 		complete(t, s, fmt.Sprint("k", i), body)
@@ -144,7 +146,7 @@ func TestMaxBytesEvicts(t *testing.T) {
 }
 
 func TestRecordLargerThanBound(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxBytes(1<<10))
+	s, _ := newStore(t, memstore.Options{MaxBytes: 1 << 10})
 	ctx := context.Background()
 	tok := cachetest.Token()
 	if _, _, err := s.LockOrGet(ctx, "big", lockFor(tok)); err != nil {
@@ -162,7 +164,7 @@ func TestRecordLargerThanBound(t *testing.T) {
 }
 
 func TestSweepRemovesExpired(t *testing.T) {
-	s, clk := newStore(t)
+	s, clk := newStore(t, memstore.Options{})
 	ctx := context.Background()
 	complete(t, s, "done", []byte("x"))
 	if _, _, err := s.LockOrGet(ctx, "lock", lockFor(cachetest.Token())); err != nil {
@@ -187,7 +189,7 @@ func TestSweepRemovesExpired(t *testing.T) {
 
 func TestBackgroundSweeperAndClose(t *testing.T) {
 	clk := cachetest.NewClock()
-	s, err := memstore.New(memstore.WithClock(clk.Now), memstore.WithSweepInterval(time.Millisecond))
+	s, err := memstore.New(memstore.Options{Now: clk.Now, SweepInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +211,11 @@ func TestBackgroundSweeperAndClose(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
-	for name, opt := range map[string]memstore.Option{
-		"records": memstore.WithMaxRecords(0),
-		"bytes":   memstore.WithMaxBytes(-1),
-		"shards":  memstore.WithShards(0),
-		"clock":   memstore.WithClock(nil),
+	for name, opt := range map[string]memstore.Options{
+		"records":    {MaxRecords: -1},
+		"bytes":      {MaxBytes: -1},
+		"shards":     {Shards: -1},
+		"shards cap": {Shards: 4097},
 	} {
 		if _, err := memstore.New(opt); err == nil {
 			t.Errorf("%s: New accepted a bad option", name)
@@ -222,7 +224,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func ExampleStore() {
-	s, err := memstore.New(memstore.WithMaxRecords(100_000))
+	s, err := memstore.New(memstore.Options{MaxRecords: 100_000})
 	if err != nil {
 		panic(err)
 	}
@@ -244,7 +246,7 @@ func ExampleStore() {
 // The core's behaviour suite on the memory store.
 func TestMiddlewareSuite(t *testing.T) {
 	middlewaretest.Run(t, func(t *testing.T) cache.Store {
-		s, err := memstore.New()
+		s, err := memstore.New(memstore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +258,7 @@ func TestMiddlewareSuite(t *testing.T) {
 // SetBounds applies new bounds to a live store: records survive a raise, a
 // lowering evicts the oldest completed ones, never an in-flight lock.
 func TestSetBoundsOnALiveStore(t *testing.T) {
-	s, err := memstore.New(memstore.WithMaxRecords(10), memstore.WithSweepInterval(0))
+	s, err := memstore.New(memstore.Options{MaxRecords: 10, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

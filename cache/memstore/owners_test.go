@@ -49,7 +49,7 @@ func TestFloodNeverEvictsAnotherOwnersRecords(t *testing.T) {
 	const limit = 64 << 10
 	for _, shards := range []int{1, 4, 64} {
 		t.Run(fmt.Sprint(shards, " shards"), func(t *testing.T) {
-			s, _ := newStore(t, memstore.WithMaxBytes(limit), memstore.WithShards(shards))
+			s, _ := newStore(t, memstore.Options{MaxBytes: limit, Shards: shards})
 			for i := range 3 {
 				if err := putAs(s, "victim", fmt.Sprint("charge-", i), []byte(fmt.Sprint("charged ", i))); err != nil {
 					t.Fatal(err)
@@ -84,7 +84,7 @@ func TestFloodNeverEvictsAnotherOwnersRecords(t *testing.T) {
 // until it is back at its share; then the newcomer, at its own share, evicts
 // its own records, never the other's.
 func TestOverShareOwnerEvictedThenOwn(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxRecords(100), memstore.WithShards(1))
+	s, _ := newStore(t, memstore.Options{MaxRecords: 100, Shards: 1})
 	for i := range 100 {
 		if err := putAs(s, "heavy", fmt.Sprint("h", i), []byte("h")); err != nil {
 			t.Fatal(err)
@@ -117,7 +117,7 @@ func TestOverShareOwnerEvictedThenOwn(t *testing.T) {
 // go (here: the rest are another owner's in-flight locks), and a claim with
 // nothing at all to evict gets ErrFull.
 func TestOwnRecordsAsALastResort(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxRecords(4), memstore.WithShards(2))
+	s, _ := newStore(t, memstore.Options{MaxRecords: 4, Shards: 2})
 	if err := putAs(s, "a", "a0", []byte("a0")); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestOwnRecordsAsALastResort(t *testing.T) {
 // lock, so the key is still remembered as done.
 func TestMintedOwnersEndInRefusalAndTheMarkerFits(t *testing.T) {
 	const limit = 1024 * 600 // a share of at least 600 bytes, however many owners
-	s, _ := newStore(t, memstore.WithMaxBytes(limit))
+	s, _ := newStore(t, memstore.Options{MaxBytes: limit})
 	ctx := context.Background()
 	trace := bytes.Repeat([]byte{7}, cache.MaxTrace)
 	// Locks taken while there was room, by owners that have nothing else.
@@ -242,7 +242,7 @@ func TestMintedOwnersEndInRefusalAndTheMarkerFits(t *testing.T) {
 // log holds no more chunks than the bound allows.
 func TestCompactionKeepsTheHeadMoving(t *testing.T) {
 	const limit = 32 << 10
-	s, clk := newStore(t, memstore.WithMaxBytes(limit), memstore.WithShards(1))
+	s, clk := newStore(t, memstore.Options{MaxBytes: limit, Shards: 1})
 	victim := bytes.Repeat([]byte("v"), 100)
 	if err := putAs(s, "victim", "v", victim); err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestRandomOperationsKeepTheAccountsExact(t *testing.T) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			const limit = 48 << 10 // a victim's record of ~200 bytes is within any share
 			rng := rand.New(rand.NewPCG(seed, 1))
-			s, clk := newStore(t, memstore.WithMaxBytes(limit), memstore.WithMaxRecords(300), memstore.WithShards(1+int(seed)*3))
+			s, clk := newStore(t, memstore.Options{MaxBytes: limit, MaxRecords: 300, Shards: 1 + int(seed)*3})
 			ctx := context.Background()
 			if err := putAs(s, "victim", "victim-key", []byte("kept")); err != nil {
 				t.Fatal(err)
@@ -371,7 +371,7 @@ func TestRandomOperationsKeepTheAccountsExact(t *testing.T) {
 // are exact once they stop.
 func TestConcurrentOwnersAtTheBounds(t *testing.T) {
 	const limit = 96 << 10
-	s, _ := newStore(t, memstore.WithMaxBytes(limit), memstore.WithMaxRecords(400), memstore.WithShards(4))
+	s, _ := newStore(t, memstore.Options{MaxBytes: limit, MaxRecords: 400, Shards: 4})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for w := range 6 {

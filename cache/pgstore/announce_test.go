@@ -26,7 +26,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 	srv := pgtest.Start(t)
 	pool := srv.Pool()
 	ctx := context.Background()
-	s := mustNew(t, pool, pgstore.WithTable("announced"))
+	s := mustNew(t, pool, pgstore.Options{Table: "announced"})
 
 	listen, err := pgx.Connect(ctx, pool.Config().ConnConfig.ConnString())
 	if err != nil {
@@ -115,7 +115,7 @@ func TestTableOfAnEarlierVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := mustNew(t, pool, pgstore.WithTable("old_auto"))
+	s := mustNew(t, pool, pgstore.Options{Table: "old_auto"})
 	if _, cancel := s.Subscribe("k"); cancel != nil {
 		defer cancel()
 	}
@@ -123,7 +123,7 @@ func TestTableOfAnEarlierVersion(t *testing.T) {
 		t.Fatalf("completing a lock taken before the upgrade: %v", err)
 	}
 
-	_, err := pgstore.New(ctx, pool, pgstore.WithTable("old_manual"), pgstore.WithCreateSchema(false))
+	_, err := pgstore.New(ctx, pool, pgstore.Options{Table: "old_manual", SkipCreateSchema: true})
 	if err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
 		t.Fatalf("an earlier version's table with schema creation off: %v, want an error naming idemproxy migrate", err)
 	}
@@ -136,7 +136,7 @@ func TestTableOfAnEarlierVersion(t *testing.T) {
 			t.Fatalf("applying the printed DDL (time %d): %v", i+1, err)
 		}
 	}
-	m := mustNew(t, pool, pgstore.WithTable("old_manual"), pgstore.WithCreateSchema(false))
+	m := mustNew(t, pool, pgstore.Options{Table: "old_manual", SkipCreateSchema: true})
 	if err := m.Complete(ctx, "k", "tok", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +147,8 @@ func TestTableOfAnEarlierVersion(t *testing.T) {
 // the waiter's mark asks for, delivers the replay in time.
 func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	a := mustNew(t, pool, pgstore.WithTable("waited_across"))
-	b := mustNew(t, pool, pgstore.WithTable("waited_across"))
+	a := mustNew(t, pool, pgstore.Options{Table: "waited_across"})
+	b := mustNew(t, pool, pgstore.Options{Table: "waited_across"})
 	gate, started := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +217,7 @@ func TestAddingTheColumnDoesNotStallTraffic(t *testing.T) {
 	}
 	started := make(chan error, 1)
 	go func() {
-		s, err := pgstore.New(ctx, pool, pgstore.WithTable("stall"))
+		s, err := pgstore.New(ctx, pool, pgstore.Options{Table: "stall"})
 		if err == nil {
 			s.Close()
 		}
@@ -249,7 +249,7 @@ func TestAddingTheColumnDoesNotStallTraffic(t *testing.T) {
 func TestPrintedDDLTakesNoExclusiveLockWhenUpToDate(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	ctx := context.Background()
-	mustNew(t, pool, pgstore.WithTable("up_to_date"))
+	mustNew(t, pool, pgstore.Options{Table: "up_to_date"})
 	ddl, err := pgstore.Schema("up_to_date")
 	if err != nil {
 		t.Fatal(err)

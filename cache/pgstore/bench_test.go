@@ -16,7 +16,7 @@ import (
 // BenchmarkCorePostgres: the core's first execution and replay against a real
 // PostgreSQL on loopback (each includes the round trips: 2 and 1).
 func BenchmarkCorePostgres(b *testing.B) {
-	middlewaretest.Bench(b, mustNew(b, pgtest.Start(b).Pool(), pgstore.WithTable("bench")))
+	middlewaretest.Bench(b, mustNew(b, pgtest.Start(b).Pool(), pgstore.Options{Table: "bench"}))
 }
 
 // BenchmarkPostgresServerCPU: what one first execution (a claim, then a
@@ -27,7 +27,7 @@ func BenchmarkCorePostgres(b *testing.B) {
 //	taskset -c 1 go test -run '^$' -bench PostgresServerCPU -benchtime 6000x ./cache/pgstore
 func BenchmarkPostgresServerCPU(b *testing.B) {
 	srv := pgtest.Start(b)
-	s := mustNew(b, srv.Pool(), pgstore.WithTable("cpu"))
+	s := mustNew(b, srv.Pool(), pgstore.Options{Table: "cpu"})
 	ctx := context.Background()
 	rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201, Body: []byte(`{"id":"ch_1","status":"paid"}`)}}
 	run := func(i int) {

@@ -13,7 +13,7 @@ import (
 )
 
 // A Go service on PostgreSQL. New creates the table if it is missing (or, with
-// WithCreateSchema(false), checks that it exists), so a database that cannot be
+// Options.SkipCreateSchema, checks that it exists), so a database that cannot be
 // reached fails here rather than at the first request.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -23,7 +23,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgstore.New(ctx, pool, pgstore.WithTable("idem.records"))
+	store, err := pgstore.New(ctx, pool, pgstore.Options{Table: "idem.records"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func (t *turns) dial(cfg *pgxpool.Config) {
 func TestRoundTrips(t *testing.T) {
 	var rt turns
 	pool := pgtest.Start(t).Pool(rt.dial)
-	store := mustNew(t, pool, pgstore.WithTable("rt"))
+	store := mustNew(t, pool, pgstore.Options{Table: "rt"})
 	release := make(chan struct{})
 	var calls atomic.Int64
 	idem, err := middleware.New(store)
@@ -138,7 +138,7 @@ func TestRoundTrips(t *testing.T) {
 func faultCase(t *testing.T, srv *pgtest.Server, table string, fault func(pool *pgxpool.Pool)) {
 	t.Helper()
 	pool := srv.Pool()
-	store := mustNew(t, pool, pgstore.WithTable(table))
+	store := mustNew(t, pool, pgstore.Options{Table: table})
 	idem, err := middleware.New(store, func(s *middleware.Settings) { s.StoreTimeout = 2 * time.Second })
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestStatementTimeout(t *testing.T) {
 	srv := pgtest.Start(t)
 	admin := srv.Pool()
 	pool := srv.Pool(func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "300ms" })
-	store := mustNew(t, pool, pgstore.WithTable("slow"))
+	store := mustNew(t, pool, pgstore.Options{Table: "slow"})
 	var calls atomic.Int64
 	idem, err := middleware.New(store)
 	if err != nil {
@@ -257,7 +257,7 @@ func TestStatementTimeout(t *testing.T) {
 func TestConcurrentStatementsBatched(t *testing.T) {
 	var rt turns
 	pool := pgtest.Start(t).Pool(rt.dial)
-	store := mustNew(t, pool, pgstore.WithTable("batched_rt"))
+	store := mustNew(t, pool, pgstore.Options{Table: "batched_rt"})
 	ctx := context.Background()
 	if _, _, err := store.LockOrGet(ctx, "warm", cache.Lock{Token: "w", Fingerprint: "f", Lease: time.Minute}); err != nil {
 		t.Fatal(err)

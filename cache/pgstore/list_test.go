@@ -15,7 +15,7 @@ import (
 // and a listing by prefix the primary key's range.
 func TestHeldListingReadsTheHeldIndex(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	s := mustNew(t, pool, pgstore.WithTable("idem_listed"))
+	s := mustNew(t, pool, pgstore.Options{Table: "idem_listed"})
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `INSERT INTO idem_listed (key, state, token, fingerprint, created_at, expires_at, unknown)
 		SELECT convert_to(md5(i::text) || md5((-i)::text), 'UTF8'), 2, '\x00', '\x00', now(), now() + interval '1 day', i % 1000 = 0

@@ -16,6 +16,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -38,42 +39,41 @@ const (
 	DefaultSweepBatch    = 1000
 )
 
-// Option configures a Store.
-type Option func(*Store)
-
-// WithTable sets the table: a name, optionally schema-qualified (letters,
-// digits and underscores). Default DefaultTable.
-func WithTable(name string) Option { return func(s *Store) { s.table = name } }
-
-// WithCreateSchema makes New create the table and its index when they do not
-// exist (the default), or only check that the table is there (false), for teams
-// that apply the DDL themselves (Schema, `idemproxy migrate`).
-func WithCreateSchema(on bool) Option { return func(s *Store) { s.createSchema = on } }
-
-// WithSweep sets how often expired rows are deleted in the background, and how
-// many per statement. An interval of 0 turns the sweeper off (another instance,
-// or a cron job calling Sweep, deletes them; reads ignore them either way).
-// Defaults DefaultSweepInterval and DefaultSweepBatch.
-func WithSweep(interval time.Duration, batch int) Option {
-	return func(s *Store) { s.sweepEvery, s.sweepBatch = interval, batch }
+// Options configure a Store. The zero value is usable: defaults apply to
+// zero fields.
+type Options struct {
+	// Table is the table: a name, optionally schema-qualified (letters,
+	// digits and underscores). "" means DefaultTable.
+	Table string
+	// SkipCreateSchema makes New only check that the table is there, for
+	// teams that apply the DDL themselves (Schema, `idemproxy migrate`). By
+	// default New creates the table and its index when they do not exist.
+	SkipCreateSchema bool
+	// SweepInterval is how often expired rows are deleted in the background;
+	// negative turns the sweeper off (another instance, or a cron job
+	// calling Sweep, deletes them; reads ignore them either way). 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// SweepBatch is how many rows a sweep deletes per statement. 0 means
+	// DefaultSweepBatch.
+	SweepBatch int
+	// LocalCache keeps up to this many bytes of completed records in this
+	// process's memory, so a replay is answered without a round trip; 0
+	// keeps none. Deletes and resolves through any instance reach every
+	// instance's cache before it answers again (how:
+	// cache/internal/localcache).
+	LocalCache int64
+	// Batches is how many batches the store keeps in flight: the request
+	// path's statements from concurrent requests are sent together, one
+	// batch and one transaction each (see batcher). Negative sends every
+	// statement on its own. 0 means DefaultBatches.
+	Batches int
+	// Now makes the store use this clock instead of the database server's
+	// for lease and record expiry (tests). Every process sharing the table
+	// must agree on time, so production code leaves the server's clock in
+	// charge. nil: the server's.
+	Now func() time.Time
 }
-
-// WithLocalCache keeps up to maxBytes of completed records in this process's
-// memory, so a replay is answered without a round trip; 0 (the default) keeps
-// none. Deletes and resolves through any instance reach every instance's cache
-// before it answers again (how: cache/internal/localcache).
-func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
-
-// WithBatches sets how many batches the store keeps in flight: the request
-// path's statements from concurrent requests are sent together, one batch and
-// one transaction each (see batcher). 0 sends every statement on its own.
-// Default DefaultBatches.
-func WithBatches(n int) Option { return func(s *Store) { s.batches = n } }
-
-// WithClock makes the store use this clock instead of the database server's for
-// lease and record expiry (tests). Every process sharing the table must agree on
-// time, so production code leaves the server's clock in charge.
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // Store is the PostgreSQL cache.Store. The caller owns the pool and closes it
 // after the store.
@@ -117,22 +117,28 @@ func CheckTable(name string) error {
 }
 
 // New returns a Store over pool. It creates the schema (unless
-// WithCreateSchema(false)) or checks that the table has the columns this
-// version needs, and starts the sweeper. Call Close when done with it.
-func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
-	s := &Store{pool: pool, table: DefaultTable, createSchema: true, sweepEvery: DefaultSweepInterval, sweepBatch: DefaultSweepBatch,
-		batches: DefaultBatches}
-	for _, o := range opts {
-		o(s)
-	}
-	if err := CheckTable(s.table); err != nil {
+// opts.SkipCreateSchema) or checks that the table has the columns this version
+// needs, and starts the sweeper. Call Close when done with it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	opts.Table = cmp.Or(opts.Table, DefaultTable)
+	if err := CheckTable(opts.Table); err != nil {
 		return nil, err
 	}
-	if s.localBytes < 0 || s.batches < 0 {
-		return nil, fmt.Errorf("pgstore: the local cache and the batches must not be negative, got %d and %d", s.localBytes, s.batches)
+	if opts.LocalCache < 0 {
+		return nil, fmt.Errorf("pgstore: the local cache must not be negative, got %d", opts.LocalCache)
 	}
-	if s.sweepEvery < 0 || s.sweepBatch < 1 {
-		return nil, fmt.Errorf("pgstore: sweep interval must not be negative and batch at least 1, got %v and %d", s.sweepEvery, s.sweepBatch)
+	if opts.SweepBatch < 0 {
+		return nil, fmt.Errorf("pgstore: the sweep batch must be at least 1 (0: the default), got %d", opts.SweepBatch)
+	}
+	s := &Store{
+		pool:         pool,
+		table:        opts.Table,
+		createSchema: !opts.SkipCreateSchema,
+		sweepEvery:   max(cmp.Or(opts.SweepInterval, DefaultSweepInterval), 0), // negative: no sweeper
+		sweepBatch:   cmp.Or(opts.SweepBatch, DefaultSweepBatch),
+		now:          opts.Now,
+		localBytes:   opts.LocalCache,
+		batches:      max(cmp.Or(opts.Batches, DefaultBatches), 0), // negative: none
 	}
 	s.q = buildQueries(s.table)
 	s.rq = buildReconcileQueries(s.table)

@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func mustNew(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
+func mustNew(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(context.Background(), pool, opts...)
+	s, err := pgstore.New(context.Background(), pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,15 +30,15 @@ func mustNew(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.
 var tables atomic.Int64
 
 // freshTable names a table of its own for one store.
-func freshTable() pgstore.Option {
-	return pgstore.WithTable(fmt.Sprintf("idem_%d", tables.Add(1)))
+func freshTable() string {
+	return fmt.Sprintf("idem_%d", tables.Add(1))
 }
 
 func TestConformance(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		return cachetest.Harness{Store: mustNew(t, pool, freshTable(), pgstore.WithClock(clk.Now)), Clock: clk}
+		return cachetest.Harness{Store: mustNew(t, pool, pgstore.Options{Table: freshTable(), Now: clk.Now}), Clock: clk}
 	})
 }
 
@@ -47,7 +47,7 @@ func TestMiddlewareSuite(t *testing.T) {
 	for _, local := range []int64{0, 1 << 20} {
 		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
 			middlewaretest.Run(t, func(t *testing.T) cache.Store {
-				return mustNew(t, pool, freshTable(), pgstore.WithLocalCache(local))
+				return mustNew(t, pool, pgstore.Options{Table: freshTable(), LocalCache: local})
 			})
 		})
 	}
@@ -57,7 +57,7 @@ func TestMiddlewareSuite(t *testing.T) {
 // sweeper deletes expired rows in batches while leaving live ones.
 func TestServerClockExpiryAndSweep(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	s := mustNew(t, pool, pgstore.WithTable("swept"), pgstore.WithSweep(0, 7))
+	s := mustNew(t, pool, pgstore.Options{Table: "swept", SweepInterval: -1, SweepBatch: 7})
 	ctx := context.Background()
 	if _, loaded, err := s.LockOrGet(ctx, "short", cache.Lock{Token: "a", Fingerprint: "f", Lease: 30 * time.Millisecond}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
@@ -106,12 +106,12 @@ func TestServerClockExpiryAndSweep(t *testing.T) {
 func TestTableAndSchema(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	ctx := context.Background()
-	for _, bad := range []string{"", "a-b", "x; DROP TABLE y", "a.b.c", "1abc"} {
-		if _, err := pgstore.New(ctx, pool, pgstore.WithTable(bad)); err == nil {
+	for _, bad := range []string{"a-b", "x; DROP TABLE y", "a.b.c", "1abc"} { // "": the default
+		if _, err := pgstore.New(ctx, pool, pgstore.Options{Table: bad}); err == nil {
 			t.Fatalf("table %q accepted", bad)
 		}
 	}
-	if _, err := pgstore.New(ctx, pool, pgstore.WithTable("absent"), pgstore.WithCreateSchema(false)); err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
+	if _, err := pgstore.New(ctx, pool, pgstore.Options{Table: "absent", SkipCreateSchema: true}); err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
 		t.Fatalf("missing table with schema creation off: %v, want an error naming idemproxy migrate", err)
 	}
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA idem"); err != nil {
@@ -124,7 +124,7 @@ func TestTableAndSchema(t *testing.T) {
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		t.Fatalf("applying the printed DDL: %v\n%s", err, ddl)
 	}
-	s := mustNew(t, pool, pgstore.WithTable("idem.records"), pgstore.WithCreateSchema(false))
+	s := mustNew(t, pool, pgstore.Options{Table: "idem.records", SkipCreateSchema: true})
 	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestTableAndSchema(t *testing.T) {
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
 		go func() {
-			s, err := pgstore.New(ctx, pool, pgstore.WithTable("together"))
+			s, err := pgstore.New(ctx, pool, pgstore.Options{Table: "together"})
 			if err == nil {
 				s.Close()
 			}
@@ -151,7 +151,7 @@ func TestTableAndSchema(t *testing.T) {
 // would change its xmin), for a completed record and a lock in flight alike.
 func TestClaimReadsFirst(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	s := mustNew(t, pool, pgstore.WithTable("readfirst"))
+	s := mustNew(t, pool, pgstore.Options{Table: "readfirst"})
 	ctx := context.Background()
 	version := func(key string) string {
 		t.Helper()
@@ -196,8 +196,8 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
 		table := fmt.Sprintf("idem_%d", tables.Add(1))
-		a := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
-		b := mustNew(t, pool, pgstore.WithTable(table), pgstore.WithLocalCache(1<<20))
+		a := mustNew(t, pool, pgstore.Options{Table: table, LocalCache: 1 << 20})
+		b := mustNew(t, pool, pgstore.Options{Table: table, LocalCache: 1 << 20})
 		return cachetest.Instances{A: a, B: b, Drop: func(t *testing.T, key string) {
 			if _, err := pool.Exec(context.Background(), "DELETE FROM "+table+" WHERE key = $1", []byte(key)); err != nil {
 				t.Fatal(err)
@@ -211,7 +211,7 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 // table, sweeps as before.
 func TestSweepDropsLapsedReconcileJobs(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	s := mustNew(t, pool, pgstore.WithTable("jobs_swept"), pgstore.WithSweep(0, 2))
+	s := mustNew(t, pool, pgstore.Options{Table: "jobs_swept", SweepInterval: -1, SweepBatch: 2})
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 5 {

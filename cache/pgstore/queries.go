@@ -84,7 +84,7 @@ type queries struct {
 }
 
 // Schema returns the DDL that creates table and its index, or brings a table
-// of an earlier version up to date (what New runs unless WithCreateSchema(false),
+// of an earlier version up to date (what New runs unless Options.SkipCreateSchema,
 // and `idemproxy migrate` prints). Every statement is idempotent.
 func Schema(table string) (string, error) {
 	if err := CheckTable(table); err != nil {

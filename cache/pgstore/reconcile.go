@@ -147,7 +147,7 @@ func (s *Store) GetReconcile(ctx context.Context, key string) (*cache.Job, error
 }
 
 // sweepReconcile deletes the jobs whose hold has ended, a batch at a time. A
-// table created before reconcile (WithCreateSchema(false), the DDL not applied
+// table created before reconcile (Options.SkipCreateSchema, the DDL not applied
 // again) has no job table, and no jobs: that is no error.
 func (s *Store) sweepReconcile(ctx context.Context) (int64, error) {
 	var total int64

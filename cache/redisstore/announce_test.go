@@ -22,7 +22,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	ctx := context.Background()
-	s := mustNew(t, client, redisstore.WithPrefix("ann:"))
+	s := mustNew(t, client, redisstore.Options{Prefix: "ann:"})
 	defer s.Close()
 	ps := client.Subscribe(ctx, "ann:notify")
 	defer ps.Close()
@@ -85,9 +85,9 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	a := mustNew(t, srv.Client(), redisstore.WithPrefix("across:"))
+	a := mustNew(t, srv.Client(), redisstore.Options{Prefix: "across:"})
 	defer a.Close()
-	b := mustNew(t, srv.Client(), redisstore.WithPrefix("across:"))
+	b := mustNew(t, srv.Client(), redisstore.Options{Prefix: "across:"})
 	defer b.Close()
 	if _, loaded, err := a.LockOrGet(ctx, "k", cache.Lock{Token: "tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
@@ -122,7 +122,7 @@ func TestMarkWritesOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	ctx := context.Background()
-	s := mustNew(t, client, redisstore.WithPrefix("mark:"))
+	s := mustNew(t, client, redisstore.Options{Prefix: "mark:"})
 	defer s.Close()
 	dirty := func() int64 {
 		t.Helper()

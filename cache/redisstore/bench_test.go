@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"testing"
 
+	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 )
@@ -11,7 +12,7 @@ import (
 // on loopback (each includes the round trips: 2 and 1).
 func BenchmarkCoreRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	store := mustNew(b, srv.Client())
+	store := mustNew(b, srv.Client(), redisstore.Options{})
 	defer store.Close()
 	middlewaretest.Bench(b, store)
 }

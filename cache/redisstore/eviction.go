@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -41,4 +42,25 @@ func CheckEviction(ctx context.Context, client redis.UniversalClient) error {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	}
 	return check(ctx, client)
+}
+
+// enforceNoEviction applies CheckEviction's answer: an evicting policy is an error
+// unless allowed (then a warning); an unanswered check is a warning.
+func enforceNoEviction(ctx context.Context, client redis.UniversalClient, allow bool, warn func(string, ...any)) error {
+	err := CheckEviction(ctx, client)
+	var ev *EvictionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ev) && !allow:
+		return err
+	}
+	if warn != nil {
+		if ev != nil {
+			warn("Redis may evict in-flight locks: eviction allowed by configuration", "maxmemory-policy", ev.Policy)
+		} else {
+			warn("could not check Redis's maxmemory-policy; make sure it is noeviction", "error", err)
+		}
+	}
+	return nil
 }

@@ -33,7 +33,7 @@ func Example() {
 	} else if err != nil {
 		log.Printf("could not check Redis's maxmemory-policy (%v); make sure it is noeviction", err)
 	}
-	store, err := redisstore.New(client, redisstore.WithPrefix("myapp:idem:"))
+	store, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:idem:"})
 	if err != nil {
 		log.Fatal(err)
 	}

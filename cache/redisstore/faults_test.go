@@ -27,8 +27,8 @@ func TestLostRepliesDoNotConflictWithThemselves(t *testing.T) {
 	t.Cleanup(func() { fp.Close() })
 	client := redis.NewClient(&redis.Options{Addr: fp.Addr(), MaxRetries: 3})
 	t.Cleanup(func() { client.Close() })
-	for _, pipelines := range []int{0, 4} {
-		store := mustNew(t, client, redisstore.WithPipelines(pipelines))
+	for _, pipelines := range []int{-1, 4} { // -1: every call on its own
+		store := mustNew(t, client, redisstore.Options{Pipelines: pipelines})
 		t.Cleanup(func() { store.Close() })
 		var outcomes []middleware.Outcome
 		core, err := middleware.New(store, func(s *middleware.Settings) {

@@ -129,7 +129,7 @@ func TestRoundTrips(t *testing.T) {
 
 func newMiddleware(t *testing.T, c redis.UniversalClient, opts ...middleware.Option) *middleware.Handler {
 	t.Helper()
-	h, err := middleware.New(mustNew(t, c), opts...)
+	h, err := middleware.New(mustNew(t, c, redisstore.Options{}), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestWaitAcrossInstancesPubSub(t *testing.T) {
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte("done"))
 	})
-	storeA, storeB := mustNew(t, srv.Client()), mustNew(t, srv.Client())
+	storeA, storeB := mustNew(t, srv.Client(), redisstore.Options{}), mustNew(t, srv.Client(), redisstore.Options{})
 	defer storeA.Close()
 	defer storeB.Close()
 	t.Cleanup(func() { storeA.Close(); storeB.Close() })
@@ -295,7 +295,7 @@ func TestMiddlewareSuite(t *testing.T) {
 		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
 			middlewaretest.Run(t, func(t *testing.T) cache.Store {
 				n++
-				s := mustNew(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("suite%d:", n)), redisstore.WithLocalCache(local))
+				s := mustNew(t, srv.Client(), redisstore.Options{Prefix: fmt.Sprintf("suite%d:", n), LocalCache: local})
 				t.Cleanup(func() { s.Close() })
 				return s
 			})

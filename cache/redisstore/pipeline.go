@@ -43,7 +43,7 @@ type pipeliner struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 
-	waitReplicas int // see WithWaitReplicas; one WAIT follows each pipeline
+	waitReplicas int // see Options.WaitReplicas; one WAIT follows each pipeline
 	waitTimeout  time.Duration
 }
 

@@ -43,7 +43,7 @@ func pipelinedStore(t *testing.T, n int) (*redistest.Server, *redis.Client, *red
 	t.Helper()
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client, redisstore.WithPipelines(n))
+	s := mustNew(t, client, redisstore.Options{Pipelines: n})
 	t.Cleanup(func() { s.Close() })
 	return srv, client, s
 }
@@ -54,7 +54,7 @@ func TestConformanceUnpipelined(t *testing.T) {
 	client := srv.Client()
 	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		s := mustNew(t, client, redisstore.WithClock(clk.Now), redisstore.WithPipelines(0))
+		s := mustNew(t, client, redisstore.Options{Now: clk.Now, Pipelines: -1})
 		t.Cleanup(func() { s.Close() })
 		return cachetest.Harness{Store: s, Clock: clk}
 	})
@@ -70,7 +70,7 @@ func TestPipelinesBatchConcurrentCalls(t *testing.T) {
 	client := srv.Client()
 	hook := &countingHook{}
 	client.AddHook(hook)
-	s := mustNew(t, client, redisstore.WithPipelines(2))
+	s := mustNew(t, client, redisstore.Options{Pipelines: 2})
 	defer s.Close()
 	ctx := context.Background()
 	burst(t, s, "warm", 400) // opens the connections and loads the scripts
@@ -233,7 +233,7 @@ func TestPipelineDropsAbandonedCalls(t *testing.T) {
 // After Close, calls fail at once instead of waiting for workers that are gone.
 func TestPipelineClosed(t *testing.T) {
 	srv := redistest.Start(t)
-	s := mustNew(t, srv.Client())
+	s := mustNew(t, srv.Client(), redisstore.Options{})
 	s.Close()
 	s.Close() // idempotent
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -8,6 +8,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -22,30 +23,6 @@ import (
 
 // DefaultPrefix is prepended to every key.
 const DefaultPrefix = "idem:"
-
-// Option configures a Store.
-type Option func(*Store)
-
-// WithPrefix sets the key prefix. Default DefaultPrefix.
-func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
-
-// WithPipelines sets how many pipelines the store keeps in flight: script calls
-// from concurrent requests are sent together, one pipeline each, so a burst costs
-// one write and one read on a connection instead of one per request. 0 sends
-// every call on its own. Default DefaultPipelines.
-func WithPipelines(n int) Option { return func(s *Store) { s.pipelines = n } }
-
-// WithLocalCache keeps up to maxBytes of completed records in this process's
-// memory, so a replay is answered without a round trip; 0 (the default) keeps
-// none. Deletes and resolves through any instance reach every instance's cache
-// before it answers again (how: cache/internal/localcache).
-// Not with Redis Cluster, whose pub/sub does not keep one order across nodes.
-func WithLocalCache(maxBytes int64) Option { return func(s *Store) { s.localBytes = maxBytes } }
-
-// WithClock makes the store use this clock instead of the Redis server's TIME for
-// lease and record expiry (tests). Every process sharing the store must agree on
-// time, so production code leaves the server's clock in charge.
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // Store is the Redis cache.Store. The caller owns the client and closes it.
 type Store struct {
@@ -74,19 +51,20 @@ var (
 //
 // New does not dial: call the client's Ping to learn whether Redis answers, and
 // CheckEviction to learn whether Redis may evict the store's locks.
-func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
+func New(c redis.UniversalClient, opts Options) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{c: c, prefix: DefaultPrefix, pipelines: DefaultPipelines}
-	for _, o := range opts {
-		o(s)
+	s := &Store{
+		c:            c,
+		prefix:       cmp.Or(opts.Prefix, DefaultPrefix),
+		now:          opts.Now,
+		pipelines:    max(cmp.Or(opts.Pipelines, DefaultPipelines), 0), // negative: none
+		waitReplicas: opts.WaitReplicas,
+		waitTimeout:  cmp.Or(opts.WaitTimeout, DefaultWaitTimeout),
+		localBytes:   opts.LocalCache,
 	}
 	switch {
-	case s.prefix == "":
-		return nil, errors.New("redisstore: the key prefix must not be empty")
-	case s.pipelines < 0:
-		return nil, fmt.Errorf("redisstore: pipelines must not be negative, got %d", s.pipelines)
 	case s.waitReplicas < 0:
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
 	case s.waitReplicas > 0 && s.waitTimeout < time.Millisecond:

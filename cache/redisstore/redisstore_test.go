@@ -20,7 +20,7 @@ import (
 func harness(client redis.UniversalClient) func(t *testing.T) cachetest.Harness {
 	return func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		s := mustNew(t, client, redisstore.WithClock(clk.Now))
+		s := mustNew(t, client, redisstore.Options{Now: clk.Now})
 		t.Cleanup(func() { s.Close() })
 		return cachetest.Harness{Store: s, Clock: clk}
 	}
@@ -46,7 +46,7 @@ func TestConformanceCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer uc.Close()
-	s := mustNew(t, uc)
+	s := mustNew(t, uc, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
@@ -66,7 +66,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestServerClockExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
@@ -113,7 +113,7 @@ func TestRestartGrace(t *testing.T) {
 		t.Skip("restarts its own server (unset IDEMPROXY_REDIS_URL)")
 	}
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	lease := 1500 * time.Millisecond
@@ -163,7 +163,7 @@ func TestRestartGraceWithoutInfo(t *testing.T) {
 	o.Username, o.Password = "noinfo", "pw"
 	c := redis.NewClient(o)
 	defer c.Close()
-	s := mustNew(t, c)
+	s := mustNew(t, c, redisstore.Options{})
 	defer s.Close()
 	key := cachetest.Key(t, "k")
 	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 20 * time.Millisecond}); err != nil {
@@ -189,7 +189,7 @@ func waitGone(t *testing.T, c *redis.Client, key string) {
 func TestNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	flush := func() {
@@ -231,7 +231,7 @@ func TestNoScript(t *testing.T) {
 func TestForeignAndCorruptValues(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
@@ -271,7 +271,7 @@ func errString(err error) string {
 func TestKeyLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client, redisstore.WithPrefix("myapp:idem:"))
+	s := mustNew(t, client, redisstore.Options{Prefix: "myapp:idem:"})
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
@@ -301,7 +301,7 @@ func TestRedisErrorsSurface(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -341,9 +341,9 @@ func TestConformanceSentinel(t *testing.T) {
 }
 
 // mustNew is redisstore.New for tests.
-func mustNew(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+func mustNew(t testing.TB, c redis.UniversalClient, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(c, opts...)
+	s, err := redisstore.New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
 		prefix := fmt.Sprintf("lc%d:", time.Now().UnixNano())
 		open := func() *redisstore.Store {
-			s, err := redisstore.New(srv.Client(), redisstore.WithPrefix(prefix), redisstore.WithLocalCache(1<<20))
+			s, err := redisstore.New(srv.Client(), redisstore.Options{Prefix: prefix, LocalCache: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -376,7 +376,7 @@ func TestLocalCacheAcrossInstances(t *testing.T) {
 func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client, redisstore.WithPrefix("exp:"))
+	s := mustNew(t, client, redisstore.Options{Prefix: "exp:"})
 	defer s.Close()
 	ctx := context.Background()
 	job := func(hold time.Duration) *cache.Job {
@@ -413,10 +413,10 @@ func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
 func TestLocalCacheRefusedOnCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer c.Close()
-	if _, err := redisstore.New(c, redisstore.WithLocalCache(1<<20)); err == nil || !strings.Contains(err.Error(), "Cluster") {
+	if _, err := redisstore.New(c, redisstore.Options{LocalCache: 1 << 20}); err == nil || !strings.Contains(err.Error(), "Cluster") {
 		t.Fatalf("New(cluster, local cache) = %v, want a refusal naming Cluster", err)
 	}
-	if _, err := redisstore.New(c, redisstore.WithLocalCache(-1)); err == nil {
+	if _, err := redisstore.New(c, redisstore.Options{LocalCache: -1}); err == nil {
 		t.Fatal("a negative local cache was accepted")
 	}
 }
@@ -427,7 +427,7 @@ func TestLocalCacheRefusedOnCluster(t *testing.T) {
 func TestLockLivesForItsHold(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
@@ -454,7 +454,7 @@ func TestRestartGraceWithAHold(t *testing.T) {
 		t.Skip("restarts its own server (unset IDEMPROXY_REDIS_URL)")
 	}
 	client := srv.Client()
-	s := mustNew(t, client)
+	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
 	lease := 1500 * time.Millisecond

@@ -13,7 +13,7 @@ import (
 // Redis replicates asynchronously: a primary acknowledges a write before any
 // replica has it, so a primary that dies right after acknowledging a claim can
 // take the claim with it, the promoted replica has the key free, and a retry
-// runs again. With WithWaitReplicas, every write is followed, in the same
+// runs again. With Options.WaitReplicas, every write is followed, in the same
 // pipeline and so the same round trip on the same connection, by
 // WAIT numreplicas timeout: the call succeeds only once that many replicas
 // acknowledged it. Redis's WAIT does not make Redis strongly consistent (a
@@ -22,18 +22,11 @@ import (
 // acknowledging, a lost claim needs two failures.
 
 // ErrNotReplicated: a write reached the primary, but fewer replicas than
-// WithWaitReplicas asks for acknowledged it within the timeout. The caller
+// Options.WaitReplicas asks for acknowledged it within the timeout. The caller
 // treats it as a store error (503, nothing forwarded). A refused claim is
 // undone on the primary; any other write stays there, bounded by its lease or
 // TTL (a Complete or Release re-sent with its token is answered as done).
 var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
-
-// WithWaitReplicas makes every write wait until n replicas acknowledged it, for
-// at most timeout (which must be positive: WAIT 0 would block forever). 0
-// replicas (the default) waits for none.
-func WithWaitReplicas(n int, timeout time.Duration) Option {
-	return func(s *Store) { s.waitReplicas, s.waitTimeout = n, timeout }
-}
 
 // wrote reports whether a script's answer means it wrote: only then must the
 // write be acknowledged by replicas (a replay or a conflict writes nothing, and

@@ -48,9 +48,9 @@ func claimErr(s cache.Store, key string) error {
 func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
 	primary, _, link := primaryWithReplica(t)
 	client := primary.Client()
-	for _, pipelines := range []int{0, 4} {
-		waited := mustNew(t, client, redisstore.WithPipelines(pipelines), redisstore.WithWaitReplicas(1, 300*time.Millisecond))
-		plain := mustNew(t, client, redisstore.WithPipelines(pipelines))
+	for _, pipelines := range []int{-1, 4} { // -1: every call on its own
+		waited := mustNew(t, client, redisstore.Options{Pipelines: pipelines, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
+		plain := mustNew(t, client, redisstore.Options{Pipelines: pipelines})
 		ctx := context.Background()
 		done := keyFor(pipelines, "done")
 		if err := claimErr(waited, done); err != nil {
@@ -118,9 +118,9 @@ func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
 func TestWaitReplicasClaimSurvivesFailover(t *testing.T) {
 	primary, replica, link := primaryWithReplica(t)
 	client := primary.Client()
-	waited := mustNew(t, client, redisstore.WithWaitReplicas(1, time.Second))
+	waited := mustNew(t, client, redisstore.Options{WaitReplicas: 1, WaitTimeout: time.Second})
 	defer waited.Close()
-	plain := mustNew(t, client)
+	plain := mustNew(t, client, redisstore.Options{})
 	defer plain.Close()
 
 	if err := claimErr(waited, "acked"); err != nil {
@@ -134,7 +134,7 @@ func TestWaitReplicasClaimSurvivesFailover(t *testing.T) {
 	if err := replica.Client().ReplicaOf(context.Background(), "NO", "ONE").Err(); err != nil {
 		t.Fatalf("promoting the replica: %v", err)
 	}
-	promoted := mustNew(t, replica.Client())
+	promoted := mustNew(t, replica.Client(), redisstore.Options{})
 	defer promoted.Close()
 	if err := claimErr(promoted, "acked"); err == nil || errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("after failover, the waited claim's key was free (claim = %v): it would run twice", err)
@@ -153,9 +153,9 @@ func TestWaitReplicasRefusedClaimLeavesNoLock(t *testing.T) {
 	primary, _, link := primaryWithReplica(t)
 	client := primary.Client()
 	ctx := context.Background()
-	for _, pipelines := range []int{0, 4} {
-		waited := mustNew(t, client, redisstore.WithPipelines(pipelines), redisstore.WithWaitReplicas(1, 200*time.Millisecond))
-		plain := mustNew(t, client, redisstore.WithPipelines(pipelines))
+	for _, pipelines := range []int{-1, 4} { // -1: every call on its own
+		waited := mustNew(t, client, redisstore.Options{Pipelines: pipelines, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+		plain := mustNew(t, client, redisstore.Options{Pipelines: pipelines})
 		key := keyFor(pipelines, "refused")
 		link.Blackhole(true)
 		if err := claimErr(waited, key); !errors.Is(err, redisstore.ErrNotReplicated) {
@@ -177,9 +177,9 @@ func TestWaitReplicasValidation(t *testing.T) {
 	for _, tc := range []struct {
 		n       int
 		timeout time.Duration
-	}{{-1, time.Second}, {1, 0}} {
-		if _, err := redisstore.New(srv.Client(), redisstore.WithWaitReplicas(tc.n, tc.timeout)); err == nil {
-			t.Errorf("WithWaitReplicas(%d, %v): no error", tc.n, tc.timeout)
+	}{{-1, time.Second}, {1, time.Microsecond}, {1, -time.Second}} {
+		if _, err := redisstore.New(srv.Client(), redisstore.Options{WaitReplicas: tc.n, WaitTimeout: tc.timeout}); err == nil {
+			t.Errorf("WaitReplicas %d, WaitTimeout %v: no error", tc.n, tc.timeout)
 		}
 	}
 }
@@ -198,7 +198,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 	redistest.StartReplica(b, primary.Addr)
 	var n atomic.Int64
 	for _, wait := range []int{0, 1} {
-		store := mustNew(b, primary.Client(), redisstore.WithWaitReplicas(wait, time.Second))
+		store := mustNew(b, primary.Client(), redisstore.Options{WaitReplicas: wait, WaitTimeout: time.Second})
 		op := func() {
 			ctx := context.Background()
 			key, tok := "bench-wait-"+strconv.FormatInt(n.Add(1), 10), cachetest.Token()

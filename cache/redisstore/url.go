@@ -1,11 +1,14 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // NewClient opens a client from a URL. The forms:
@@ -63,30 +66,32 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 
 // Redact returns the URL with its password replaced, for logs and errors.
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "(unparseable URL)"
-		}
-		return rawURL
+	if _, err := url.Parse(rawURL); err != nil {
+		return "(unparseable URL)"
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return cache.RedactURL(rawURL)
 }
 
 // redactErr keeps passwords out of error messages that quote the URL.
 func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		if perr != nil {
-			return fmt.Errorf("malformed URL")
-		}
-		return err
+	if _, perr := url.Parse(rawURL); perr != nil {
+		return fmt.Errorf("malformed URL")
 	}
-	if p, has := u.User.Password(); has && p != "" && strings.Contains(err.Error(), p) {
-		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	return cache.RedactError(err, rawURL)
+}
+
+// dial opens a client from its URL (NewClient) and checks that it answers
+// within cache.PingTimeout. On a failed check it returns the client (usable
+// once Redis is up) with a *cache.UnreachableError.
+func dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	client, err := NewClient(rawURL)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	pctx, cancel := context.WithTimeout(ctx, cache.PingTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		return client, &cache.UnreachableError{Store: Kind.Title, URL: Redact(rawURL), Err: err}
+	}
+	return client, nil
 }

@@ -13,7 +13,7 @@ import (
 // 422) go through chi's chain like any handler's; URL parameters reach the
 // handler of a first execution.
 func Example_chi() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 

@@ -15,7 +15,7 @@ import (
 // handler returns (echo.NewHTTPError(400, …)) is answered by echo's error
 // handler inside the core, so that 400 is stored and replayed.
 func ExampleEchoMiddleware() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 

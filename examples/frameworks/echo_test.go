@@ -15,7 +15,7 @@ import (
 
 func newIdem(t *testing.T) *middleware.Handler {
 	t.Helper()
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

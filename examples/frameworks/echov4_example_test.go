@@ -12,7 +12,7 @@ import (
 
 // echo v4, with EchoV4Middleware: as ExampleEchoMiddleware shows for v5.
 func ExampleEchoV4Middleware() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 

@@ -15,7 +15,7 @@ import (
 // answers itself (c.AbortWithStatusJSON) is stored and replayed like any
 // answer below 500.
 func ExampleGinMiddleware() {
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
 	idem, _ := middleware.New(store)
 

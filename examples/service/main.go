@@ -28,7 +28,7 @@ func main() {
 	shutdownTimeout := flag.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests in flight and background store writes")
 	flag.Parse()
 
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

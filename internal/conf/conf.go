@@ -17,8 +17,10 @@
 //     commas.
 //
 // Anonymous struct fields are walked into. A named struct field tagged
-// `conf:"prefix=P"` is walked into with P in front of its settings' names (the
-// proxy's redis_prefix is the Redis store's prefix).
+// `conf:"prefix=P"` is walked into with P in front of its settings' names; so is
+// each section of a field whose pointer is a Sections, structs known only at
+// run time (the proxy's redis_prefix is the Redis store's prefix, a section of
+// the registry of stores).
 //
 // What a configuration reload does with a changed setting is its `reload` tag
 // (Field.Reload), read by the proxy's reload and the stores' identity
@@ -32,7 +34,8 @@
 // A setting that only means something while another is on has a `needs` tag
 // (Field.Needs): `needs:"webhook"` (the setting webhook is set) or
 // `needs:"store=redis"` (the setting store selects a Redis store). On a
-// prefixed struct field it applies to every setting inside. CheckNeeds, the
+// prefixed struct field, or a section (Section.Tag), it applies to every
+// setting inside. CheckNeeds, the
 // one check of it, refuses such a setting set while its feature is off.
 //
 // The other tags are for the settings table, docs/settings.md, which `go
@@ -83,85 +86,17 @@ type Field struct {
 	// is set) or "store=redis" (that setting's value is redis); "" when it
 	// always applies. CheckNeeds checks it.
 	Needs string
-	// StructField is the Go field, and Owner the struct type that declares it.
+	// StructField is the Go field, and Owner the struct type that declares it
+	// (a section's struct, for a setting in a section).
 	StructField reflect.StructField
 	Owner       reflect.Type
 	// Outer are the prefixed struct fields the setting is inside, outermost
-	// first.
+	// first; a section is one, named by its prefix and tagged with its Tag.
 	Outer []reflect.StructField
 	index []int
 	typ   reflect.Type
-	bytes bool // an int64 counted in bytes (a size)
-}
-
-// Fields lists the settings of struct type t, in declaration order. It panics on
-// a setting of a kind it does not know: a programming error, caught by any test
-// that builds the list.
-func Fields(t reflect.Type) []Field {
-	var out []Field
-	var walk func(t reflect.Type, index []int, prefix string, outer []reflect.StructField)
-	walk = func(t reflect.Type, index []int, prefix string, outer []reflect.StructField) {
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			idx := append(append([]int(nil), index...), i)
-			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix, outer)
-				continue
-			}
-			if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix+p, append(append([]reflect.StructField(nil), outer...), sf))
-				continue
-			}
-			help, ok := sf.Tag.Lookup("help")
-			if !ok {
-				continue
-			}
-			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if name == "" || name == "-" {
-				panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
-			}
-			f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), StructField: sf, Owner: t, Outer: outer,
-				index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
-			f.Needs, _ = f.Tag("needs")
-			switch f.Reload {
-			case "", ReloadLive, ReloadRestart, ReloadRestartOnOff:
-			default:
-				panic(fmt.Sprintf("conf: field %s: reload:%q, want %q, %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart, ReloadRestartOnOff))
-			}
-			if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
-				panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
-			}
-			f.kind() // panics on an unsupported type
-			out = append(out, f)
-		}
-	}
-	walk(t, nil, "", nil)
-	expandLists(t, out)
-	return out
-}
-
-// Tag returns the value of the field's tag key, or else of the innermost
-// prefixed struct field it is inside that has one.
-func (f Field) Tag(key string) (string, bool) {
-	if v, ok := f.StructField.Tag.Lookup(key); ok {
-		return v, true
-	}
-	for i := len(f.Outer) - 1; i >= 0; i-- {
-		if v, ok := f.Outer[i].Tag.Lookup(key); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// Lookup returns the field named name.
-func Lookup(fields []Field, name string) (Field, bool) {
-	for _, f := range fields {
-		if f.Name == name {
-			return f, true
-		}
-	}
-	return Field{}, false
+	bytes bool     // an int64 counted in bytes (a size)
+	in    *section // the section the setting is in (sections.go); index leads to its Sections
 }
 
 // kinds of field.
@@ -228,7 +163,7 @@ func deref(t reflect.Type) reflect.Type {
 // value is the field in *ptr, behind its pointer (allocated when nil and
 // alloc).
 func (f Field) value(ptr any, alloc bool) (reflect.Value, bool) {
-	v := reflect.ValueOf(ptr).Elem().FieldByIndex(f.index)
+	v := f.field(ptr)
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			if !alloc {
@@ -424,12 +359,10 @@ func (f Field) JSON(ptr any) any {
 
 // Copy sets the field in *dst to its value in *src (same struct type).
 func (f Field) Copy(dst, src any) {
-	s := reflect.ValueOf(src).Elem().FieldByIndex(f.index)
-	reflect.ValueOf(dst).Elem().FieldByIndex(f.index).Set(s)
+	f.field(dst).Set(f.field(src))
 }
 
 // Equal reports whether the field holds the same value in *a and *b.
 func (f Field) Equal(a, b any) bool {
-	return reflect.DeepEqual(reflect.ValueOf(a).Elem().FieldByIndex(f.index).Interface(),
-		reflect.ValueOf(b).Elem().FieldByIndex(f.index).Interface())
+	return reflect.DeepEqual(f.field(a).Interface(), f.field(b).Interface())
 }

@@ -25,13 +25,38 @@ func (m *model) docComment(owner reflect.Type, field string) string {
 }
 
 func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
-	dir, err := m.dir(owner.PkgPath())
+	fl, err := m.structField(owner.PkgPath(), owner.Name(), field)
 	if err != nil {
 		return "", err
 	}
+	if fl == nil {
+		return "", fmt.Errorf("%s.%s: not found in its package", owner, field)
+	}
+	text := strings.Join(strings.Fields(fl.Doc.Text()+" "+fl.Comment.Text()), " ")
+	if text == "" {
+		return "", fmt.Errorf("%s.%s has no doc comment, the description of its row", owner, field)
+	}
+	return text, nil
+}
+
+// hasField reports whether struct type typ of package pkg has a field named
+// field.
+func (m *model) hasField(pkg, typ, field string) (bool, error) {
+	fl, err := m.structField(pkg, typ, field)
+	return fl != nil, err
+}
+
+// structField returns the declaration of the field named field of struct
+// type typ in the source of package pkg (not its tests); nil when there is
+// none.
+func (m *model) structField(pkg, typ, field string) (*ast.Field, error) {
+	dir, err := m.dir(pkg)
+	if err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	fset := token.NewFileSet()
 	for _, e := range entries {
@@ -40,7 +65,7 @@ func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ParseComments)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		for _, d := range f.Decls {
 			gd, ok := d.(*ast.GenDecl)
@@ -49,7 +74,7 @@ func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
 			}
 			for _, spec := range gd.Specs {
 				ts, ok := spec.(*ast.TypeSpec)
-				if !ok || ts.Name.Name != owner.Name() {
+				if !ok || ts.Name.Name != typ {
 					continue
 				}
 				st, ok := ts.Type.(*ast.StructType)
@@ -58,20 +83,15 @@ func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
 				}
 				for _, fl := range st.Fields.List {
 					for _, n := range fl.Names {
-						if n.Name != field {
-							continue
+						if n.Name == field {
+							return fl, nil
 						}
-						text := strings.Join(strings.Fields(fl.Doc.Text()+" "+fl.Comment.Text()), " ")
-						if text == "" {
-							return "", fmt.Errorf("%s.%s has no doc comment, the description of its row", owner, field)
-						}
-						return text, nil
 					}
 				}
 			}
 		}
 	}
-	return "", fmt.Errorf("%s.%s: not found in %s", owner, field, dir)
+	return nil, nil
 }
 
 // dir is the directory of the package with import path pkg.

@@ -4,19 +4,20 @@ import (
 	"cmp"
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemproxy/idemproxy/caddymodule"
 	"github.com/idemproxy/idemproxy/internal/conf"
+	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
 // The two roots every setting is reached from: the proxy's configuration and
-// the Caddy handler's JSON (with the store modules its store member loads).
+// the Caddy handler's JSON (with the store modules its store member loads: one
+// for each store of internal/stores.Kinds).
 // Nothing else is listed here: a setting added to a struct they reach gets
 // its row.
 var (
@@ -56,7 +57,8 @@ type member struct {
 }
 
 // storeModule is a Caddy store guest module: its name (memory), the JSON
-// members that say where its store is (url, table) and its settings.
+// members that say where its store is (url, table) and its settings, as its
+// store describes them (cache.Kind).
 type storeModule struct {
 	name     string
 	locators []string
@@ -92,7 +94,11 @@ func newModel(root string) (*model, error) {
 		for _, opt := range strings.Fields(sf.Tag.Get("caddy")) {
 			if ns, ok := strings.CutPrefix(opt, "namespace="); ok {
 				mb.namespace = ns
-				m.modules = append(m.modules, modules(ns)...)
+				sms, err := modules(ns)
+				if err != nil {
+					return nil, err
+				}
+				m.modules = append(m.modules, sms...)
 			}
 		}
 		m.members = append(m.members, mb)
@@ -100,16 +106,6 @@ func newModel(root string) (*model, error) {
 	if len(m.modules) == 0 {
 		return nil, fmt.Errorf("no Caddy store modules found from the handler's JSON")
 	}
-	// The modules in the order of the proxy's settings of their stores.
-	order := map[string]int{}
-	for i, f := range m.proxy {
-		if sm, _, ok := m.moduleOf(f); ok {
-			if _, seen := order[sm.name]; !seen {
-				order[sm.name] = i
-			}
-		}
-	}
-	sort.SliceStable(m.modules, func(i, j int) bool { return order[m.modules[i].name] < order[m.modules[j].name] })
 	seen := map[string]bool{}
 	for _, g := range goFields(handlerType) {
 		m.coreGo = append(m.coreGo, g)
@@ -123,35 +119,37 @@ func newModel(root string) (*model, error) {
 	return m, nil
 }
 
-// modules returns the Caddy modules registered in namespace ns, by name.
-func modules(ns string) []storeModule {
+// modules returns the Caddy store modules of namespace ns: one for each store
+// of the registry (internal/stores.Kinds), which describes it (its name, its
+// locator, its settings); each must be registered in ns.
+func modules(ns string) ([]storeModule, error) {
 	var out []storeModule
-	for _, info := range caddy.GetModules(ns) {
-		t := reflect.TypeOf(info.New())
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
+	for _, k := range stores.Kinds {
+		if _, err := caddy.GetModule(ns + "." + k.Name); err != nil {
+			return nil, fmt.Errorf("the %s store has no Caddy module: %w", k.Name, err)
 		}
-		sm := storeModule{name: info.ID.Name(), fields: conf.Fields(t)}
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if !sf.Anonymous && sf.IsExported() && name != "" && name != "-" && sf.Tag.Get("help") == "" {
-				sm.locators = append(sm.locators, name)
-			}
+		sm := storeModule{name: k.Name, fields: stores.Fields(k.Settings())}
+		if k.Locator != "" {
+			sm.locators = []string{k.Locator}
 		}
 		out = append(out, sm)
 	}
-	return out
+	return out, nil
 }
 
-// goFields walks t as conf.Fields does (anonymous structs, prefixed structs)
-// and returns the exported fields tagged json:"-": a Go user's only.
+// goFields walks t as conf.Fields does (anonymous structs, prefixed structs,
+// sections) and returns the exported fields tagged json:"-": a Go user's only.
 func goFields(t reflect.Type) []goField {
 	var out []goField
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		_, prefixed := strings.CutPrefix(sf.Tag.Get("conf"), "prefix=")
+		sections, isSections := reflect.New(sf.Type).Interface().(conf.Sections)
 		switch {
+		case isSections:
+			for _, sec := range sections.Sections() {
+				out = append(out, goFields(sec.Type)...)
+			}
 		case sf.Type.Kind() == reflect.Struct && (sf.Anonymous || prefixed):
 			out = append(out, goFields(sf.Type)...)
 		case sf.IsExported() && sf.Tag.Get("json") == "-":

@@ -71,14 +71,26 @@ func (m *model) goRow(g goField, withCaddy bool) []string {
 }
 
 // goCell is what a Go user sets: the field's go tag; else, inside a prefixed
-// struct tagged go:"pkg.Type", that type's field of the same name; else the
-// field itself, when a Go user has the type that declares it.
+// struct tagged go:"pkg.Type", that type's field of the same name; else, for a
+// store's setting, the field of the same name of its package's Options (what
+// New takes), when it has one; else the field itself, when a Go user has the
+// type that declares it.
 func (m *model) goCell(f conf.Field) string {
 	if v, ok := f.StructField.Tag.Lookup("go"); ok {
 		return m.cell(f.Name+": go tag", v)
 	}
 	if v, ok := f.Tag("go"); ok {
 		return "`" + v + "." + f.StructField.Name + "`"
+	}
+	if _, _, ok := m.moduleOf(f); ok {
+		pkg := f.Owner.PkgPath()
+		has, err := m.hasField(pkg, "Options", f.StructField.Name)
+		if err != nil {
+			m.fail(fmt.Errorf("%s: %w", f.Name, err))
+		}
+		if has {
+			return "`" + pkg[strings.LastIndex(pkg, "/")+1:] + ".Options." + f.StructField.Name + "`"
+		}
 	}
 	if f.Owner == proxyType || f.Owner == handlerType || strings.Contains(f.Owner.PkgPath(), "/internal/") {
 		return "—"

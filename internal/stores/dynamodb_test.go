@@ -54,22 +54,22 @@ func TestDynamoDBValidate(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		set   func(*stores.DynamoDB)
+		set   func(*dynamostore.Settings)
 		field string
 	}{
-		{func(d *stores.DynamoDB) { d.InlineLimit = 0 }, "inline_limit"},
-		{func(d *stores.DynamoDB) { d.InlineLimit = dynamostore.MaxInlineLimit + 1 }, "inline_limit"},
-		{func(d *stores.DynamoDB) { d.MaxResponse = 0 }, "max_response"},
-		{func(d *stores.DynamoDB) { d.MaxResponse = dynamostore.MaxMaxResponse + 1 }, "max_response"},
+		{func(d *dynamostore.Settings) { d.InlineLimit = 0 }, "inline_limit"},
+		{func(d *dynamostore.Settings) { d.InlineLimit = dynamostore.MaxInlineLimit + 1 }, "inline_limit"},
+		{func(d *dynamostore.Settings) { d.MaxResponse = 0 }, "max_response"},
+		{func(d *dynamostore.Settings) { d.MaxResponse = dynamostore.MaxMaxResponse + 1 }, "max_response"},
 	} {
 		s := stores.DefaultSettings()
-		c.set(&s.DynamoDB)
-		var fe *stores.FieldError
+		c.set(s.Of("dynamodb").(*dynamostore.Settings))
+		var fe *cache.FieldError
 		if err := s.Validate("dynamodb://idem"); !errors.As(err, &fe) || fe.Store != "dynamodb" || fe.Field != c.field {
 			t.Errorf("%s: %v; want a FieldError on dynamodb %s", c.field, err, c.field)
 		}
 	}
-	d := stores.DefaultDynamoDB()
+	d := dynamostore.DefaultSettings()
 	d.InlineLimit, d.MaxResponse = dynamostore.MaxInlineLimit, dynamostore.MaxMaxResponse
 	if err := d.Check(); err != nil {
 		t.Errorf("the limits themselves: %v", err)
@@ -106,6 +106,11 @@ func TestDynamoDBOpen(t *testing.T) {
 	if len(warned) != 0 {
 		t.Fatalf("warnings on a table it created: %q", warned)
 	}
+	// Its requests are bounded by the store_timeout it was opened with: a
+	// reload to another opens it again.
+	if key := s.Key("dynamodb://open_created"); !o.Serves(key, env) || o.Serves(key, stores.Env{StoreTimeout: time.Second}) {
+		t.Fatal("Serves: want the same store_timeout only")
+	}
 
 	// A table made without its time to live: opened, with a warning.
 	def, _ := dynamostore.TableDefinition("open_nottl")
@@ -121,7 +126,7 @@ func TestDynamoDBOpen(t *testing.T) {
 		t.Fatalf("warnings: %q; want one on the time to live", warned)
 	}
 
-	s.DynamoDB.CreateTable = false
+	s.Of("dynamodb").(*dynamostore.Settings).CreateTable = false
 	_, err = s.Open(ctx, "dynamodb://open_missing", env)
 	if err == nil || !strings.Contains(err.Error(), "idemproxy migrate") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("missing table, creation off: %v", err)
@@ -133,11 +138,11 @@ func TestDynamoDBOpen(t *testing.T) {
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "http://"+testutil.FreeAddr(t)) // nothing listens
 	began := time.Now()
 	_, err = s.Open(ctx, "dynamodb://open_created", env)
-	var unreachable *stores.UnreachableError
+	var unreachable *cache.UnreachableError
 	if !errors.As(err, &unreachable) || unreachable.Store != "DynamoDB" || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("unreachable: %v; want a one-line UnreachableError", err)
 	}
-	if d := time.Since(began); d > stores.PingTimeout+2*time.Second {
+	if d := time.Since(began); d > cache.PingTimeout+2*time.Second {
 		t.Fatalf("unreachable took %v", d)
 	}
 	t.Setenv("AWS_REGION", "")
@@ -157,7 +162,8 @@ func TestDynamoDBTrace(t *testing.T) {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	ctx := context.Background()
-	o, err := stores.DefaultSettings().Open(ctx, "dynamodb://traced", stores.Env{Trace: true})
+	s := stores.DefaultSettings()
+	o, err := s.Open(ctx, "dynamodb://traced", stores.Env{Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// traceDynamoDB makes every DynamoDB call of a client a client span of the
+// dynamoSpans makes every DynamoDB call of a client a client span of the
 // global tracer provider, named as the AWS SDK names its own (DynamoDB.PutItem),
 // with the semantic conventions' rpc.* and aws.dynamodb.* attributes. One span
 // covers the SDK's retries of the call. A failed condition is how a replay, a
@@ -24,7 +24,7 @@ import (
 // (OpenTelemetry's otelaws contrib module would do this, but it is deprecated,
 // "no longer supported", and links the S3, SQS, SNS and Route 53 clients into
 // the binary.)
-func traceDynamoDB(table string) func(*dynamodb.Options) {
+func dynamoSpans(table string) func(*dynamodb.Options) {
 	tracer := otel.Tracer("github.com/idemproxy/idemproxy/cache/dynamostore")
 	mw := middleware.InitializeMiddlewareFunc("idemproxy.OTelSpan", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		op := awsmiddleware.GetOperationName(ctx)

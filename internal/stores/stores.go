@@ -1,81 +1,57 @@
-// Package stores opens an idempotency store from its configuration: one tagged
-// struct per store (Memory, Redis, Postgres, DynamoDB) that the proxy's
-// configuration (with a prefix: redis_prefix), the Caddy store modules and their
-// Caddyfile blocks all use, validated once (Validate) and opened once (Open). A
-// store URL selects the kind: "memory", redis://…, postgres://…,
-// dynamodb://TABLE. A new store is one package in cache/ plus one struct and one
-// Kinds entry here.
+// Package stores is the registry of stores: Kinds lists every store this
+// program knows, each described by its own package (cache.Kind: its name, the
+// URL schemes that select it, its settings as one tagged struct, how to check
+// them and open it). The proxy's configuration (--store and each store's
+// settings, prefixed: redis_prefix), the Caddy store modules, idemproxy
+// migrate and a reload's "same store?" all read it. A new store is its
+// package and one line in Kinds.
 package stores
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/dynamostore"
 	"github.com/idemproxy/idemproxy/cache/memstore"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 )
 
-// PingTimeout bounds the reachability check at start-up.
-const PingTimeout = 5 * time.Second
-
-// Settings are every store's settings; the URL picks which apply (a setting of
-// another store is refused: the needs tags, conf.CheckNeeds).
-type Settings struct {
-	Memory   Memory   `conf:"prefix=memory_" needs:"store=memory"`
-	Redis    Redis    `conf:"prefix=redis_" needs:"store=redis"`
-	Postgres Postgres `conf:"prefix=postgres_" needs:"store=postgres"`
-	DynamoDB DynamoDB `conf:"prefix=dynamodb_" needs:"store=dynamodb"`
-}
-
-// DefaultSettings are every store's defaults.
-func DefaultSettings() Settings {
-	return Settings{Memory: DefaultMemory(), Redis: DefaultRedis(), Postgres: DefaultPostgres(), DynamoDB: DefaultDynamoDB()}
-}
-
-// Env is what opening a store may use beyond its settings.
-type Env struct {
-	// Warn receives what Open tolerates but an operator should know.
-	Warn func(msg string, args ...any)
-	// Trace makes the store's calls spans of the global OpenTelemetry tracer
-	// provider: redisotel for Redis, a pgx query tracer for PostgreSQL, a
-	// span per request for DynamoDB.
-	Trace bool
-	// StartUnreachable opens a store that does not answer yet (Caddy: requests
-	// fail with 503 until it does) instead of failing.
-	StartUnreachable bool
-	// StoreTimeout is the core's store_timeout: a store that bounds each of
-	// its requests itself (DynamoDB, cache.RequestBounded) bounds each by it.
-	// 0: the store's default (the core's default store_timeout).
-	StoreTimeout time.Duration
-}
-
-func (e Env) warn(msg string, args ...any) {
-	if e.Warn != nil {
-		e.Warn(msg, args...)
-	}
-}
-
-// Kind is a store type: its Caddy module name and the URL schemes that select it.
-type Kind struct {
-	Name    string
-	Schemes []string
-}
-
-// Kinds are the stores, by the schemes that select them.
+// Kinds are the stores, in the order of their settings. A new store is one
+// line here.
 var Kinds = []Kind{
-	{Name: "memory", Schemes: []string{"memory"}},
-	{Name: "redis", Schemes: []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}},
-	{Name: "postgres", Schemes: []string{"postgres", "postgresql"}},
-	{Name: "dynamodb", Schemes: []string{"dynamodb"}},
+	{Kind: memstore.Kind},
+	{Kind: redisstore.Kind, Trace: traceRedis},
+	{Kind: pgstore.Kind, Trace: tracePostgres},
+	{Kind: dynamostore.Kind, Trace: traceDynamoDB},
 }
 
-// KindOf returns the store kind a URL selects ("memory" alone selects memory).
-func KindOf(rawURL string) (string, error) {
+// Kind is a store this program knows: its description, and how this
+// program traces it.
+type Kind struct {
+	cache.Kind
+	// Trace, when set, makes the store's calls spans of the global
+	// OpenTelemetry tracer provider: it is given the client the store gives
+	// cache.Env.Instrument (Env.Trace). rawURL is the store's.
+	Trace func(rawURL string, client any) error
+}
+
+// Lookup returns the store named name.
+func Lookup(name string) (Kind, bool) {
+	i := slices.IndexFunc(Kinds, func(k Kind) bool { return k.Name == name })
+	if i < 0 {
+		return Kind{}, false
+	}
+	return Kinds[i], true
+}
+
+// Select returns the store a URL selects: by its scheme, in any case, or by
+// the URL alone when it is a scheme ("memory").
+func Select(rawURL string) (Kind, error) {
 	scheme := rawURL
 	if i := strings.Index(rawURL, "://"); i >= 0 {
 		scheme = rawURL[:i]
@@ -83,46 +59,79 @@ func KindOf(rawURL string) (string, error) {
 	for _, k := range Kinds {
 		for _, s := range k.Schemes {
 			if strings.EqualFold(scheme, s) {
-				return k.Name, nil
+				return k, nil
 			}
 		}
 	}
 	var all []string
 	for _, k := range Kinds {
 		for _, s := range k.Schemes {
-			if s == "memory" {
+			if k.Locator == "" {
 				all = append(all, s)
 			} else {
 				all = append(all, s+"://")
 			}
 		}
 	}
-	return "", fmt.Errorf("%q: want %s", Redact(rawURL), strings.Join(all, ", "))
+	return Kind{}, fmt.Errorf("%q: want %s", Redact(rawURL), strings.Join(all, ", "))
 }
 
-// Validate checks the settings the URL selects, without opening anything.
-func (s Settings) Validate(rawURL string) error {
-	kind, err := KindOf(rawURL)
-	if err != nil {
-		return err
+// KindOf returns the name of the store a URL selects (Select).
+func KindOf(rawURL string) (string, error) {
+	k, err := Select(rawURL)
+	return k.Name, err
+}
+
+// Help says which URLs select a store, every store's in turn: the help of
+// idemproxy's --store.
+func Help() string {
+	var each []string
+	for _, k := range Kinds {
+		each = append(each, k.Help)
 	}
-	switch kind {
-	case "memory":
-		return s.Memory.Validate()
-	case "redis":
-		return s.Redis.Validate(rawURL)
-	case "dynamodb":
-		return s.DynamoDB.Validate(rawURL)
-	default:
-		return s.Postgres.Validate(rawURL)
+	if n := len(each); n > 1 {
+		return strings.Join(each[:n-1], ", ") + ", or " + each[n-1]
 	}
+	return strings.Join(each, "")
+}
+
+// Redact hides the password in a store URL, for logs.
+func Redact(rawURL string) string { return cache.RedactURL(rawURL) }
+
+// Env is what opening a store may use beyond its settings.
+type Env struct {
+	// Warn receives what Open tolerates but an operator should know.
+	Warn func(msg string, args ...any)
+	// Trace makes the store's calls spans of the global OpenTelemetry tracer
+	// provider, through its Kind's Trace: redisotel for Redis, a pgx query
+	// tracer for PostgreSQL, a span per request for DynamoDB.
+	Trace bool
+	// StartUnreachable opens a store that does not answer yet (Caddy: requests
+	// fail with 503 until it does) instead of failing, where the store can.
+	StartUnreachable bool
+	// StoreTimeout is the core's store_timeout: a store that bounds each of
+	// its requests itself (DynamoDB, cache.RequestBounded) bounds each by it.
+	// 0: the store's default (the core's default store_timeout).
+	StoreTimeout time.Duration
+}
+
+// env is what the store k at rawURL is given.
+func (e Env) env(k Kind, rawURL string) cache.Env {
+	ce := cache.Env{Warn: e.Warn, StartUnreachable: e.StartUnreachable, StoreTimeout: e.StoreTimeout}
+	if e.Trace && k.Trace != nil {
+		ce.Instrument = func(client any) error { return k.Trace(rawURL, client) }
+	}
+	return ce
 }
 
 // Opened is an open store.
 type Opened struct {
-	Store  cache.Store
-	Memory *memstore.Store // the memory store, for its gauges; nil for others
-	close  func() error
+	Store cache.Store
+	Kind  Kind
+	// key is its identity (Key), storeTimeout its env's (Serves).
+	key          string
+	storeTimeout time.Duration
+	close        func() error
 }
 
 // Close closes the store and what it holds. It is idempotent.
@@ -135,85 +144,14 @@ func (o *Opened) Close() error {
 	return c()
 }
 
-// Open opens the store the URL selects, with its settings. A store that does
-// not answer at once is an error (the proxy refuses to start against an
-// unreachable Redis), unless env.StartUnreachable.
-func (s Settings) Open(ctx context.Context, rawURL string, env Env) (*Opened, error) {
+// Open opens the store that k's settings s describe at rawURL.
+func Open(ctx context.Context, k Kind, s cache.Settings, rawURL string, env Env) (*Opened, error) {
 	if err := s.Validate(rawURL); err != nil {
 		return nil, err
 	}
-	kind, _ := KindOf(rawURL)
-	switch kind {
-	case "memory":
-		m, err := s.Memory.Open()
-		if err != nil {
-			return nil, err
-		}
-		return &Opened{Store: m, Memory: m, close: m.Close}, nil
-	case "postgres":
-		ps, closeFn, err := s.Postgres.Open(ctx, rawURL, env)
-		if err != nil {
-			return nil, err
-		}
-		return &Opened{Store: ps, close: closeFn}, nil
-	case "dynamodb":
-		ds, closeFn, err := s.DynamoDB.Open(ctx, rawURL, env)
-		if err != nil {
-			return nil, err
-		}
-		return &Opened{Store: ds, close: closeFn}, nil
-	default:
-		rs, closeFn, err := s.Redis.Open(ctx, rawURL, env)
-		if err != nil {
-			return nil, err
-		}
-		return &Opened{Store: rs, close: closeFn}, nil
+	store, closeFn, err := s.Open(ctx, rawURL, env.env(k, rawURL))
+	if err != nil {
+		return nil, err
 	}
-}
-
-// FieldError is a store setting at fault: Store is the kind (memory, redis,
-// postgres, dynamodb), Field the setting's name (wait_timeout).
-type FieldError struct {
-	Store, Field string
-	Err          error
-}
-
-func (e *FieldError) Error() string { return e.Store + " store: " + e.Field + ": " + e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-func fieldErr(store, field, format string, args ...any) error {
-	return &FieldError{Store: store, Field: field, Err: fmt.Errorf(format, args...)}
-}
-
-// UnreachableError: the store did not answer at start-up.
-type UnreachableError struct {
-	Store string // "Redis", "PostgreSQL", "DynamoDB"
-	URL   string // redacted
-	Err   error
-}
-
-func (e *UnreachableError) Error() string {
-	// One line: pgx lists every address it tried on lines of their own.
-	return fmt.Sprintf("%s: %s unreachable: %s", e.URL, e.Store, strings.Join(strings.Fields(e.Err.Error()), " "))
-}
-func (e *UnreachableError) Unwrap() error { return e.Err }
-
-// Redact hides the password in a store URL, for logs.
-func Redact(rawURL string) string {
-	if _, err := url.Parse(rawURL); err != nil || !strings.Contains(rawURL, "://") {
-		return rawURL
-	}
-	return redisstore.Redact(rawURL)
-}
-
-// redactErr keeps the URL's password out of a parse error that quotes it.
-func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-	}
-	return err
+	return &Opened{Store: store, Kind: k, key: Key(k, s, rawURL), storeTimeout: env.StoreTimeout, close: closeFn}, nil
 }

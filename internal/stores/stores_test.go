@@ -34,19 +34,19 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	admin := srv.Client()
 	type spec struct {
 		url   string
-		redis stores.Redis
+		redis redisstore.Settings
 		warn  func(string, ...any)
 	}
 	open := func(sp spec) error {
 		s := stores.DefaultSettings()
-		s.Redis = sp.redis
+		*s.Of("redis").(*redisstore.Settings) = sp.redis
 		o, err := s.Open(ctx, sp.url, stores.Env{Warn: sp.warn})
 		if err == nil {
 			o.Close()
 		}
 		return err
 	}
-	sp := spec{url: srv.URL(), redis: stores.DefaultRedis()}
+	sp := spec{url: srv.URL(), redis: redisstore.DefaultSettings()}
 	if err := open(sp); err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
@@ -80,5 +80,24 @@ func TestEvictingRedisIsRefused(t *testing.T) {
 	limited.warn = func(msg string, args ...any) { warned = append(warned, msg) }
 	if err := open(limited); err != nil || len(warned) != 1 || !strings.Contains(warned[0], "could not check") {
 		t.Fatalf("CONFIG refused: err %v, warnings %q", err, warned)
+	}
+}
+
+// A clone of the stores' settings shares none of them with the original (a
+// copy of the struct would: the proxy's reload keeps running values in a
+// clone and leaves the configuration it was given alone).
+func TestSettingsClone(t *testing.T) {
+	orig := stores.DefaultSettings()
+	orig.Of("redis").(*redisstore.Settings).Prefix = "a:"
+	clone := orig.Clone()
+	clone.Of("redis").(*redisstore.Settings).Prefix = "b:"
+	if got := orig.Of("redis").(*redisstore.Settings).Prefix; got != "a:" {
+		t.Fatalf("the original's prefix is %q after the clone's changed", got)
+	}
+	if got := clone.Of("redis").(*redisstore.Settings).Prefix; got != "b:" {
+		t.Fatalf("the clone's prefix is %q", got)
+	}
+	if orig.Key("redis://h:1") == clone.Key("redis://h:1") {
+		t.Fatal("the clone's key is the original's")
 	}
 }

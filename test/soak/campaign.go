@@ -32,7 +32,7 @@ func campaign(cfg config) error {
 // records and 64 MiB, and checks the bounds and the process's RSS.
 func flood(n int) error {
 	const maxRecords, maxBytes = 100_000, 64 << 20
-	store, err := memstore.New(memstore.WithMaxRecords(maxRecords), memstore.WithMaxBytes(maxBytes))
+	store, err := memstore.New(memstore.Options{MaxRecords: maxRecords, MaxBytes: maxBytes})
 	if err != nil {
 		return err
 	}

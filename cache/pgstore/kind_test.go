@@ -1,4 +1,4 @@
-package stores_test
+package pgstore_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
-	"github.com/idemproxy/idemproxy/internal/stores"
 )
 
 // postgres_synchronous_commit reaches every connection of the store's pool,
@@ -34,9 +33,9 @@ END $$;
 CREATE TRIGGER sc_guard BEFORE INSERT OR UPDATE ON sc FOR EACH ROW EXECUTE FUNCTION sc_guard();`); err != nil {
 		t.Fatal(err)
 	}
-	claim := func(p stores.Postgres, url, key string) error {
+	claim := func(p pgstore.Settings, url, key string) error {
 		t.Helper()
-		s, closeFn, err := p.Open(ctx, url, stores.Env{})
+		s, closeFn, err := p.Open(ctx, url, cache.Env{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +43,7 @@ CREATE TRIGGER sc_guard BEFORE INSERT OR UPDATE ON sc FOR EACH ROW EXECUTE FUNCT
 		_, _, err = s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute})
 		return err
 	}
-	p := stores.DefaultPostgres()
+	p := pgstore.DefaultSettings()
 	p.Table = "sc"
 	if err := claim(p, srv.URL(), "default"); err == nil || !strings.Contains(err.Error(), "synchronous_commit is on") {
 		t.Fatalf("with the server's setting: %v, want the guard's refusal", err)
@@ -79,9 +78,9 @@ func TestPostgresUnloggedTable(t *testing.T) {
 	if _, err := admin.Exec(ctx, ddl+`ALTER TABLE ul SET UNLOGGED;`); err != nil {
 		t.Fatal(err)
 	}
-	p := stores.DefaultPostgres()
+	p := pgstore.DefaultSettings()
 	p.Table = "ul"
-	s, closeFn, err := p.Open(ctx, srv.URL(), stores.Env{})
+	s, closeFn, err := p.Open(ctx, srv.URL(), cache.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package stores
+package dynamostore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/smithy-go/logging"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // The AWS SDK's warnings reach Env.Warn with their operation; its debug lines,
@@ -32,11 +34,11 @@ func TestSDKLogger(t *testing.T) {
 // bounds its requests itself, and the core gives Complete no overall
 // deadline); without one, the store's default applies.
 func TestDynamoDBRequestTimeout(t *testing.T) {
-	d := DefaultDynamoDB()
-	if got := d.options("idem", Env{StoreTimeout: 2 * time.Second}).RequestTimeout; got != 2*time.Second {
+	d := DefaultSettings()
+	if got := d.options(cache.Env{StoreTimeout: 2 * time.Second}).RequestTimeout; got != 2*time.Second {
 		t.Fatalf("RequestTimeout = %v, want the store_timeout 2s", got)
 	}
-	if got := d.options("idem", Env{}).RequestTimeout; got != 0 {
+	if got := d.options(cache.Env{}).RequestTimeout; got != 0 {
 		t.Fatalf("RequestTimeout = %v without a store_timeout, want 0 (dynamostore's default)", got)
 	}
 }

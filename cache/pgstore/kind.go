@@ -1,0 +1,150 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// Kind describes the PostgreSQL store to the programs that open stores from
+// configuration (idemproxy, the Caddy module, idemproxy migrate): a
+// postgres:// URL, pgx's, selects it. Open gives cache.Env.Instrument the
+// *pgx.ConnConfig of its pool, before the first connection.
+var Kind = cache.Kind{
+	Name:     "postgres",
+	Title:    "PostgreSQL",
+	Schemes:  []string{"postgres", "postgresql"},
+	Locator:  "url",
+	Help:     "a postgres:// (postgresql://) URL",
+	Settings: func() cache.Settings { s := DefaultSettings(); return &s },
+}
+
+// Settings are the PostgreSQL store's settings from configuration: durable,
+// shared by every instance pointing at the same database.
+type Settings struct {
+	Table             string        `json:"table" schema:"" help:"the PostgreSQL store's table; 'schema.name' allowed"`
+	CreateSchema      bool          `json:"create_schema" go:"'pgstore.Options.SkipCreateSchema', inverted" help:"create the table and its index at start-up when missing; 'false': they must exist ('idemproxy migrate' prints or applies the DDL)"`
+	SweepInterval     time.Duration `json:"sweep_interval" go:"'pgstore.Options.SweepInterval' (off: negative)" help:"how often expired rows are deleted, in batches of 1000; '0': never by this instance (reads ignore expired rows anyway)"`
+	LocalCache        int64         `json:"local_cache" unit:"bytes" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through LISTEN/NOTIFY (see docs/stores.md#local-cache-of-completed-records)"`
+	SynchronousCommit string        `json:"synchronous_commit" go:"the pool's 'ConnConfig.RuntimeParams' ('synchronous_commit')" help:"PostgreSQL's synchronous_commit for the store's connections ('on', 'off', 'local', 'remote_write', 'remote_apply'); empty: the server's ('on' unless configured). 'off' answers before a commit is flushed: a database crash may lose the last moments' claims and completions, and a retry of one then runs again (see docs/stores.md#durability-trade-offs)"`
+}
+
+// synchronousCommit is what synchronous_commit accepts.
+var synchronousCommit = []string{"on", "off", "local", "remote_write", "remote_apply"}
+
+// DefaultSettings are the PostgreSQL store's defaults.
+func DefaultSettings() Settings {
+	return Settings{Table: DefaultTable, CreateSchema: true, SweepInterval: DefaultSweepInterval}
+}
+
+// Check implements cache.Settings.
+func (p *Settings) Check() error {
+	if err := CheckTable(p.Table); err != nil {
+		return &cache.FieldError{Store: Kind.Name, Field: "table", Err: err}
+	}
+	if p.SweepInterval < 0 {
+		return cache.FieldErrorf(Kind.Name, "sweep_interval", "must not be negative, got %v", p.SweepInterval)
+	}
+	if p.LocalCache < 0 {
+		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", p.LocalCache)
+	}
+	if p.SynchronousCommit != "" && !slices.Contains(synchronousCommit, p.SynchronousCommit) {
+		return cache.FieldErrorf(Kind.Name, "synchronous_commit", "want one of %s, or empty for the server's, got %q", strings.Join(synchronousCommit, ", "), p.SynchronousCommit)
+	}
+	return nil
+}
+
+// Validate implements cache.Settings: p, and the URL (parsed only; nothing
+// is dialled).
+func (p *Settings) Validate(rawURL string) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	_, err := poolConfig(rawURL)
+	return err
+}
+
+func poolConfig(rawURL string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres URL %s: %w", cache.RedactURL(rawURL), cache.RedactError(err, rawURL))
+	}
+	return cfg, nil
+}
+
+// Open implements cache.Settings: a pool, a check that the server answers
+// within cache.PingTimeout, the schema (created, or checked), and the store,
+// with the function that closes the store and then the pool.
+func (p *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cache.Store, func() error, error) {
+	if err := p.Check(); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := poolConfig(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if env.Instrument != nil {
+		if err := env.Instrument(cfg.ConnConfig); err != nil {
+			return nil, nil, fmt.Errorf("tracing PostgreSQL: %w", err)
+		}
+	}
+	if p.SynchronousCommit != "" { // every connection's start-up parameter, overriding the URL's
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = p.SynchronousCommit
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL %s: %w", cache.RedactURL(rawURL), cache.RedactError(err, rawURL))
+	}
+	pctx, cancel := context.WithTimeout(ctx, cache.PingTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, nil, &cache.UnreachableError{Store: Kind.Title, URL: cache.RedactURL(rawURL), Err: cache.RedactError(err, rawURL)}
+	}
+	sweep := p.SweepInterval
+	if sweep == 0 {
+		sweep = -1 // the setting's 0: never by this instance
+	}
+	ps, err := New(pctx, pool, Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema, SweepInterval: sweep, LocalCache: p.LocalCache})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return ps, func() error { err := ps.Close(); pool.Close(); return err }, nil
+}
+
+// Schema implements cache.SchemaSettings: the DDL of p.Table (Schema).
+func (p *Settings) Schema(string) (string, error) {
+	ddl, err := Schema(p.Table)
+	if err != nil {
+		return "", &cache.FieldError{Store: Kind.Name, Field: "table", Err: err}
+	}
+	return ddl, nil
+}
+
+// Migrate implements cache.SchemaSettings: it runs the DDL of p.Table on the
+// database at rawURL, on one connection. It takes no exclusive lock.
+func (p *Settings) Migrate(ctx context.Context, rawURL string, _ cache.Env) (string, error) {
+	ddl, err := p.Schema(rawURL)
+	if err != nil {
+		return "", err
+	}
+	conn, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return "", fmt.Errorf("%s: %s", cache.RedactURL(rawURL), cache.RedactError(err, rawURL))
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, ddl); err != nil {
+		return "", err
+	}
+	return "table " + p.Table, nil
+}
+
+var _ cache.SchemaSettings = (*Settings)(nil)

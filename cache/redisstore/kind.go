@@ -1,0 +1,108 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+)
+
+// Kind describes the Redis store to the programs that open stores from
+// configuration (idemproxy, the Caddy module): a redis:// URL (NewClient's
+// forms) selects it. Open gives cache.Env.Instrument the
+// redis.UniversalClient, before its first command.
+var Kind = cache.Kind{
+	Name:     "redis",
+	Title:    "Redis",
+	Schemes:  []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"},
+	Locator:  "url",
+	Help:     "a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL",
+	Settings: func() cache.Settings { s := DefaultSettings(); return &s },
+}
+
+// Settings are the Redis store's settings from configuration: shared by every
+// instance pointing at the same Redis.
+type Settings struct {
+	Prefix        string        `json:"prefix" help:"prefix of every Redis key"`
+	AllowEviction bool          `json:"allow_eviction" go:"'redisstore.CheckEviction', which 'redisstore.New' leaves to its caller" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included, so that a duplicate could run while the first runs); by default idemproxy refuses (see docs/stores.md#redis)"`
+	WaitReplicas  int64         `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT, same round trip) before a request is forwarded or answered; too few within redis_wait_timeout is a store error ('503', nothing forwarded). '0': none (see docs/stores.md#redis)"`
+	WaitTimeout   time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas"`
+	LocalCache    int64         `json:"local_cache" unit:"bytes" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through pub/sub (see docs/stores.md#local-cache-of-completed-records); not with Redis Cluster"`
+}
+
+// DefaultSettings are the Redis store's defaults.
+func DefaultSettings() Settings {
+	return Settings{Prefix: DefaultPrefix, WaitTimeout: DefaultWaitTimeout}
+}
+
+// Check implements cache.Settings.
+func (r *Settings) Check() error {
+	switch {
+	case r.Prefix == "":
+		return cache.FieldErrorf(Kind.Name, "prefix", "must not be empty")
+	case r.WaitReplicas < 0:
+		return cache.FieldErrorf(Kind.Name, "wait_replicas", "must not be negative, got %d", r.WaitReplicas)
+	case r.WaitTimeout < time.Millisecond:
+		return cache.FieldErrorf(Kind.Name, "wait_timeout", "must be at least 1ms, got %v", r.WaitTimeout)
+	case r.LocalCache < 0:
+		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", r.LocalCache)
+	}
+	return nil
+}
+
+// Validate implements cache.Settings: r, and the URL (parsed only; nothing is
+// dialled).
+func (r *Settings) Validate(rawURL string) error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	client, err := NewClient(rawURL)
+	if err != nil {
+		return err
+	}
+	return client.Close()
+}
+
+// Open implements cache.Settings: it dials, checks the eviction policy
+// (enforceNoEviction), and returns the store with the function that closes it and its
+// client (the store first). A Redis that does not answer within
+// cache.PingTimeout is an *cache.UnreachableError, unless
+// env.StartUnreachable: then a warning, and requests fail (503) until it
+// answers.
+func (r *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cache.Store, func() error, error) {
+	if err := r.Validate(rawURL); err != nil {
+		return nil, nil, err
+	}
+	client, err := dial(ctx, rawURL)
+	var unreachable *cache.UnreachableError
+	switch {
+	case errors.As(err, &unreachable) && env.StartUnreachable:
+		env.Warning("idempotency: Redis unreachable at start-up", "url", unreachable.URL, "error", unreachable.Err)
+	case err != nil:
+		if client != nil {
+			client.Close()
+		}
+		return nil, nil, err
+	default:
+		if err := enforceNoEviction(ctx, client, r.AllowEviction, env.Warn); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+	}
+	if env.Instrument != nil {
+		if err := env.Instrument(client); err != nil {
+			client.Close()
+			return nil, nil, fmt.Errorf("tracing Redis: %w", err)
+		}
+	}
+	rs, err := New(client, Options{Prefix: r.Prefix, WaitReplicas: int(r.WaitReplicas), WaitTimeout: r.WaitTimeout, LocalCache: r.LocalCache})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return rs, func() error { return errors.Join(rs.Close(), client.Close()) }, nil
+}
+
+var _ cache.Settings = (*Settings)(nil)
