@@ -54,14 +54,15 @@ test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value, also to a struct decode; names that fold alike refused) and form fingerprints (against url.ParseQuery; one fingerprint, one reading by Go, PHP, Rack and case-insensitive readers), 30s each.
+fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), protobuf keys (proto:N, against a full decode by protowire and the protobuf library; bounded work on hostile messages), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value, also to a struct decode; names that fold alike refused) and form fingerprints (against url.ParseQuery; one fingerprint, one reading by Go, PHP, Rack and case-insensitive readers), 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./middleware
 	$(GO) test -run '^$$' -fuzz FuzzDecodeResponse -fuzztime 30s ./cache
 	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache
-	$(GO) test -run '^$$' -fuzz FuzzWebhookVerify -fuzztime 30s ./middleware
-	$(GO) test -run '^$$' -fuzz FuzzJSONPointerKey -fuzztime 30s ./middleware
+	$(GO) test -run '^$$' -fuzz FuzzWebhookVerify -fuzztime 30s ./webhook
+	$(GO) test -run '^$$' -fuzz FuzzJSONPointerKey -fuzztime 30s ./keysource
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalRequest -fuzztime 30s ./middleware
-	$(GO) test -run '^$$' -fuzz FuzzFormKey -fuzztime 30s ./middleware
+	$(GO) test -run '^$$' -fuzz FuzzFormKey -fuzztime 30s ./keysource
+	$(GO) test -run '^$$' -fuzz FuzzProtoKey -fuzztime 30s ./keysource
 	$(GO) test -run '^$$' -fuzz FuzzJSONFingerprint -fuzztime 30s ./fingerprint
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./fingerprint
 	$(GO) test -run '^$$' -fuzz FuzzFormFingerprint -fuzztime 30s ./fingerprint

@@ -116,7 +116,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if h.holder != nil {
 		defer h.holder.Hold()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}, grpc: IsGRPC(r)}
 	defer t.finish()
 
 	path, _, err := CanonicalPath(r.URL.EscapedPath())
@@ -146,7 +146,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	// c and t stay on the request's stack: the claim's background work
 	// (renewal, a retried store) holds copies.
-	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key}
+	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key, grpc: t.grpc}
 	c.keyHash = c.storeKey[:12]
 	if h.s.OnHold != nil {
 		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
@@ -195,11 +195,15 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 }
 
 // keyOf finds r's key, reading its body (before the key when the key or a
-// signature is in it). An empty key with ok means r carries none and none is
-// required: it passes through. !ok means r was answered (a problem).
+// signature is in it). An empty key with ok means r passes through untracked:
+// it carries no key and none is required, or it is a gRPC stream (t.ev.Err
+// says so). !ok means r was answered (a problem).
 func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key string, body []byte, ok bool) {
+	// A gRPC call is read message by message (grpcbody.go); a signed
+	// webhook's body is read whole, as its signature covers it.
+	framed := t.grpc && h.s.Verifier == nil
 	if h.c.bodyFirst { // a signature to check, or a key in the body
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
 		}
 		if v := h.s.Verifier; v != nil {
@@ -236,8 +240,20 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 		return "", nil, false
 	}
 	if !h.c.bodyFirst {
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
+		}
+	}
+	if framed {
+		unary, err := h.awaitEnd(r) // grpcbody.go
+		if err != nil {
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
+			return "", nil, false
+		}
+		if !unary {
+			t.hold.release() // its first message is on its way upstream
+			t.ev.Err = errStream
+			return "", nil, true
 		}
 	}
 	return key, body, true
@@ -259,9 +275,15 @@ func (h *Handler) lock(c *claim, owner string) cache.Lock {
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
-// signature), or answers the problem and reports false.
-func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker) ([]byte, bool) {
-	body, err := h.readBody(w, r, &t.hold)
+// signature), or answers the problem and reports false. framed reads a gRPC
+// call's first message only (grpcbody.go).
+func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker, framed bool) (body []byte, ok bool) {
+	var err error
+	if framed {
+		body, _, err = h.readFirstMessage(w, r, &t.hold)
+	} else {
+		body, err = h.readBody(w, r, &t.hold)
+	}
 	if err == nil {
 		return body, true
 	}
@@ -292,6 +314,7 @@ type tracker struct {
 	emitted bool
 	key     string   // the request's key, when it came in a header
 	hold    bodyHold // the body budget this request reserved
+	grpc    bool     // a gRPC call (IsGRPC): answered in gRPC's shape
 }
 
 // storeUnavailable answers 503: the store failed, nothing was executed.
@@ -327,7 +350,7 @@ func (t *tracker) emit() {
 func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem, retryAfter time.Duration) {
 	t.ev.Outcome, t.ev.Status, t.ev.Err = o, p.Status, err
 	t.emit()
-	t.h.writeProblem(w, p, retryAfter, t.key)
+	t.h.writeProblem(w, p, retryAfter, t.key, t.grpc)
 }
 
 // answerDuplicate answers a request whose key already has a record.
@@ -349,6 +372,15 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			rec.Response.BodySize))
 		p.OriginalStatus = rec.Response.Status
 		t.problem(w, OutcomeNotReplayable, nil, p, 0)
+	case t.grpc && rec.Response.Unknown:
+		// A held outcome: the same answer for every retry, in gRPC's shape
+		// (the stored one is the route's error format's).
+		t.ev.Status = rec.Response.Status
+		if t.ev.Outcome != OutcomeUnknown {
+			t.ev.Outcome = OutcomeReplayed
+		}
+		t.emit()
+		writeGRPCProblem(w, heldProblem(rec), 0, h.c.keyHeader, t.key, true)
 	default:
 		resp := h.storedAnswer(rec)
 		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
@@ -394,14 +426,24 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 	if _, ok := resp.Header["Content-Encoding"]; ok {
 		varyAcceptEncoding(h) // which body a replay gets depends on it
 	}
-	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 {
+	// A gRPC answer goes as its first execution did through a reverse proxy:
+	// its trailers undeclared (no Trailer header, which gRPC metadata would
+	// show), and unless it is trailers-only, its headers sent before the
+	// message, without a Content-Length.
+	grpc := isGRPCType(resp.Header.Get("Content-Type"))
+	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 && !grpc {
 		h.Set("Content-Length", strconv.FormatInt(size, 10)) // trailers need chunked encoding
 	}
-	for name := range resp.Trailer {
-		h.Add("Trailer", name)
+	if !grpc {
+		for name := range resp.Trailer {
+			h.Add("Trailer", name)
+		}
 	}
 	h.Set("Idempotent-Replayed", "true")
 	w.WriteHeader(resp.Status)
+	if grpc && (len(resp.Body) > 0 || len(resp.Trailer) > 0) {
+		_ = http.NewResponseController(w).Flush()
+	}
 	switch {
 	case !bodyAllowed(resp.Status) || len(resp.Body) == 0:
 	case dec != nil:
@@ -412,6 +454,9 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 		writeBody(w, resp.Body, timeout)
 	}
 	for name, vals := range resp.Trailer {
-		h[name] = vals // announced above: net/http sends them after the body
+		if grpc {
+			name = http.TrailerPrefix + name
+		}
+		h[name] = vals // net/http sends them after the body
 	}
 }

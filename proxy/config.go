@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"reflect"
 	"regexp"
 	"strings"
@@ -24,7 +23,7 @@ import (
 // core's (config.Config, which is also each route's).
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on"`
-	Upstream          string        `json:"upstream" help:"URL of the API to protect (required)"`
+	Upstream          string        `json:"upstream" help:"URL of the API to protect: http://, https://, or h2c:// for cleartext HTTP/2 (a gRPC server without TLS) (required)"`
 	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
 	Admin             string        `json:"admin" reload:"restart" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
@@ -168,9 +167,8 @@ func (c *Config) Validate() error {
 	if c.Upstream == "" {
 		return errors.New("--upstream is required (the API to protect, e.g. http://127.0.0.1:3000)")
 	}
-	u, err := url.Parse(c.Upstream)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%s %q: want an absolute http:// or https:// URL", c.source("upstream"), c.Upstream)
+	if _, _, err := upstreamURL(c.Upstream); err != nil { // h2c.go
+		return fmt.Errorf("%s %q: %w", c.source("upstream"), c.Upstream, err)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("%s %q: want host:port", c.source("listen"), c.Listen)
