@@ -3,7 +3,10 @@ package grpctest
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -11,6 +14,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // RetryPolicy is a service config that turns grpc-go's retry policy on for
@@ -21,14 +26,17 @@ const RetryPolicy = `{"methodConfig":[{"name":[{"service":"` + Service + `"}],` 
 	`"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
 // Dial is a client of addr over cleartext HTTP/2 with prior knowledge (what
-// insecure credentials dial), its retry policy on, its messages in Codec; it
-// is closed when the test ends.
+// insecure credentials dial), its retry policy on, its messages in Codec, its
+// :authority testutil.LoadBalancedHost (a key's scope has the Host: as behind
+// a load balancer, every instance sees the same); it is closed when the test
+// ends.
 func Dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(RetryPolicy),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(Codec{})),
+		grpc.WithAuthority(testutil.LoadBalancedHost), // the same Host whichever instance it reaches
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -105,3 +113,48 @@ func (Codec) Unmarshal(data []byte, v any) error {
 
 // Name implements encoding.Codec.
 func (c Codec) Name() string { return c.Subtype }
+
+// Start serves s on a loopback port until the test ends and returns its
+// address. Set s.Started before: it is read by the server's goroutines.
+func Start(t testing.TB, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+// StartProcess runs the service as a process of its own (bin: grpcupstream,
+// built with testutil.Build), on a port it picks, killed when the test ends;
+// it returns the process and its address.
+func StartProcess(t testing.TB, bin string) (*testutil.Proc, string) {
+	t.Helper()
+	p := testutil.Start(t, bin, []string{"-listen", "127.0.0.1:0"})
+	var addr string
+	testutil.Eventually(t, 15*time.Second, "grpcupstream to listen", func() bool {
+		for _, line := range strings.Split(p.Logs.String(), "\n") {
+			if a, ok := strings.CutPrefix(line, "listening "); ok {
+				addr = strings.TrimSpace(a)
+				return true
+			}
+		}
+		return false
+	})
+	p.Addr = addr
+	return p, addr
+}
+
+// Executions asks the server at conn how many executions the request id had.
+func Executions(t testing.TB, conn *grpc.ClientConn, id string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r := Call(ctx, conn, Count, Charge{RequestID: id}, "")
+	if r.Err != nil {
+		t.Fatalf("counting executions: %v", r.Err)
+	}
+	return r.Receipt.Execution
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -28,7 +29,9 @@ import (
 //	""            answer at once
 //	"slow:300ms"  wait that long, then answer
 //	"hang"        never answer (until the call's context ends)
-//	"fail:CODE"   answer the status CODE (a number), metadata included
+//	"fail:CODE"   answer the status CODE (a number), with a message and a
+//	              detail, after the header metadata
+//	"reject:CODE" the same before any metadata: a trailers-only answer
 type Server struct {
 	// Started, when set, is called when an execution starts, before it
 	// answers; it may block (a test's hold on the call).
@@ -67,6 +70,9 @@ func (s *Server) execute(c Charge) int64 {
 
 func (s *Server) create(ctx context.Context, c Charge) (*Receipt, error) {
 	n := s.execute(c)
+	if code, ok := strings.CutPrefix(c.Behavior, "reject:"); ok {
+		return nil, statusOf(code, n) // no header sent: a trailers-only answer
+	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-execution", strconv.FormatInt(n, 10),
 		"x-seal-bin", string([]byte{0, 1, 0xfe, byte(n)})))
 	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ledger", fmt.Sprintf("entry-%d; amount=%d", n, c.Amount),
@@ -86,13 +92,24 @@ func (s *Server) create(ctx context.Context, c Charge) (*Receipt, error) {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case strings.HasPrefix(b, "fail:"):
-		code, err := strconv.Atoi(strings.TrimPrefix(b, "fail:"))
-		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		return nil, status.Errorf(codes.Code(code), "failed as asked, execution %d", n)
+		return nil, statusOf(strings.TrimPrefix(b, "fail:"), n)
 	}
 	return &Receipt{ID: fmt.Sprintf("ch_%s_%d", c.RequestID, n), Amount: c.Amount, Execution: n}, nil
+}
+
+// statusOf is the error of a call asked to fail with code, a number, in its
+// execution n: with a message and a detail (grpc-status-details-bin).
+func statusOf(code string, n int64) error {
+	c, err := strconv.Atoi(code)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	st, err := status.New(codes.Code(c), fmt.Sprintf("failed as asked, execution %d: 100%% ünïcode", n)).
+		WithDetails(&errdetails.ErrorInfo{Reason: "ASKED", Domain: "idemtest", Metadata: map[string]string{"execution": strconv.FormatInt(n, 10)}})
+	if err != nil {
+		return err
+	}
+	return st.Err()
 }
 
 // Desc is the service's description, written by hand.
