@@ -91,7 +91,9 @@ func TestCaddyGRPC(t *testing.T) {
 	}
 
 	direct := grpctest.Dial(t, p.Addr, grpc.WithDisableRetry())
-	call := func(c grpctest.Charge, key string) grpctest.Result { return grpctest.Call(ctx, direct, grpctest.Create, c, key) }
+	call := func(c grpctest.Charge, key string) grpctest.Result {
+		return grpctest.Call(ctx, direct, grpctest.Create, c, key)
+	}
 	strip := func(md metadata.MD) string {
 		c := md.Copy()
 		delete(c, "date")   // each answer's own
