@@ -104,6 +104,13 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		}
 	}()
 	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
+	if c.grpc {
+		// A gRPC client's deadline would cancel the call upstream when it
+		// passes, as a hang-up would: the call runs to its end instead
+		// (bounded by handler_timeout), and its answer is stored for the
+		// retry.
+		r.Header.Del("Grpc-Timeout")
+	}
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	// The lease is renewed on until what settles the claim is stored.

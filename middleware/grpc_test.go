@@ -205,3 +205,23 @@ func TestGRPCWaitingStreamPassesThrough(t *testing.T) {
 		t.Fatalf("%d executions, %d bytes forwarded, the upstream ran before the second message: %v", svc.calls.Load(), svc.read.Load(), !gaveUp.Load())
 	}
 }
+
+// A tracked gRPC call goes upstream without its grpc-timeout: the client's
+// deadline must not cancel the call whose answer its retry will ask for. An
+// untracked one keeps it.
+func TestGRPCTimeoutNotForwardedOnATrackedCall(t *testing.T) {
+	var seen []string
+	h := newHandler(t, newMem(t)).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Get("Grpc-Timeout"))
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Grpc-Status", "0")
+	}))
+	for _, key := range []string{"k", ""} {
+		r := grpcCall("/pkg.Svc/Do", key, strings.NewReader(frame("m")))
+		r.Header.Set("Grpc-Timeout", "200m")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	if len(seen) != 2 || seen[0] != "" || seen[1] != "200m" {
+		t.Fatalf("grpc-timeout upstream: tracked %q, untracked %q", seen[0], seen[1])
+	}
+}

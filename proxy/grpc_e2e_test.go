@@ -293,3 +293,28 @@ func TestE2EGRPCLapsedLeaseIsUnknown(t *testing.T) {
 		t.Fatalf("%d executions", n)
 	}
 }
+
+// A client whose deadline passes does not cancel the call it made, as a
+// client that hangs up does not: its grpc-timeout is not forwarded on a
+// tracked call, the server runs it to the end, and its answer is stored for
+// the retry, replayed, the call run once.
+func TestE2EGRPCClientDeadlineDoesNotCancelTheCall(t *testing.T) {
+	skipShort(t)
+	srv := &grpctest.Server{}
+	p := start(t, "--upstream", "h2c://"+grpctest.Start(t, srv))
+	conn := grpctest.Dial(t, p.Addr, noRetry)
+	c := grpctest.Charge{RequestID: "deadline", Behavior: "slow:600ms"}
+	ctx, cancel := context.WithTimeout(grpcCtx(t), 200*time.Millisecond)
+	defer cancel()
+	if r := grpctest.Call(ctx, conn, grpctest.Create, c, "k-deadline"); r.Code != codes.DeadlineExceeded {
+		t.Fatalf("the call past its deadline: %v", r)
+	}
+	var r grpctest.Result
+	testutil.Eventually(t, 10*time.Second, "the call to end upstream", func() bool {
+		r = grpctest.Call(grpcCtx(t), conn, grpctest.Create, c, "k-deadline")
+		return problemOf(r) != "in-flight"
+	})
+	if r.Code != codes.OK || first(r.Header, "idempotent-replayed") != "true" || srv.Executions("deadline") != 1 {
+		t.Fatalf("the retry: %v, %d executions; want the first call's answer, replayed", r, srv.Executions("deadline"))
+	}
+}
