@@ -37,9 +37,10 @@ type Config struct {
 	// "header" (key_header), "body" (a SHA-256 of the body), "json:<pointer>"
 	// (a string in the JSON body at an RFC 6901 pointer, e.g.
 	// json:/data/idempotency_key), "form:<field>" (a field of a form-encoded
-	// body). A missing or non-string field is a missing key; an ambiguous one
-	// (a name twice on the pointer's path, a form field twice, a ";") an
-	// invalid key.
+	// body), "proto:<N>" (a string field of a gRPC or protobuf request
+	// message by number; proto:N.M nested). A missing or non-string field is
+	// a missing key; an ambiguous one (a name twice on the pointer's path, a
+	// form field twice, a ";", a protobuf field twice) an invalid key.
 	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), ${key_source}"`
 
 	// Webhook verifies a provider's signature before the key is claimed: the
