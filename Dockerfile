@@ -4,8 +4,8 @@
 #   docker build -t idemproxy .            # or podman/buildah: make image
 #   docker run --rm -p 8080:8080 idemproxy --upstream http://api.internal:3000
 #
-# It listens on 0.0.0.0:8080 (clients) and 0.0.0.0:9100 (/metrics and /healthz,
-# no token). The admin API (/readyz, /keys/) is off unless IDEMPROXY_ADMIN is
+# It listens on 0.0.0.0:8080 (clients) and 0.0.0.0:9100 (/metrics, /healthz and
+# /readyz, no token); its HEALTHCHECK runs `idemproxy healthcheck`. The admin API (/readyz, /keys/) is off unless IDEMPROXY_ADMIN is
 # set; see README, "Container", for probes and configuration files.
 
 # The build stage. GO_IMAGE is any image with Go 1.26 and a shell; make
@@ -32,4 +32,7 @@ USER 65532:65532
 ENV IDEMPROXY_LISTEN=0.0.0.0:8080 \
     IDEMPROXY_METRICS=0.0.0.0:9100
 EXPOSE 8080 9100
+# No shell in the image: the binary probes its own /readyz (on the metrics
+# listener IDEMPROXY_METRICS names; exit 0 when the store answers).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 CMD ["/idemproxy", "healthcheck"]
 ENTRYPOINT ["/idemproxy"]

@@ -23,7 +23,7 @@ caddy: ## Build bin/caddy: Caddy with the standard modules and the idempotency m
 	$(GO) build -trimpath -o $(BIN)/caddy ./examples/caddy
 
 .PHONY: soak
-soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads; PostgreSQL restarts) and the bad-input campaign (SOAK_DURATION, default 60s).
+soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads and SIGHUPs with changed store settings; PostgreSQL restarts; SIGKILLs with and without reconcile) and the bad-input campaign (SOAK_DURATION, default 60s).
 	$(GO) build -o $(BIN)/soak ./test/soak
 	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 
@@ -33,8 +33,9 @@ bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, int
 	taskset -c 0 $(BIN)/bench -bin $(BIN)
 
 .PHONY: bench-micro
-bench-micro: ## Go micro-benchmarks of the core, the codec and the memory store (allocs/op, bytes/record).
-	$(GO) test -run '^$$' -bench . -benchmem ./middleware ./cache ./cache/memstore ./cache/redisstore ./cache/pgstore ./fingerprint
+bench-micro: ## Every Go micro-benchmark (Benchmark* in any package, found in the code; the stores' start their own servers): allocs/op, bytes/record.
+	pkgs=$$(GO='$(GO)' ./.ci/testfuncs Benchmark | cut -d' ' -f1 | sort -u) && [ -n "$$pkgs" ] && \
+	$(GO) test -run '^$$' -bench . -benchmem $$pkgs
 
 .PHONY: vet
 vet: ## go vet, gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
@@ -54,18 +55,8 @@ test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the key parser, the response decoder (nesting seeds included), the fast decoder against the library, webhook signature headers, JSON-pointer keys (against a full decode), form keys (against url.ParseQuery), protobuf keys (proto:N, against a full decode by protowire and the protobuf library; bounded work on hostile messages), canonical JSON fingerprints (no two different documents equal; canonical forms are JSON of the same value, also to a struct decode; names that fold alike refused) and form fingerprints (against url.ParseQuery; one fingerprint, one reading by Go, PHP, Rack and case-insensitive readers), 30s each.
-	$(GO) test -run '^$$' -fuzz FuzzParseKey -fuzztime 30s ./middleware
-	$(GO) test -run '^$$' -fuzz FuzzDecodeResponse -fuzztime 30s ./cache
-	$(GO) test -run '^$$' -fuzz FuzzFastDecoderAgrees -fuzztime 30s ./cache
-	$(GO) test -run '^$$' -fuzz FuzzWebhookVerify -fuzztime 30s ./webhook
-	$(GO) test -run '^$$' -fuzz FuzzJSONPointerKey -fuzztime 30s ./keysource
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalRequest -fuzztime 30s ./middleware
-	$(GO) test -run '^$$' -fuzz FuzzFormKey -fuzztime 30s ./keysource
-	$(GO) test -run '^$$' -fuzz FuzzProtoKey -fuzztime 30s ./keysource
-	$(GO) test -run '^$$' -fuzz FuzzJSONFingerprint -fuzztime 30s ./fingerprint
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./fingerprint
-	$(GO) test -run '^$$' -fuzz FuzzFormFingerprint -fuzztime 30s ./fingerprint
+fuzz: ## Fuzz every Fuzz* target in the package that holds it, found in the code (.ci/fuzz -l lists them); FUZZTIME each (default 30s), FUZZ=Name,… for some (an unknown name fails).
+	FUZZTIME=$(or $(FUZZTIME),30s) FUZZ='$(FUZZ)' GO='$(GO)' ./.ci/fuzz
 
 .PHONY: demo
 demo: build ## Run the proxy (memory store; DEMO_STORE=redis://… or postgres://… for another) in front of the demo API, show replay/409/422, keep running; DEMO_API_PORT, DEMO_PROXY_PORT, DEMO_ADMIN_PORT move it off 3000, 8080, 9090.

@@ -217,7 +217,7 @@ func TestValidate(t *testing.T) {
 		"zero tolerance":       {with("webhook", "stripe", "=", "webhook_secrets", "env:HOME", "=", "webhook_tolerance", "0s"), "webhook_tolerance: must be positive, got 0s"},
 		"bad error format":     {with("error_format", "xml"), "error_format: \"xml\""},
 		"header with a preset": {with("webhook", "github", "=", "webhook_secrets", "env:HOME", "=", "key_source", "header"), "key_source: header"},
-		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies to a webhook route"},
+		"stray webhook secret": {with("webhook_secrets", "env:HOME"), "webhook_secrets: applies when webhook is set"},
 		"unknown fingerprint":  {with("fingerprint", "xml"), "fingerprint: \"xml\": want bytes, json, form or multipart"},
 		"bad ignored pointer":  {with("fingerprint", "json", "=", "fingerprint_ignore", "request_time"), "fingerprint_ignore: \"request_time\" is not a JSON pointer"},
 		"ignore with bytes":    {with("fingerprint_ignore", "/a"), "fingerprint_ignore: the bytes reading leaves nothing out"},

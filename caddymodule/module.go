@@ -57,7 +57,7 @@ type Handler struct {
 	// replaces scope_headers. One client can never read another's stored response
 	// only when the client's credential is part of the scope. Default: unset (the
 	// Host and scope_headers).
-	Scope []string `json:"scope,omitempty"`
+	Scope []string `json:"scope,omitempty" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
 
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile
@@ -258,7 +258,8 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// requests is idemproxy_requests_total{outcome} and the claim latency
+// requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
+// label, which Caddy leaves empty) and the claim latency
 // idemproxy_store_duration_seconds: the proxy's metrics (package metrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector

@@ -9,8 +9,10 @@
 // fingerprint) and webhook… (package webhook).
 // It records which settings were set, so a proxy route's unset settings take the
 // top level's (Merged). Every surface derives its names, its parsing and its
-// help from the struct's tags (internal/conf): adding a setting is one field in
-// middleware.Settings, the code that uses it, and its row in docs/settings.md.
+// help from the struct's tags (internal/conf): adding a setting is one tagged
+// field (in middleware.Settings, or here for configuration sugar), the code that
+// uses it, and go generate ./internal/settingsdoc for its row in
+// docs/settings.md.
 package config
 
 import (
@@ -32,70 +34,18 @@ import (
 type Config struct {
 	middleware.Settings
 
-	// KeySourceSpec is where the key comes from: "auto" (key_header, or where
-	// the webhook preset puts it) or a spec of one of keysource.Kinds:
-	// "header" (key_header), "body" (a SHA-256 of the body), "json:<pointer>"
-	// (a string in the JSON body at an RFC 6901 pointer, e.g.
-	// json:/data/idempotency_key), "form:<field>" (a field of a form-encoded
-	// body), "proto:<N>" (a string field of a gRPC or protobuf request
-	// message by number; proto:N.M nested). A missing or non-string field is
-	// a missing key; an ambiguous one (a name twice on the pointer's path, a
-	// form field twice, a ";", a protobuf field twice) an invalid key.
-	KeySourceSpec string `json:"key_source" help:"where the key comes from: auto (key_header, or the webhook preset's key), ${key_source}"`
+	KeySourceSpec     string        `json:"key_source" go:"'KeySource', 'keysource.Parse'" help:"where the key comes from: 'auto' (key_header, or where the webhook preset puts it), ${key_source}. A missing or non-string field is a missing key; an ambiguous one (a name twice on the pointer's path, a form field twice, a ';' in a form body, a protobuf field on the path twice or of another wire type, a compressed message) is '400' (see docs/webhooks.md, docs/grpc.md)"`
+	Webhook           string        `json:"webhook" go:"'Verifier', 'webhook.New'" help:"verify a provider's signature before the key is claimed: ${webhook}; a bad or missing one is '401', nothing claimed, stored or forwarded. Empty: no verification"`
+	WebhookSecrets    []string      `json:"webhook_secrets" needs:"webhook" go:"'webhook.Webhook.Secrets' (the secrets themselves: 'webhook.LoadSecrets')" help:"the signing secrets as 'env:NAME' (a variable) or 'file:PATH' (one secret per line); a signature made with any of them verifies (rotation). Never logged; a secret itself is refused in a configuration"`
+	WebhookTolerance  time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'" help:"how far a signed timestamp (${webhook_timestamp}) may be from now, either way. Must be positive: '0s' is refused ('webhook.New' holds the rule for every surface); a preset that signs no timestamp does not read it"`
+	WebhookHeader     string        `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'" help:"${webhook_custom}: the header carrying the signature"`
+	WebhookEncoding   string        `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'" help:"${webhook_custom}: the signature's encoding, ${webhook_encoding}"`
+	WebhookPrefix     string        `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'" help:"${webhook_custom}: text before the signature in its header, e.g. 'sha256='"`
+	FingerprintSpec   string        `json:"fingerprint" go:"'BodyFingerprint', 'fingerprint.Parse'" help:"how the body counts in the fingerprint: 'bytes' (as sent), 'json' (RFC 8785 canonical form: member order, whitespace, number forms and escapes do not count), 'form' (fields sorted; a repeated field's values keep their order), 'multipart' (each part's meaningful headers and bytes, not the boundary); a body that cannot be read one way only is '400' (see docs/fingerprints.md)"`
+	FingerprintIgnore []string      `json:"fingerprint_ignore" go:"the pointers of 'fingerprint.Parse'" help:"RFC 6901 pointers left out of a 'json', 'form' or 'multipart' fingerprint: '/request_time', '/meta/sent_at'; for a form or multipart body a field, '/name'"`
+	ErrorFormatSpec   string        `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'" help:"shape of the answers the core writes itself (409, 422, 400, 503, …): ${error_format}, or a JSON template whose strings hold '{type}' '{title}' '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries Idempotency-Problem (its type), Cache-Control: no-store, and the request's key (see docs/clients.md#error-formats)"`
 
-	// Webhook verifies a provider's signature before the key is claimed: the
-	// name of one of webhook.Presets ("standard": Standard Webhooks, and
-	// Svix's svix-* names; "stripe"; "github"; "hmac": HMAC-SHA256 of the body
-	// in webhook_header). A bad or missing signature gets 401; nothing is
-	// claimed, stored or forwarded. Empty: no verification.
-	Webhook string `json:"webhook" help:"verify a webhook signature before the key is claimed: ${webhook}; empty: none"`
-
-	// WebhookSecrets are the webhook's signing secrets, as references:
-	// "env:NAME" (a variable) or "file:PATH" (one secret per line). A
-	// signature made with any of them verifies (rotation). Secrets themselves
-	// never go in a configuration, and are never logged.
-	WebhookSecrets []string `json:"webhook_secrets" help:"webhook signing secrets as env:NAME or file:PATH (one per line); several for rotation"`
-
-	// WebhookTolerance is how far a signed timestamp (standard, stripe) may
-	// be from now, either way; it must be positive (webhook.New holds the
-	// rule: a preset that signs no timestamp does not read it).
-	WebhookTolerance time.Duration `json:"webhook_tolerance" help:"how far a signed timestamp (${webhook_timestamp}) may be from now, either way; must be positive"`
-
-	// WebhookHeader is the header carrying the signature, for the hmac
-	// preset.
-	WebhookHeader string `json:"webhook_header" help:"${webhook_custom} preset: the header carrying the signature"`
-
-	// WebhookEncoding is the signature's encoding for the hmac preset: hex or
-	// base64.
-	WebhookEncoding string `json:"webhook_encoding" help:"${webhook_custom} preset: the signature's encoding, ${webhook_encoding}"`
-
-	// WebhookPrefix is text before the signature in its header for the hmac
-	// preset, e.g. "sha256=".
-	WebhookPrefix string `json:"webhook_prefix" help:"${webhook_custom} preset: text before the signature in its header (e.g. sha256=)"`
-
-	// FingerprintSpec is how the body counts in the fingerprint: "bytes" (as
-	// sent), "json" (RFC 8785 canonical form: member order, whitespace,
-	// number forms and escapes do not count), "form" (fields sorted; a
-	// repeated field's values keep their order) or "multipart" (each part's
-	// meaningful headers and bytes, not the boundary). A body that cannot be
-	// read one way only in its format gets 400. See docs/fingerprints.md.
-	FingerprintSpec string `json:"fingerprint" help:"how the body counts in the fingerprint: bytes, json (RFC 8785 canonical), form (fields sorted) or multipart (parts, not the boundary)"`
-
-	// FingerprintIgnore are RFC 6901 JSON pointers left out of a json, form
-	// or multipart fingerprint: /request_time (for a form or multipart
-	// body, a field name).
-	FingerprintIgnore []string `json:"fingerprint_ignore" help:"JSON pointers left out of a json, form or multipart fingerprint (/request_time; form and multipart: /field)"`
-
-	// ErrorFormatSpec is the shape of the answers the core writes itself
-	// (409, 422, 400, 503, …): the name of one of errformat.Formats
-	// ("problem": RFC 9457; "stripe": Stripe's error object with
-	// Stripe-Should-Retry), or a JSON template whose
-	// strings hold {type}, {title}, {status}, {detail}, {code} or
-	// {retry_after}. Every such answer carries Idempotency-Problem (its
-	// type), Cache-Control: no-store, and the request's key.
-	ErrorFormatSpec string `json:"error_format" help:"shape of the answers the core writes itself: ${error_format}, or a JSON template with {type} {title} {status} {detail} {code} {retry_after}"`
-
-	Reconcile Reconcile `conf:"prefix="` // reconcile…: settling held unknown outcomes (reconcile.go)
+	Reconcile Reconcile `conf:"prefix=" go:"reconcile.Rules"` // reconcile…: settling held unknown outcomes (reconcile.go)
 
 	set map[string]bool // the settings set (MarkSet), by name
 }
@@ -160,6 +110,11 @@ func (c Config) Merged(over Config) Config {
 // *middleware.SettingsError naming the setting at fault; FieldOf reads it.
 func (c Config) Compile() (middleware.Settings, error) {
 	s := c.Settings
+	d := Default()
+	var ne *conf.NeedsError
+	if err := conf.CheckNeeds(fields, &c, &d, nil); errors.As(err, &ne) {
+		return s, &middleware.SettingsError{Field: ne.Field, Err: ne}
+	}
 	var v *webhook.Verifier
 	if c.Webhook != "" {
 		secrets, err := webhook.LoadSecrets(c.WebhookSecrets)
@@ -172,8 +127,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 			return s, err
 		}
 		s.Verifier = v
-	} else if name := c.strayWebhookSetting(); name != "" {
-		return s, middleware.SettingsErrorf(name, "applies to a webhook route, and webhook is not set")
 	}
 	if c.KeySourceSpec == keysource.Auto || c.KeySourceSpec == "" {
 		if v != nil {
@@ -209,19 +162,6 @@ func (c Config) Compile() (middleware.Settings, error) {
 		return s, err
 	}
 	return s, s.Check()
-}
-
-// strayWebhookSetting names a webhook_* setting that differs from its default
-// while webhook is not set: it would have no effect.
-func (c Config) strayWebhookSetting() string {
-	d := Default()
-	for _, name := range []string{"webhook_secrets", "webhook_tolerance", "webhook_header", "webhook_encoding", "webhook_prefix"} {
-		f, _ := conf.Lookup(fields, name)
-		if !f.Equal(&c, &d) && !(name == "webhook_secrets" && len(c.WebhookSecrets) == 0) {
-			return name
-		}
-	}
-	return ""
 }
 
 // Validate checks c as Compile and middleware.New would.

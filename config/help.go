@@ -15,17 +15,17 @@ import (
 func (Config) HelpList(name string) (string, bool) {
 	switch name {
 	case "webhook":
-		return conf.OrList(webhook.Names()), true
+		return conf.OrList(literals(webhook.Names())), true
 	case "webhook_timestamp", "webhook_custom":
 		var names []string
 		for _, p := range webhook.Presets() {
 			if name == "webhook_timestamp" && p.Timestamp || name == "webhook_custom" && p.Custom {
-				names = append(names, p.Name)
+				names = append(names, literal(p.Name))
 			}
 		}
 		return strings.Join(names, ", "), true
 	case "webhook_encoding":
-		return conf.OrList(webhook.Encodings()), true
+		return conf.OrList(literals(webhook.Encodings())), true
 	case "key_source":
 		var specs []string
 		for _, k := range keysource.Kinds() {
@@ -42,10 +42,23 @@ func (Config) HelpList(name string) (string, bool) {
 	return "", false
 }
 
-// withHelp is a value with its few words of help, if any: "body (a digest of it)".
+// withHelp is a value with its few words of help, if any: "'body' (a digest
+// of it)".
 func withHelp(value, help string) string {
 	if help == "" {
-		return value
+		return literal(value)
 	}
-	return value + " (" + help + ")"
+	return literal(value) + " (" + help + ")"
+}
+
+// literal marks a value as one in help text: 'stripe' (code in the settings
+// table, internal/settingsdoc).
+func literal(value string) string { return "'" + value + "'" }
+
+func literals(values []string) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = literal(v)
+	}
+	return out
 }

@@ -1,10 +1,8 @@
 package config
 
 import (
-	"reflect"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/reconcile"
 )
@@ -13,53 +11,16 @@ import (
 // upstream (package reconcile): the standalone proxy's, which knows the
 // upstream. Off while Request is empty.
 type Reconcile struct {
-	// Request is sent upstream after an unknown outcome, to ask what became
-	// of the operation: "METHOD /path?query", a path on the upstream whose
-	// placeholders are filled from the first execution's request: {key},
-	// {header.NAME}, {json:/pointer} (a string in its JSON body). A value in
-	// the path must be one literal segment (letters, digits and - . _ ~, not
-	// ending in "."); any other leaves the key held for an operator, so a
-	// placeholder whose values may be anything belongs in the query. Empty:
-	// no reconcile, the key is held for an operator.
-	Request string `json:"reconcile" help:"request sent upstream to settle an unknown outcome: METHOD /path?query with {key}, {header.NAME}, {json:/pointer} from the original request; empty: held for an operator"`
-
-	// Headers are request headers of the first execution copied onto the
-	// reconcile request (e.g. Authorization). They are kept in the store
-	// with the job until the key settles.
-	Headers []string `json:"reconcile_headers" help:"headers of the original request copied onto the reconcile request (kept in the store until the key settles)"`
-
-	// Done are the reconcile answers that mean the operation happened: the
-	// answer (its status, Content-Type and body, up to max_body) becomes the
-	// stored response that the client's retry replays.
-	Done middleware.StatusSet `json:"reconcile_done" help:"reconcile answers meaning it happened: the answer is stored and the retry replays it"`
-
-	// NotFound are the reconcile answers that mean it did not happen: the
-	// key is released and the client's retry runs. As an upstream still
-	// working on the original finds nothing yet, it is believed only once
-	// the original can no longer be running (the proxy's upstream_timeout,
-	// else handler_timeout, after it was sent) and at a second such answer.
-	NotFound middleware.StatusSet `json:"reconcile_not_found" help:"reconcile answers meaning it did not happen: the key is released and the retry runs, once the original can no longer run (upstream_timeout, else handler_timeout) and at a second such answer"`
-
-	// Delay is the wait before the first attempt.
-	Delay time.Duration `json:"reconcile_delay" help:"wait after an unknown outcome before the first reconcile attempt"`
-
-	// Backoff multiplies each later wait.
-	Backoff int `json:"reconcile_backoff" help:"each later reconcile wait is the one before times this"`
-
-	// MaxDelay bounds a wait between attempts.
-	MaxDelay time.Duration `json:"reconcile_max_delay" help:"longest wait between reconcile attempts"`
-
-	// Attempts bounds the attempts; then the key stays held for an operator.
-	// At least 2: a not-found answer is confirmed by a second.
-	Attempts int `json:"reconcile_attempts" help:"reconcile attempts at most (at least 2); then the key stays held for an operator"`
-
-	// Window bounds the time after the unknown outcome in which attempts
-	// start. It must leave room to confirm a not-found answer: at least
-	// upstream_timeout (else handler_timeout) and 2 × Delay.
-	Window time.Duration `json:"reconcile_window" help:"no reconcile attempt starts later than this after the unknown outcome (at least upstream_timeout, else handler_timeout, and 2 × reconcile_delay)"`
-
-	// Timeout bounds one attempt (its answer's headers and body).
-	Timeout time.Duration `json:"reconcile_timeout" help:"bound on one reconcile attempt"`
+	Request  string               `json:"reconcile" go:"'reconcile.Rules.Request', 'reconcile.ParseRequest'" help:"proxy only: a request sent upstream to settle a held unknown outcome, 'METHOD /path?query' with '{key}', '{header.NAME}' and '{json:/pointer}' filled from the original request; empty: held for an operator. Sent with the route's upstream_host; a value in the path must be letters, digits and '- . _ ~', not ending in '.' (else nothing is sent, the key stays held: put such a placeholder in the query). Needs upstream_timeout or handler_timeout (see docs/reconcile.md)"`
+	Headers  []string             `json:"reconcile_headers" needs:"reconcile" help:"headers of the original request copied onto the reconcile request (e.g. Authorization); kept in the store with the job until the key settles"`
+	Done     middleware.StatusSet `json:"reconcile_done" needs:"reconcile" help:"reconcile answers that mean it happened: the answer (status, Content-Type, body up to max_body) is stored, and retries replay it"`
+	NotFound middleware.StatusSet `json:"reconcile_not_found" needs:"reconcile" help:"reconcile answers that mean it did not happen: the key is released, and the retry runs; but only at the second such answer since the original can no longer be running (upstream_timeout, else handler_timeout, after it was sent); one before does not count, and the next attempt comes no earlier than then"`
+	Delay    time.Duration        `json:"reconcile_delay" needs:"reconcile" help:"wait after the unknown outcome before the first attempt"`
+	Backoff  int                  `json:"reconcile_backoff" needs:"reconcile" help:"each later wait between attempts is the one before times this"`
+	MaxDelay time.Duration        `json:"reconcile_max_delay" needs:"reconcile" help:"longest wait between attempts"`
+	Attempts int                  `json:"reconcile_attempts" needs:"reconcile" help:"attempts at most; then the key stays held for an operator. At least '2' (a not-found answer is confirmed by a second)"`
+	Window   time.Duration        `json:"reconcile_window" needs:"reconcile" help:"no attempt starts later than this after the unknown outcome. At least upstream_timeout (else handler_timeout) and 2 × reconcile_delay, so that a not-found answer can be confirmed: a shorter one is refused"`
+	Timeout  time.Duration        `json:"reconcile_timeout" needs:"reconcile" help:"bound on one attempt (the answer's headers and body)"`
 }
 
 // DefaultReconcile is Reconcile's defaults (off: no request).
@@ -70,22 +31,13 @@ func DefaultReconcile() Reconcile {
 		Attempts: 10, Window: time.Hour, Timeout: 10 * time.Second}
 }
 
-// reconcileFields are the reconcile settings beside Request.
-var reconcileFields = conf.Fields(reflect.TypeFor[Reconcile]())
-
 // ReconcileRules builds the route's reconcile rules from c and its compiled
 // settings s; nil when c names no reconcile request. Every error names its
 // setting.
 func (c Config) ReconcileRules(s middleware.Settings) (*reconcile.Rules, error) {
 	r := c.Reconcile
 	if r.Request == "" {
-		d := DefaultReconcile()
-		for _, f := range reconcileFields {
-			if f.Name != "reconcile" && !f.Equal(&r, &d) && !(f.Name == "reconcile_headers" && len(r.Headers) == 0) {
-				return nil, middleware.SettingsErrorf(f.Name, "applies when reconcile is set, and it is not")
-			}
-		}
-		return nil, nil
+		return nil, nil // a reconcile_* setting set without it: Compile refuses it (needs tag)
 	}
 	req, err := reconcile.ParseRequest(r.Request)
 	if err != nil {

@@ -40,7 +40,7 @@ type Format struct {
 // formats are the named error formats, the default first.
 var formats = []Format{
 	{Name: Problem, Help: "RFC 9457", format: middleware.ProblemJSON{}},
-	{Name: StripeSpec, format: Stripe{}},
+	{Name: StripeSpec, Help: "Stripe's error object and Stripe-Should-Retry", format: Stripe{}},
 }
 
 // Formats returns the named error formats, the default first; any other

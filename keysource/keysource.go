@@ -54,16 +54,16 @@ type Kind struct {
 
 // kinds are the key sources Parse builds, in the order help lists them.
 var kinds = []Kind{
-	{Name: Header, parse: func(_, keyHeader string) (middleware.KeySource, error) {
+	{Name: Header, Help: "key_header", parse: func(_, keyHeader string) (middleware.KeySource, error) {
 		return middleware.HeaderKey{Name: http.CanonicalHeaderKey(keyHeader)}, nil
 	}},
-	{Name: Body, Help: "a digest of it", parse: func(string, string) (middleware.KeySource, error) {
+	{Name: Body, Help: "a SHA-256 of the body", parse: func(string, string) (middleware.KeySource, error) {
 		return BodyDigest{}, nil
 	}},
-	{Name: "json", Arg: "/pointer", parse: func(arg, _ string) (middleware.KeySource, error) {
+	{Name: "json", Arg: "/pointer", Help: "a string in the JSON body, RFC 6901", parse: func(arg, _ string) (middleware.KeySource, error) {
 		return NewJSON(arg)
 	}},
-	{Name: "form", Arg: "field", parse: func(arg, _ string) (middleware.KeySource, error) {
+	{Name: "form", Arg: "field", Help: "a form-encoded body, whatever its Content-Type", parse: func(arg, _ string) (middleware.KeySource, error) {
 		if arg == "" {
 			return nil, errors.New("form: needs the field's name (form:field)")
 		}

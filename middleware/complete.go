@@ -114,6 +114,53 @@ func (c *claim) release() {
 	}
 }
 
+// undo undoes a claim whose call failed (a lost reply, a store timeout, an
+// unacknowledged write): the store may have made it, and nothing is sent
+// under it. Left alone, it would lapse, and its key would be held as an
+// unknown outcome although this request never reached the upstream. The
+// token's release is retried in the background until the store answers (it
+// frees the lock, lapsed and held or not), another claim or record holds the
+// key (the lock was never made, or is gone), or complete_retry passes.
+func (c *claim) undo(ctx context.Context) {
+	h := c.h
+	if h.inProcess {
+		return // an in-process store's failed call wrote nothing
+	}
+	h.pending.Add(1)
+	release := func() {}
+	if h.holder != nil {
+		release = h.holder.Hold()
+	}
+	bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token}
+	go bg.undoLater(context.WithoutCancel(ctx), release)
+}
+
+func (c *claim) undoLater(ctx context.Context, release func()) {
+	h := c.h
+	defer h.pending.Done()
+	defer release()
+	deadline := time.Now().Add(h.s.CompleteRetry)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		sctx, cancel := h.storeCtx(ctx)
+		err := h.store.Release(sctx, c.storeKey, c.token)
+		cancel()
+		if err == nil {
+			h.c.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency claim whose store call failed undone: the key is free, nothing was sent under it",
+				slog.String("key_hash", c.keyHash))
+			return
+		}
+		if errors.Is(err, cache.ErrLockLost) {
+			return
+		}
+		if time.Until(deadline) < backoff {
+			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its lease lapses",
+				slog.String("key_hash", c.keyHash), slog.Any("error", err))
+			return
+		}
+		time.Sleep(backoff)
+	}
+}
+
 // Wait blocks until responses whose storing is being retried in the background
 // are stored or given up, or ctx is done. Call it on shutdown, after the server
 // stopped accepting requests.

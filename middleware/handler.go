@@ -161,6 +161,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
 		// switch the protection off.
+		c.undo(r.Context()) // the store may have made the claim: nothing is sent under it
 		failOpen := h.s.FailOpen && !errors.Is(err, cache.ErrFull)
 		h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
 			slog.String("key_hash", c.keyHash), slog.Bool("fail_open", failOpen), slog.Any("error", err))
@@ -174,6 +175,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
 		// Never failed open: the first request may still run.
 		if rec, loaded, err = h.waitForFirst(r, c.storeKey, h.lock(c, owner), rec.CreatedAt); err != nil {
+			c.undo(r.Context()) // a claim of the wait's may have been made
 			h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			t.storeUnavailable(w, err)

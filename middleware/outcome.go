@@ -28,7 +28,7 @@ var (
 // and to its retries while the key is held.
 func unknownProblem(status int, held bool) Problem {
 	detail := "the request reached the upstream and no complete answer came back, so it may have been executed; " +
-		"it was not, and will not be, run again with this key"
+		"it was not run again, and a retry with this key runs it only once it is found not to have been executed"
 	if !held {
 		detail = "the request reached the upstream and no complete answer came back, so it may have been executed; " +
 			"a retry with the same key runs it again"
@@ -38,8 +38,9 @@ func unknownProblem(status int, held bool) Problem {
 
 // lapsedProblem is the answer to a key whose first execution's lease lapsed.
 func lapsedProblem(status int) Problem {
-	return newProblem(ProblemOutcomeUnknown, status, "the instance running the request with this idempotency key stopped before its outcome was stored, "+
-		"so it may have been executed; it was not, and will not be, run again with this key")
+	return newProblem(ProblemOutcomeUnknown, status, "the instance running the request with this idempotency key stopped before its outcome was stored "+
+		"(or could not write to the store), so it may have been executed; it was not run again, "+
+		"and a retry with this key runs it only once it is found not to have been executed")
 }
 
 // unknownStatus is 504 for a timeout, 502 otherwise.

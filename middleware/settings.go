@@ -11,7 +11,10 @@ import (
 // Settings are the core's settings. Each tagged field is a setting of every
 // surface: its json name is the proxy's config-file key (and, with dashes, its
 // flag), a Caddyfile subdirective and a key of Caddy's JSON (package config
-// derives them all from these tags). Go users change them with an Option:
+// derives them all from these tags), and its help tag is its documentation,
+// the one text that --help and the settings table (docs/settings.md, generated
+// from the tags) show. The other fields are Go's only. Go users change them
+// with an Option:
 //
 //	middleware.New(store, func(s *middleware.Settings) {
 //		s.TTL = 48 * time.Hour
@@ -20,155 +23,36 @@ import (
 //
 // DefaultSettings holds every default; New checks the result.
 type Settings struct {
-	// Methods protected; others pass through untouched, key or not. Write
-	// them in upper case; a request's method matches in any case ("post" is
-	// POST, and goes on as POST).
-	Methods []string `json:"methods" help:"methods protected, upper case (requests match in any case)"`
-
-	// KeyHeader is the request header carrying the key.
-	KeyHeader string `json:"key_header" help:"request header carrying the key"`
-
-	// RequireKey answers 400 to a protected request without a key, instead of
-	// passing it through unprotected.
-	RequireKey bool `json:"require_key" help:"answer 400 to a protected request without a key instead of passing it through"`
-
-	// MinKeyLength is the shortest key accepted, in characters, from any key
-	// source; a shorter one is answered 400 invalid-key and nothing runs. Keys
-	// the client makes up ("1", "retry") collide across its own operations;
-	// a length a random UUID has (36) refuses them. 1 accepts any.
-	MinKeyLength int `json:"min_key_length" help:"shortest key accepted, in characters (400 invalid-key below); 1 accepts any"`
-
-	// ScopeHeaders are the request headers that, with the Host, scope a key,
-	// so one client can never read another's stored response. That holds only
-	// when the client's credential is in one of them. "Cookie:NAME" names one
-	// cookie. An empty list scopes by the Host alone.
-	ScopeHeaders []string `json:"scope_headers" help:"request headers that, with the Host, scope a key (Cookie:NAME for one cookie; empty: Host only)"`
-
-	// ScopeHost makes the Host, in canonical form (lower case, no default
-	// port, no trailing dot), part of a key's scope. Turn it off for an API
-	// served under several names whose clients may retry through another. A
-	// route with a Verifier never scopes by the Host, which is not signed.
-	ScopeHost bool `json:"scope_host" help:"scope keys by the Host (canonical form); webhook routes never do"`
-
-	// KeyNamespace puts these keys in a namespace of their own: the same key
-	// in two namespaces is two records. Keys from different key sources (a
-	// header, a JSON field, a webhook preset's id) never meet, whatever the
-	// namespace. The proxy gives a webhook route without one its path.
-	KeyNamespace string `json:"key_namespace" help:"namespace of these keys: the same key in two namespaces is two records (a proxy webhook route without one: its path)"`
-
-	// FingerprintHeaders are request headers added to the fingerprint
-	// (method, path and query, body), which decides whether a repeat is the
-	// same request.
-	FingerprintHeaders []string `json:"fingerprint_headers" help:"request headers added to the fingerprint (method, path, query and body)"`
-
-	// MaxRequestBody is the largest request body accepted with a key; a
-	// larger one gets 413.
-	MaxRequestBody int64 `json:"max_request_body" unit:"bytes" help:"largest request body accepted with a key (413 above)"`
-
-	// BodyBudget bounds the request-body bytes that tracked requests hold in
-	// memory at once (the core buffers a body to fingerprint it), across
-	// every Handler of the process built with the same value: the proxy's
-	// routes share one budget, and so do a Caddy config's handlers and those
-	// of the config that replaces it on a reload. A declared Content-Length
-	// is reserved before a byte is read, an unknown length as it arrives; all
-	// of it is returned when the request is done. A request that does not fit
-	// gets 503 overloaded with Retry-After, nothing claimed or forwarded. At
-	// least MaxRequestBody. When the bodies held fall back to none after a
-	// quarter of the budget or more was in use, the freed memory is returned
-	// to the operating system (debug.FreeOSMemory, at most once a minute).
-	// A replay holds its stored body's size (at most the whole budget) until
-	// the client took it; one that does not fit gets the same 503.
-	BodyBudget int64 `json:"body_budget" unit:"bytes" help:"request bodies being read and stored bodies being replayed that tracked requests hold in memory at once, shared by the process's handlers with the same value; past it 503 overloaded"`
-
-	// MaxBody is the largest response body stored for replay. A larger
-	// response is remembered as done; repeats get a not-replayable problem,
-	// never a second execution.
-	MaxBody int64 `json:"max_body" unit:"bytes" help:"largest response body stored for replay (above: remembered as done, not replayable)"`
-
-	// StoreStatuses are the statuses stored for replay: codes, ranges
-	// ("200-299"), classes ("2xx") and exclusions ("!404"). Others release
-	// the key so a retry runs again.
-	StoreStatuses StatusSet `json:"store_statuses" help:"statuses stored for replay: codes, ranges (200-299), classes (2xx), !exclusions"`
-
-	// BodyReadTimeout bounds the time a client has to send the body of a
-	// keyed request, which the core buffers; a slower one gets 400 and its
-	// connection is closed (HTTP/2: the stream ends). It also bounds how long
-	// an answer (a replay, or a first execution's) waits for the client to
-	// take each 64 KiB; a client that stalls longer has its connection
-	// closed, and a first execution's answer is still stored in full. 0 means
-	// no bound.
-	BodyReadTimeout time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request (buffered to fingerprint it), and to take each 64 KiB of an answer; 0 = no bound"`
-
-	// IgnoreHeaders are response headers never stored nor replayed.
-	IgnoreHeaders []string `json:"ignore_headers" help:"response headers never stored nor replayed"`
-
-	// FailOpen passes requests through unprotected when the store fails,
-	// instead of answering 503. A full store is never failed open.
-	FailOpen bool `json:"fail_open" help:"pass requests through unprotected when the store fails, instead of 503"`
-
-	// TTL is how long a completed response is kept for replay.
-	TTL time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
-
-	// LockTTL is the in-flight lease, renewed every third of it while the
-	// first request runs and while its answer is stored; if its instance
-	// dies, the lease lapses and the key is held as an unknown outcome
-	// (UnknownOutcome). At least 3ms.
-	LockTTL time.Duration `json:"lock_ttl" help:"in-flight lease, renewed while the first request runs and its answer is stored; once a crashed instance's lease lapses its key is held as an unknown outcome"`
-
-	// HandlerTimeout bounds a first execution, which does not stop when the
-	// client hangs up (its response is stored for the retry). When it passes,
-	// the outcome is unknown: the key is held with 504, whatever the handler
-	// does after. 0 means no bound.
-	HandlerTimeout time.Duration `json:"handler_timeout" help:"bound on a first execution (not cancelled when the client hangs up); when it passes the key is held with 504 (an unknown outcome); 0 = no bound"`
-
-	// StoreTimeout bounds each store call (claim, complete, release, lease
-	// renewal). A store that bounds each of its requests itself
-	// (cache.RequestBounded: DynamoDB, by this timeout) gets no overall bound
-	// on Complete, which may write a large response in many requests.
-	StoreTimeout time.Duration `json:"store_timeout" help:"bound on each store call (on DynamoDB, on each of its requests: a large response's completion takes as many as it needs)"`
-
-	// CompleteRetry is how long a finished response whose storing fails (the
-	// store unreachable) keeps being retried in the background, also after
-	// its lease lapsed, as long as no other request claims the key.
-	CompleteRetry time.Duration `json:"complete_retry" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
-
-	// UnknownOutcome is what happens when a first execution was sent upstream
-	// and no complete answer came back (a reset after the request was
-	// written, a timeout, a body cut mid-stream, handler_timeout), or its
-	// lease lapsed (its instance died): UnknownHold keeps the key as done
-	// with an unknown outcome for UnknownHold, and every retry gets the same
-	// outcome-unknown problem, nothing running twice, until reconcile or an
-	// operator settles it; UnknownRelease lets a retry run again.
-	UnknownOutcome string `json:"unknown_outcome" help:"hold or release: a first execution sent with no complete answer, or whose lease lapsed, holds its key (retries get the same outcome-unknown answer) or releases it"`
-
-	// UnknownHold is how long an unknown outcome holds its key (a lapsed
-	// lease's, from the lease's end).
-	UnknownHold time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key (a lapsed lease: from the lease's end)"`
-
-	// RetryAfter is the Retry-After sent with 409 (in flight) and 503 (store
-	// unavailable, overloaded).
-	RetryAfter time.Duration `json:"retry_after" help:"Retry-After sent with 409 (in flight) and 503 (store unavailable)"`
-
-	// Wait lets a duplicate that arrives while the first request runs wait up
-	// to this long for its result, then replay it, instead of an immediate
-	// 409 (which it still gets on timeout). If the first request's key is
-	// released (a 5xx, an error), one waiter claims the key and runs. Stores
-	// that implement cache.Notifier wake waiters at once; others are polled.
-	// 0 means no waiting.
-	Wait time.Duration `json:"wait" help:"let a duplicate of an in-flight request wait this long for its result instead of an immediate 409; 0 = no waiting"`
-
-	// WaitPoll is how often a waiting duplicate re-reads the store when no
-	// notification arrives.
-	WaitPoll time.Duration `json:"wait_poll" help:"how often a waiting duplicate re-reads the store when no notification comes"`
-
-	// InFlightOnly deduplicates concurrent duplicates but stores no result:
-	// the lock is released when the response is done, so a later retry runs
-	// again.
-	InFlightOnly bool `json:"in_flight_only" help:"deduplicate concurrent duplicates but store no result: a later retry runs again"`
+	Methods            []string      `json:"methods" help:"methods tracked, written in upper case ('post' is an error); a request's method matches in any case, and others pass through untouched, key or not"`
+	KeyHeader          string        `json:"key_header" help:"request header carrying the key"`
+	RequireKey         bool          `json:"require_key" help:"answer '400' to a tracked request without a key, instead of passing it through untracked"`
+	MinKeyLength       int           `json:"min_key_length" help:"shortest key accepted, in characters, from any key source: a shorter one gets '400' 'invalid-key' and nothing runs (36, a UUID's length, refuses made-up keys such as '1', which collide across a client's own operations); 1 to 255"`
+	ScopeHeaders       []string      `json:"scope_headers" help:"request headers that, with the Host, scope a key, so that one client never reads another's stored response (which holds only when the client's credential is in one of them); 'Cookie:NAME' names one cookie; empty: the Host only"`
+	ScopeHost          bool          `json:"scope_host" help:"scope keys by the Host, in canonical form (lower case, no default port, no trailing dot); off for an API served under several names whose clients may retry through another. A webhook route never does: its Host is not signed"`
+	KeyNamespace       string        `json:"key_namespace" help:"namespace of these keys: the same key in two namespaces is two records; keys from different key sources never meet; a proxy webhook route without one gets its path"`
+	FingerprintHeaders []string      `json:"fingerprint_headers" help:"request headers added to the fingerprint (method, path and query, body), which decides whether a repeat is the same request"`
+	MaxRequestBody     int64         `json:"max_request_body" unit:"bytes" help:"largest request body accepted with a key ('413' above)"`
+	BodyBudget         int64         `json:"body_budget" unit:"bytes" help:"request-body bytes tracked requests hold in memory at once (and stored bodies being replayed: a replay holds its body's size until the client took it), shared by every handler of the process with the same value (the proxy's routes; a Caddy config's handlers, and those of the config that replaces it on a reload). A declared Content-Length is reserved before the body is read, an unknown length as it arrives; past it '503' 'overloaded' with Retry-After, nothing claimed, forwarded or replayed. When the bodies held fall back to none after a quarter of it or more was in use, the memory is returned to the operating system, at most once a minute. At least max_request_body; there is no unbounded setting"`
+	MaxBody            int64         `json:"max_body" unit:"bytes" help:"largest response body stored for replay; a larger response is remembered as done, and repeats get a not-replayable problem, never a second execution"`
+	StoreStatuses      StatusSet     `json:"store_statuses" go:"'StoreStatuses' ('ParseStatuses(…)')" help:"statuses stored for replay: codes, ranges ('200-299'), classes ('2xx') and exclusions ('!404'); the others release the key, so that a retry runs again"`
+	BodyReadTimeout    time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request, which is buffered; then '400' and the connection is closed (HTTP/2: the stream ends). Also the time a client has to take each 64 KiB of an answer (a replay, or a first execution's, which is still stored in full); then its connection is closed. '0': none"`
+	IgnoreHeaders      []string      `json:"ignore_headers" help:"response headers never stored nor replayed"`
+	FailOpen           bool          `json:"fail_open" help:"on store failure, pass requests through untracked instead of '503' (never when the memory store is full)"`
+	TTL                time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
+	LockTTL            time.Duration `json:"lock_ttl" help:"in-flight lease, renewed every third of it while the first execution runs and while its answer is stored; once the lease of an instance that died lapses, its key is held as an unknown outcome (unknown_outcome; see docs/unknown-outcomes.md). At least 3ms"`
+	HandlerTimeout     time.Duration `json:"handler_timeout" help:"bound on a first execution, which does not stop when the client hangs up (its response is stored for the retry); when it passes, the key is held with '504' (an unknown outcome), whatever the handler does after; '0' means no bound, on every surface"`
+	StoreTimeout       time.Duration `json:"store_timeout" help:"bound on each store call: claim, complete, release, lease renewal (on DynamoDB, on each of its requests: a large response's completion takes as many as it needs)"`
+	CompleteRetry      time.Duration `json:"complete_retry" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
+	UnknownOutcome     string        `json:"unknown_outcome" help:"a first execution sent upstream with no complete answer (a reset after the request was written, a timeout, a body cut mid-stream, handler_timeout), or whose lease lapsed (its instance died): 'hold' its key for unknown_hold (retries get the same outcome-unknown answer, nothing runs twice, until the route's reconcile or an operator settles it) or 'release' it, so that a retry runs again (see docs/unknown-outcomes.md)"`
+	UnknownHold        time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key (a lapsed lease's: from the lease's end)"`
+	RetryAfter         time.Duration `json:"retry_after" help:"Retry-After sent with '409' (in flight) and '503' (store unavailable, overloaded)"`
+	Wait               time.Duration `json:"wait" help:"a duplicate of an in-flight request waits this long for its result, then replays it, instead of an immediate '409' (which it still gets on timeout); if the first's key is released, one waiter claims it and runs. Stores that notify wake waiters at once; others are read again every wait_poll. '0': no waiting"`
+	WaitPoll           time.Duration `json:"wait_poll" help:"how often a waiter reads the store again when no notification comes"`
+	InFlightOnly       bool          `json:"in_flight_only" help:"deduplicate concurrent duplicates but store no result: the key is released when the response is done, so that a later retry runs again"`
 
 	// KeySource finds the key; nil means HeaderKey{KeyHeader}. Package
 	// keysource has the others (and config builds them from key_source).
-	KeySource KeySource `json:"-"`
+	KeySource KeySource `json:"-" default:"'HeaderKey{KeyHeader}'"`
 
 	// Verifier authenticates a request before its key is claimed (package
 	// webhook); nil: none.
@@ -176,7 +60,7 @@ type Settings struct {
 
 	// ErrorFormat renders the answers the core writes itself; nil means
 	// ProblemJSON. Package errformat has Stripe's shape and JSON templates.
-	ErrorFormat ErrorFormat `json:"-"`
+	ErrorFormat ErrorFormat `json:"-" default:"'ProblemJSON'"`
 
 	// ScopeFunc, when set, replaces the Host-and-headers scope with a
 	// function of the request (Caddy's scope placeholders).
@@ -197,7 +81,7 @@ type Settings struct {
 	// Logger receives the core's log lines; they never contain a raw key or
 	// Authorization value, only a short hash of the store key. nil means
 	// slog.Default().
-	Logger *slog.Logger `json:"-"`
+	Logger *slog.Logger `json:"-" default:"'slog.Default()'"`
 
 	// Observer is called once per tracked request with its outcome, for
 	// metrics and access logs. It runs on the request's goroutine and must not

@@ -21,6 +21,11 @@ import (
 //	POST   /resolve/{key}  resolve a key held with an unknown outcome with the
 //	                       response its retries get (JSON ResolveRequest body;
 //	                       409 if the record is not an unknown outcome)
+//	GET    /keys?state=held  the held unknown outcomes and their reconcile
+//	                       jobs, a page at a time (?limit=, ?cursor=)
+//	GET    /keys?hash=H    the record whose key hash begins with H (12 to 64 hex
+//	                       digits: the key_hash the logs print); DELETE /keys,
+//	                       POST /release and POST /resolve take ?hash=H too
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
 //
 // Every POST is Content-Type: application/json (415 otherwise).
@@ -46,17 +51,7 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		st := p.acquire()
-		defer st.release()
-		if err := st.cache.Ping(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	mux.HandleFunc("GET /readyz", p.readyz(true))
 	mux.Handle("GET /metrics", p.metrics.handler)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -65,6 +60,10 @@ func (p *Proxy) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /keys/{key...}", p.adminKey)
 	mux.HandleFunc("POST /release/{key...}", p.adminSettle)
 	mux.HandleFunc("POST /resolve/{key...}", p.adminSettle)
+	mux.HandleFunc("GET /keys", p.adminByHash)
+	mux.HandleFunc("DELETE /keys", p.adminByHash)
+	mux.HandleFunc("POST /release", p.adminByHash)
+	mux.HandleFunc("POST /resolve", p.adminByHash)
 	token := p.cur.Load().cfg.AdminToken // needs a restart to change
 	if token == "" {
 		return mux
@@ -80,8 +79,29 @@ func (p *Proxy) adminHandler() http.Handler {
 	})
 }
 
-// MetricsHandler serves /metrics and /healthz alone, without a token: for
-// Prometheus on a listener of its own. A request with an Origin header (a web
+// readyz answers whether the store answers: 200 ready, or 503. The store's
+// error (which may name its host) is shown with detail only; the listener
+// without a token says only that it is unavailable.
+func (p *Proxy) readyz(detail bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		st := p.acquire()
+		defer st.release()
+		if err := st.cache.Ping(ctx); err != nil {
+			out := map[string]string{"status": "store unavailable"}
+			if detail {
+				out["error"] = err.Error()
+			}
+			writeJSON(w, http.StatusServiceUnavailable, out)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz alone, without a
+// token: for Prometheus and for probes on a listener of their own. A request with an Origin header (a web
 // page) is refused; any Host is served, since Prometheus often scrapes by a
 // DNS name and these read-only counts are no secret a rebound page could use.
 func (p *Proxy) MetricsHandler() http.Handler {
@@ -100,6 +120,7 @@ func (p *Proxy) metricsHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /readyz", p.readyz(false))
 	mux.Handle("GET /metrics", p.metrics.handler)
 	return mux
 }

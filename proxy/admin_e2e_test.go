@@ -23,7 +23,7 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 	code, metrics := get("/metrics")
-	for _, want := range []string{`idemproxy_requests_total{outcome="stored"} 1`, `idemproxy_requests_total{outcome="replayed"} 1`,
+	for _, want := range []string{`idemproxy_requests_total{outcome="stored",route="(top level)"} 1`, `idemproxy_requests_total{outcome="replayed",route="(top level)"} 1`,
 		"idemproxy_store_duration_seconds_count 2", "idemproxy_upstream_duration_seconds_count 1", "idemproxy_upstream_in_flight 0",
 		"idemproxy_memory_records 1"} {
 		if code != 200 || !strings.Contains(metrics, want) {
@@ -61,8 +61,8 @@ func TestE2EAdminAndKeysCommand(t *testing.T) {
 func TestE2EAdminTokenAndMetricsListener(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)
-	metrics := testutil.FreeAddr(t)
-	p := start(t, "--upstream", up.URL, "--metrics", metrics, "--admin-token", "s3cret")
+	p := start(t, "--upstream", up.URL, "--metrics", "127.0.0.1:0", "--admin-token", "s3cret")
+	metrics := p.Metrics
 	p.Post(t, "/pay", "tok", "x", "Authorization", "Bearer client")
 	get := func(addr, path, auth string) int {
 		q := testutil.Request{Method: "GET", Target: path}
@@ -97,8 +97,7 @@ func TestE2EAdminTokenAndMetricsListener(t *testing.T) {
 		t.Fatal("the admin token was logged")
 	}
 	// An admin listener beyond loopback without a token is warned about.
-	_, port, _ := strings.Cut(testutil.FreeAddr(t), ":")
-	open := testutil.Start(t, binary(t), []string{"--upstream", up.URL, "--listen", testutil.FreeAddr(t), "--admin", "0.0.0.0:" + port})
+	open := testutil.Start(t, binary(t), []string{"--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0"})
 	testutil.Eventually(t, 10*time.Second, "the warning for an open admin listener", func() bool {
 		return strings.Contains(open.Logs.String(), "has no token")
 	})

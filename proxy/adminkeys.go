@@ -81,15 +81,17 @@ func (p *Proxy) lookupKey(st *state, r *http.Request) (*keyLookup, error) {
 	q := r.URL.Query()
 	rt := st.def
 	if path := q.Get("path"); path != "" {
-		_, route, err := middleware.CanonicalPath(path)
-		if err != nil {
+		if _, _, err := middleware.CanonicalPath(path); err != nil {
 			return nil, fmt.Errorf("path: %w", err)
 		}
-		rt = st.match(route)
+		rt = st.routeForPath(path)
 	}
 	host := q.Get("host")
 	if !q.Has("host") {
 		host = st.cfg.Listen
+		if p.listenAddr != "" {
+			host = p.listenAddr // as bound: a port of 0 is the one chosen
+		}
 	}
 	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
 	for name, vals := range r.Header {
@@ -122,6 +124,16 @@ func (p *Proxy) lookupKey(st *state, r *http.Request) (*keyLookup, error) {
 	return l, nil
 }
 
+// routeForPath is the route whose settings apply to a request for path (the
+// top level when path is not canonical).
+func (st *state) routeForPath(path string) *route {
+	_, route, err := middleware.CanonicalPath(path)
+	if err != nil {
+		return st.def
+	}
+	return st.match(route)
+}
+
 func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 	st := p.acquire()
 	defer st.release()
@@ -130,6 +142,11 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
 	}
+	p.keyRecordOp(w, r, st, l)
+}
+
+// keyRecordOp reads (GET) or purges (DELETE) the record l names.
+func (p *Proxy) keyRecordOp(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if r.Method == http.MethodDelete {
@@ -195,8 +212,14 @@ func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
 	}
+	p.settle(w, r, st, l)
+}
+
+// settle releases or resolves (by the request's path) the record l names.
+func (p *Proxy) settle(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
+	var err error
 	var res *middleware.Resolution
-	resolving := strings.HasPrefix(r.URL.Path, "/resolve/")
+	resolving := strings.HasPrefix(r.URL.Path, "/resolve")
 	if resolving {
 		var req ResolveRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))

@@ -20,42 +20,29 @@ import (
 // tag, internal/conf) is a flag (its json name with dashes: lock_ttl →
 // --lock-ttl), a variable (IDEMPROXY_LOCK_TTL) and a file key (lock_ttl): the
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
-// core's (config.Config, which is also each route's).
+// core's (config.Config, which is also each route's). A setting's help tag is
+// its documentation: --help prints it, and go generate ./internal/settingsdoc
+// makes it its row in docs/settings.md.
 type Config struct {
-	Listen            string        `json:"listen" reload:"restart" help:"address to serve clients on"`
-	Upstream          string        `json:"upstream" help:"URL of the API to protect: http://, https://, or h2c:// for cleartext HTTP/2 (a gRPC server without TLS) (required)"`
-	Store             string        `json:"store" help:"memory, a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles)"`
-	Admin             string        `json:"admin" reload:"restart" help:"address of the admin listener (/healthz, /readyz, /metrics, /keys/); off when empty"`
-	AdminToken        string        `json:"admin_token" reload:"restart" help:"bearer token the admin API requires (all but /healthz); prefer the variable to the flag, which ps shows"`
-	AdminHosts        []string      `json:"admin_hosts" reload:"restart" help:"host names the admin listener answers to, besides IP addresses and localhost (any other Host gets 403: DNS rebinding)"`
-	Metrics           string        `json:"metrics" reload:"restart" help:"address of a metrics-only listener (/metrics, /healthz; no token), for Prometheus; off when empty"`
-	UpstreamTimeout   time.Duration `json:"upstream_timeout" help:"time to wait for the upstream's response headers; 0 = none (handler-timeout still applies)"`
-	ShutdownTimeout   time.Duration `json:"shutdown_timeout" help:"on SIGINT/SIGTERM, how long in-flight requests may take to finish and be stored (after a SIGHUP reload, the replaced configuration's background stores)"`
-	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" help:"time a client has to send its request headers"`
-	IdleTimeout       time.Duration `json:"idle_timeout" reload:"restart" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat         string        `json:"log_format" reload:"restart" help:"auto (JSON unless stderr is a terminal), json or text"`
-	LogLevel          string        `json:"log_level" reload:"restart" help:"debug, info, warn or error"`
-
-	// TLSCert and TLSKey are the PEM files of the client listener's certificate
-	// (its chain) and private key: with both set, the listener serves HTTPS,
-	// HTTP/2 and HTTP/1.1, and SIGHUP reads them again.
-	TLSCert string `json:"tls_cert" help:"PEM file of the client listener's certificate chain; with tls_key, the listener serves HTTPS and HTTP/2 (re-read on SIGHUP)"`
-	TLSKey  string `json:"tls_key" help:"PEM file of the private key of tls_cert (re-read on SIGHUP)"`
-
-	// TrustedProxies are the peers (CIDRs or addresses) whose X-Forwarded-For,
-	// -Proto, -Host and Forwarded headers are kept and extended, and whose
-	// other client-address headers (X-Real-IP, True-Client-IP, …) are kept;
-	// from any other peer they are removed or replaced with what the proxy saw
-	// (forwarding.go, addressheaders.go).
-	TrustedProxies []string `json:"trusted_proxies" help:"CIDRs or addresses of load balancers whose X-Forwarded-*, Forwarded, X-Real-IP and other client-address headers and request id are kept (and extended); others' are removed or replaced"`
-	// UpstreamHost is the Host the upstream receives, with forwarded and
-	// reconcile requests alike: "upstream" (the upstream URL's), "client"
-	// (the one the client sent, in canonical form), or a host name.
-	UpstreamHost string `json:"upstream_host" help:"Host sent upstream, reconcile requests included: upstream (the upstream URL's host), client (the client's Host, canonical), or a literal host[:port]"`
-	// RequestIDHeader carries the request id: taken from a trusted proxy's
-	// request when it is well formed, generated otherwise, sent upstream and
-	// logged as request_id. Empty: generated and logged, not sent.
-	RequestIDHeader string `json:"request_id_header" help:"header of the request id: kept from a trusted proxy when well formed, generated otherwise; sent upstream and logged (empty: logged only)"`
+	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port of 0: a free one, named in the start-up line)"`
+	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API to protect: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
+	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live: 'memory', a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, a postgres:// (postgresql://) URL, or dynamodb://TABLE (region, credentials and endpoint from the AWS environment: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, instance roles; see docs/stores.md and docs/stores.md#dynamodb)"`
+	Admin             string        `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off" help:"address of the admin listener: health, metrics, keys ('/healthz', '/readyz', '/metrics', '/keys/'); off when empty"`
+	AdminToken        string        `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off" help:"off when empty; else the bearer token the admin API requires on every endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows in 'ps'); 'idemproxy keys' sends it from the same variable"`
+	AdminHosts        []string      `json:"admin_hosts" reload:"restart" caddy:"Caddy admin: its 'origins'" help:"host names the admin listener answers to, besides IP addresses and 'localhost'; a request with any other Host gets '403' (DNS rebinding). List the names you reach the admin port by"`
+	Metrics           string        `json:"metrics" reload:"restart" caddy:"Caddy admin '/metrics', or Caddy's 'metrics' handler" default:"off" help:"address of a metrics-only listener ('/metrics', '/healthz', '/readyz'; no token), for Prometheus and probes ('idemproxy healthcheck' asks its '/readyz'); off when empty"`
+	UpstreamTimeout   time.Duration `json:"upstream_timeout" caddy:"'reverse_proxy' transport" help:"wait for the upstream's response headers; '0': none (handler_timeout still applies). With 'reconcile', also how long the upstream may still run a request the proxy gave up on: no not-found answer releases a key before"`
+	ShutdownTimeout   time.Duration `json:"shutdown_timeout" caddy:"Caddy 'grace_period'" help:"drain time on SIGINT/SIGTERM: how long in-flight requests may take to finish and be stored; after a SIGHUP reload, how long the replaced configuration's responses may take to be stored before its store is closed"`
+	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" caddy:"Caddy 'timeouts'" help:"time a client has to send its request headers (over TLS, its handshake)"`
+	IdleTimeout       time.Duration `json:"idle_timeout" reload:"restart" caddy:"Caddy 'timeouts'" help:"how long an idle keep-alive client connection is kept"`
+	LogFormat         string        `json:"log_format" reload:"restart" caddy:"Caddy's logging" help:"'auto' (JSON unless stderr is a terminal), 'json' or 'text'"`
+	LogLevel          string        `json:"log_level" reload:"restart" caddy:"Caddy's logging" help:"'debug', 'info', 'warn' or 'error'"`
+	AccessLog         bool          `json:"access_log" help:"log a request line for every request, the untracked ones too (outcome 'untracked'); off: tracked requests only"`
+	TLSCert           string        `json:"tls_cert" reload:"restart-on-off" caddy:"Caddy's 'tls'" help:"PEM certificate chain of the client listener; with tls_key it serves HTTPS, HTTP/2 and HTTP/1.1, with the same limits. Read again on SIGHUP; turning TLS on or off takes a restart (see docs/proxy.md#reload-tls-load-balancers)"`
+	TLSKey            string        `json:"tls_key" reload:"restart-on-off" caddy:"Caddy's 'tls'" help:"PEM private key of tls_cert; read again on SIGHUP"`
+	TrustedProxies    []string      `json:"trusted_proxies" caddy:"Caddy's 'trusted_proxies'" help:"CIDRs or addresses ('10.0.0.0/8', 'fd00::/8', '192.0.2.7') of load balancers whose X-Forwarded-For, -Proto, -Host, Forwarded and request id are kept and extended, and whose other client-address headers (X-Real-IP, True-Client-IP, CF-Connecting-IP, … see docs/proxy.md#reload-tls-load-balancers) are kept; from any other peer they are removed or replaced by what the proxy saw (X-Real-IP: the peer)"`
+	UpstreamHost      string        `json:"upstream_host" caddy:"'reverse_proxy' 'header_up Host'" help:"the Host the upstream receives: 'upstream' (the upstream URL's), 'client' (the client's Host, in canonical form: lower case, without a default port or a trailing dot), or a literal 'host[:port]'; reconcile requests get the same"`
+	RequestIDHeader   string        `json:"request_id_header" caddy:"Caddy's '{http.request.uuid}'" help:"header of the request id every request line logs: kept from a trusted proxy when well formed (1–128 visible characters), generated otherwise; sent upstream. Empty: generated and logged, not sent"`
 
 	// Stores are every store's settings; Store's URL picks which apply.
 	Stores stores.Settings `conf:"prefix="`
@@ -76,7 +63,13 @@ type Config struct {
 	// (ParseArgs sets it).
 	file   string
 	reload func() (*Config, error)
+	// overrides are the file's settings a flag or variable replaced
+	// (ParseArgs sets them; the start-up line's notes say so).
+	overrides []override
 }
+
+// override is a setting of the config file that a flag or variable replaced.
+type override struct{ setting, by, file string }
 
 // Route is the protection of one path prefix. A setting set in a route wins over
 // the top level, zero included; an unset one takes the top level's value.
@@ -203,12 +196,17 @@ func (c *Config) Validate() error {
 	if err := c.Stores.Validate(c.Store); err != nil {
 		return c.storeError(err)
 	}
-	if kind, _ := stores.KindOf(c.Store); kind != "" {
-		for _, f := range fields {
-			if store, _, ok := strings.Cut(f.Name, "_"); ok && isStoreKind(store) && store != kind && c.sources[f.Name] != "" {
-				return fmt.Errorf("%s: applies to a %s store; --store is %s", c.source(f.Name), store, kind)
-			}
+	def := DefaultConfig()
+	var ne *conf.NeedsError
+	err := conf.CheckNeeds(fields, c, &def, func(feature string) (string, bool) {
+		if feature != "store" {
+			return "", false
 		}
+		kind, _ := stores.KindOf(c.Store) // checked above
+		return kind, true
+	})
+	if errors.As(err, &ne) {
+		return fmt.Errorf("%s: %w", c.source(ne.Field), ne)
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		return fmt.Errorf("%s: must be positive", c.source("read_header_timeout"))
@@ -268,16 +266,6 @@ func (c *Config) named(err error, r *Route, i int) error {
 
 // route returns the core settings of route r: the top level with r's set fields.
 func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config) }
-
-// isStoreKind reports whether a setting's first word names a store.
-func isStoreKind(s string) bool {
-	for _, k := range stores.Kinds {
-		if k.Name == s {
-			return true
-		}
-	}
-	return false
-}
 
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {

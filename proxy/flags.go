@@ -86,6 +86,9 @@ func ParseArgs(args []string, getenv func(string) string, out io.Writer) (*Confi
 		if err := set(&c, f, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
+		if prev := c.sources[f.Name]; prev != "" {
+			c.overrides = append(c.overrides, override{setting: f.Name, by: source, file: prev})
+		}
 		c.note(f.Name, source)
 	}
 	if err := c.Validate(); err != nil {
@@ -118,6 +121,10 @@ func Usage(out io.Writer) {
 Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
   idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
+  idemproxy keys get|delete|release|resolve --hash KEY_HASH [--admin ADDR]
+  idemproxy keys list --held [--admin ADDR] [--limit N] [--cursor C | --all]
+  idemproxy validate --config FILE [flags]     check a configuration as start-up does (no store contacted)
+  idemproxy healthcheck [--url URL]            probe a running instance's /readyz (exit 0: ready)
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
   idemproxy migrate --store dynamodb://TABLE [--apply]
   idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT
@@ -134,7 +141,7 @@ every OTEL_* variable of the OpenTelemetry SDK applies (see docs/tracing.md).
 
 Flags:
 `)
-	fmt.Fprintf(out, "  --config value\n      %s\n      default \"\"; env %s\n", configHelp, EnvName("config"))
+	fmt.Fprintf(out, "  --config value\n%s      default \"\"; env %s\n", wrap(configHelp, "      ", 86), EnvName("config"))
 	for _, f := range fields {
 		def := f.Text(&d)
 		switch {
@@ -150,8 +157,27 @@ Flags:
 		if f.Bool() {
 			kind = ""
 		}
-		fmt.Fprintf(out, "  --%s%s\n      %s\n      default %s; env %s\n", f.FlagName(), kind, f.Help, def, f.EnvName(EnvPrefix))
+		fmt.Fprintf(out, "  --%s%s\n%s      default %s; env %s\n", f.FlagName(), kind, wrap(f.Help, "      ", 86), def, f.EnvName(EnvPrefix))
 	}
+}
+
+// wrap breaks text into lines of at most width characters where it can, each
+// after indent and ending in a newline.
+func wrap(text, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(text) {
+		if line != indent && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 func parseLevel(s string) (slog.Level, error) {

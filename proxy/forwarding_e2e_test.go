@@ -141,9 +141,10 @@ func TestE2EForwardingTrustedProxyIsExtended(t *testing.T) {
 func TestE2EForwardingIPv6(t *testing.T) {
 	skipShort(t)
 	up := echoUpstream(t)
-	addr := strings.Replace(testutil.FreeAddr(t), "127.0.0.1", "[::1]", 1)
-	p := start(t, "--upstream", up.URL, "--listen", addr, "--trusted-proxies", "::1")
-	p.Addr = addr
+	p := start(t, "--upstream", up.URL, "--listen", "[::1]:0", "--trusted-proxies", "::1")
+	if !strings.HasPrefix(p.Addr, "[::1]:") {
+		t.Fatalf("listening on %s, want [::1]", p.Addr)
+	}
 	h := testutil.Headers("X-Forwarded-For", "2001:db8::7", "Forwarded", `for="[2001:db8::7]:4711"`)
 	seen := seenBy(t, p.Send(t, testutil.Request{Target: "/charges", Key: "v6", Host: "api.example", Body: "x", Header: h}))
 	if seen["X-Forwarded-For"] != "2001:db8::7, ::1" || seen["Forwarded"] != `for="[2001:db8::7]:4711", for="[::1]";proto=http;host=api.example` {

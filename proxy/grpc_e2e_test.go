@@ -259,7 +259,7 @@ func TestE2EGRPCServerKilledMidCallIsHeld(t *testing.T) {
 	for range 2 {
 		r := grpctest.Call(ctx, conn, grpctest.Create, c, "k-killed")
 		if r.Code != codes.Unknown || problemOf(r) != "outcome-unknown" || first(r.Trailer, "idempotent-replayed") != "true" ||
-			!strings.Contains(r.Message, "will not be, run again") {
+			!strings.Contains(r.Message, "it was not run again") {
 			t.Fatalf("a retry: %v", r)
 		}
 	}

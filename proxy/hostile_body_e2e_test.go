@@ -146,7 +146,7 @@ routes:
 		r := p.Post(t, "/pay", "after", big)
 		return r.Status == 201
 	})
-	if m := metricsOf(t, p.Admin); !regexp.MustCompile(`idemproxy_requests_total\{outcome="overloaded"\} [2-9]`).MatchString(m) {
+	if m := metricsOf(t, p.Admin); !regexp.MustCompile(`idemproxy_requests_total\{outcome="overloaded",route="[^"]*"\} [2-9]`).MatchString(m) {
 		t.Fatalf("metrics do not count the overloaded answers:\n%s", m)
 	}
 }

@@ -200,8 +200,8 @@ func TestE2ENoRawKeyInTheStore(t *testing.T) {
 func TestE2EAdminRefusesBrowsers(t *testing.T) {
 	skipShort(t)
 	reset := testutil.NewRawUpstream(t, "reset")
-	metricsAddr := testutil.FreeAddr(t)
-	p := start(t, "--upstream", "http://"+reset.Addr(), "--metrics", metricsAddr)
+	p := start(t, "--upstream", "http://"+reset.Addr(), "--metrics", "127.0.0.1:0")
+	metricsAddr := p.Metrics
 	if r := p.Post(t, "/charges", "adm1", "x"); r.Status != 502 {
 		t.Fatalf("holding a key: %d %s", r.Status, r.Body)
 	}

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 )
 
 type headerList []string
@@ -19,24 +18,36 @@ type headerList []string
 func (h *headerList) String() string     { return strings.Join(*h, ", ") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
-// keysMain runs `idemproxy keys get|delete|release|resolve KEY`: it calls the
-// admin API and prints its JSON answer. Exit 0: found, deleted, released or
-// resolved; 1: not found (or, for release and resolve, not an unknown outcome);
-// 2: usage or other error.
+// keysMain runs `idemproxy keys get|delete|release|resolve KEY|--hash H` and
+// `idemproxy keys list --held`: it calls the admin API and prints its JSON
+// answer. Exit 0: found, deleted, released, resolved or listed; 1: not found
+// (or, for release and resolve, not an unknown outcome; for --hash, more than
+// one record matches); 2: usage or other error.
 func keysMain(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	usage := func() {
 		fmt.Fprint(stderr, `usage: idemproxy keys get|delete|release|resolve KEY [flags]
+       idemproxy keys get|delete|release|resolve --hash KEY_HASH [flags]
+       idemproxy keys list --held [--limit N] [--cursor C | --all]
 
 Inspect or purge the record of an idempotency key through a running idemproxy's
 admin listener. For a key held with an unknown outcome: release it (the next
 retry runs), or resolve it with the response its retries get (once you know
-what the upstream did). Give the scope as the client sent it.
+what the upstream did). Name the key as the client sent it, with its scope, or
+by the key_hash the logs print (no credential needed). list --held lists the
+held unknown outcomes and their reconcile jobs.
 IDEMPROXY_ADMIN_TOKEN is sent as the admin token.
 
   --admin ADDR      admin listener (default $IDEMPROXY_ADMIN, else 127.0.0.1:9090)
+  --hash KEY_HASH   the key_hash of a log line (12 digits), or a listing's hash (up to 64)
   --host HOST       the Host the client sent (default: the proxy's --listen address)
   --header 'N: V'   a scope header the client sent (repeatable), e.g. 'Authorization: Bearer …'
   --path /route     a request path, to use that route's settings
+
+list only:
+  --held            the held unknown outcomes (required: the one listing there is)
+  --limit N         records per page (default 100, at most 1000)
+  --cursor C        the page after the one whose next_cursor was C
+  --all             every page, as one answer
 
 resolve only:
   --status N                 the status to answer (required, 200-599)
@@ -45,7 +56,7 @@ resolve only:
   --response-header 'N: V'   a header of the answer (repeatable), e.g. 'Content-Type: application/json'
 `)
 	}
-	if len(args) < 1 || (args[0] != "get" && args[0] != "delete" && args[0] != "release" && args[0] != "resolve") {
+	if len(args) < 1 || (args[0] != "get" && args[0] != "delete" && args[0] != "release" && args[0] != "resolve" && args[0] != "list") {
 		usage()
 		return 2
 	}
@@ -70,9 +81,25 @@ resolve only:
 	bodyText := fs.String("body", "", "")
 	bodyFile := fs.String("body-file", "", "")
 	fs.Var(&respHeaders, "response-header", "")
+	hash := fs.String("hash", "", "")
+	held := fs.Bool("held", false, "")
+	limit := fs.Int("limit", 0, "")
+	cursor := fs.String("cursor", "", "")
+	all := fs.Bool("all", false, "")
 	if err := fs.Parse(rest); err != nil {
 		fmt.Fprintln(stderr, "idemproxy keys:", err)
 		usage()
+		return 2
+	}
+	if verb == "list" {
+		if !*held || key != "" || fs.NArg() > 0 || *hash != "" {
+			fmt.Fprintln(stderr, "idemproxy keys list: give --held (and no key): the held unknown outcomes are what is listed")
+			return 2
+		}
+		return keysList(admin, *limit, *cursor, *all, stdout, stderr, getenv)
+	}
+	if *held || *limit != 0 || *cursor != "" || *all {
+		fmt.Fprintf(stderr, "idemproxy keys %s: --held, --limit, --cursor and --all are for list\n", verb)
 		return 2
 	}
 	var payload io.Reader
@@ -89,8 +116,12 @@ resolve only:
 	}
 	if key == "" && fs.NArg() == 1 {
 		key = fs.Arg(0)
-	} else if fs.NArg() > 0 || key == "" {
-		usage()
+	} else if fs.NArg() > 0 || (key == "") == (*hash == "") {
+		if key != "" && *hash != "" {
+			fmt.Fprintf(stderr, "idemproxy keys %s: give a KEY or --hash, not both\n", verb)
+		} else {
+			usage()
+		}
 		return 2
 	}
 	q := url.Values{}
@@ -118,6 +149,14 @@ resolve only:
 	}
 	endpoint := map[string]string{"get": "/keys/", "delete": "/keys/", "release": "/release/", "resolve": "/resolve/"}[verb]
 	target := strings.TrimRight(base, "/") + endpoint + url.PathEscape(key)
+	if *hash != "" {
+		if *host != "" || len(headers) > 0 {
+			fmt.Fprintf(stderr, "idemproxy keys %s: --hash names the record alone: --host and --header are for a KEY\n", verb)
+			return 2
+		}
+		target = strings.TrimRight(base, "/") + strings.TrimSuffix(endpoint, "/")
+		q.Set("hash", *hash)
+	}
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
@@ -132,34 +171,95 @@ resolve only:
 		// cross-origin without a preflight), release with its empty body too.
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token := getenv(EnvName("admin-token")); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", admin, err)
-		return 2
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		fmt.Fprintln(stderr, "idemproxy keys: reading answer:", err)
+	code, body, ok := adminCall(req, admin, getenv, stderr)
+	if !ok {
 		return 2
 	}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, body, "", "  ") != nil {
-		fmt.Fprintf(stderr, "idemproxy keys: admin API answered %s with non-JSON: %.200s\n", resp.Status, body)
+		fmt.Fprintf(stderr, "idemproxy keys: admin API answered %d with non-JSON: %.200s\n", code, body)
 		return 2
 	}
 	stdout.Write(bytes.TrimSpace(pretty.Bytes()))
 	fmt.Fprintln(stdout)
-	switch resp.StatusCode {
+	switch code {
 	case http.StatusOK:
 		return 0
 	case http.StatusNotFound, http.StatusConflict:
 		return 1
 	}
 	return 2
+}
+
+// adminCall sends req to the admin API with the admin token, and returns
+// the answer's status and body; !ok when none came (said on stderr).
+func adminCall(req *http.Request, admin string, getenv func(string) string, stderr io.Writer) (int, []byte, bool) {
+	if token := getenv(EnvName("admin-token")); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 2 * hashLookupTimeout}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", admin, err)
+		return 0, nil, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fmt.Fprintln(stderr, "idemproxy keys: reading answer:", err)
+		return 0, nil, false
+	}
+	return resp.StatusCode, body, true
+}
+
+// keysList runs `idemproxy keys list --held`: one page, or with all every
+// page as one answer.
+func keysList(admin string, limit int, cursor string, all bool, stdout, stderr io.Writer, getenv func(string) string) int {
+	if all && cursor != "" {
+		fmt.Fprintln(stderr, "idemproxy keys list: --all starts at the first page: give --cursor or --all, not both")
+		return 2
+	}
+	base := admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	var out HeldPage
+	out.Held = []HeldKey{}
+	for pages := 0; ; pages++ {
+		q := url.Values{"state": {"held"}}
+		if limit != 0 {
+			q.Set("limit", fmt.Sprint(limit))
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		req, err := http.NewRequest(http.MethodGet, strings.TrimRight(base, "/")+"/keys?"+q.Encode(), nil)
+		if err != nil {
+			fmt.Fprintln(stderr, "idemproxy keys:", err)
+			return 2
+		}
+		status, body, ok := adminCall(req, admin, getenv, stderr)
+		if !ok {
+			return 2
+		}
+		if status != http.StatusOK {
+			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered %d: %.500s\n", status, bytes.TrimSpace(body))
+			return 2
+		}
+		var page HeldPage
+		if err := json.Unmarshal(body, &page); err != nil {
+			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered with something else than a page: %v\n", err)
+			return 2
+		}
+		out.Held = append(out.Held, page.Held...)
+		out.NextCursor = page.NextCursor
+		if !all || page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Fprintln(stdout, string(b))
+	return 0
 }
 
 // resolution builds the JSON body of POST /resolve/{key} from the resolve flags.

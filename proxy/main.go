@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,6 +28,10 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 			return migrateMain(args[1:], stdout, stderr, getenv)
 		case "sign":
 			return signMain(args[1:], os.Stdin, stdout, stderr)
+		case "validate":
+			return validateMain(args[1:], stdout, stderr, getenv)
+		case "healthcheck":
+			return healthMain(args[1:], stdout, stderr, getenv)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0
@@ -78,48 +81,38 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}()
 		log.Info("tracing on: OpenTelemetry spans exported as the OTEL_* variables say")
 	}
-	p, err := New(ctx, cfg, log)
+	lns, err := bind(cfg)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
-	ln, err := net.Listen("tcp", cfg.Listen)
+	p, err := New(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		lns.close()
+		return err
 	}
+	defer p.Close()
+	p.listenAddr = lns.main.Addr().String()
 	handler := http.Handler(p)
 	if cfg.tracing {
 		handler = p.traced()
 	}
 	servers := []*http.Server{newServer(handler, cfg, log)}
 	servers[0].Protocols = clientProtocols(cfg.TLSCert != "") // h2c.go
-	listeners := []net.Listener{ln}
+	listeners := []net.Listener{lns.main}
 	if cfg.TLSCert != "" {
 		servers[0].TLSConfig = &tls.Config{GetCertificate: p.certificate, MinVersion: tls.VersionTLS12}
 	}
-	if cfg.Admin != "" {
-		aln, err := net.Listen("tcp", cfg.Admin)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--admin: %w", err)
-		}
+	if lns.admin != nil {
 		servers = append(servers, newServer(p.AdminHandler(), cfg, log))
-		listeners = append(listeners, aln)
-		if cfg.AdminToken == "" && !loopback(aln.Addr()) {
+		listeners = append(listeners, lns.admin)
+		if cfg.AdminToken == "" && !loopback(lns.admin.Addr()) {
 			log.Warn("the admin listener is reachable beyond this host and has no token: anyone who reaches it can read and delete keys; set IDEMPROXY_ADMIN_TOKEN",
-				"admin", aln.Addr().String())
+				"admin", lns.admin.Addr().String())
 		}
 	}
-	if cfg.Metrics != "" {
-		mln, err := net.Listen("tcp", cfg.Metrics)
-		if err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
-			return fmt.Errorf("%s: %w", cfg.source("metrics"), err)
-		}
+	if lns.metrics != nil {
 		servers = append(servers, newServer(p.MetricsHandler(), cfg, log))
-		listeners = append(listeners, mln)
+		listeners = append(listeners, lns.metrics)
 	}
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -135,8 +128,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			}
 		}()
 	}
-	log.Info("idemproxy listening", "addr", ln.Addr().String(), "tls", cfg.TLSCert != "", "upstream", cfg.Upstream,
-		"store", stores.Redact(cfg.Store), "admin", cfg.Admin, "version", Version)
+	p.logStarted(lns)
 
 	var serveErr error
 	for serving := true; serving; {

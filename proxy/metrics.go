@@ -6,13 +6,14 @@ import (
 	"github.com/idemproxy/idemproxy/cache/memstore"
 	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // metrics are the proxy's Prometheus metrics: package internal/metrics, with the
-// names the Caddy module exports too, in a registry of the proxy's own, so
-// /metrics serves these alone (no Go runtime or process metrics: every family
-// it serves is on the dashboard in examples/grafana).
+// names the Caddy module exports too (every idemproxy_ family is on the
+// dashboard in examples/grafana), and the Go runtime's and the process's
+// standard ones (go_*, process_*), in a registry of the proxy's own.
 type metrics struct {
 	reg       *prometheus.Registry
 	requests  *imetrics.Requests
@@ -31,7 +32,8 @@ func newMetrics() *metrics {
 		settled:   imetrics.NewSettled(),
 		reconcile: imetrics.NewReconcile(),
 	}
-	m.reg.MustRegister(m.requests, m.upstream, m.settled, m.reconcile) // a fresh registry: no clash
+	m.reg.MustRegister(m.requests, m.upstream, m.settled, m.reconcile, // a fresh registry: no clash
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }

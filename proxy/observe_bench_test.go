@@ -28,10 +28,11 @@ func BenchmarkObserve(b *testing.B) {
 		StoreDuration: 150 * time.Microsecond,
 		Request:       httptest.NewRequest("POST", "http://127.0.0.1/pay", nil),
 	}
+	counts := p.cur.Load().def.counts
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			p.observe(ev)
+			p.observe(counts, ev)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
+	imetrics "github.com/idemproxy/idemproxy/internal/metrics"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/tracing"
 )
@@ -39,6 +40,9 @@ type Proxy struct {
 	cur      atomic.Pointer[state]
 	mu       sync.Mutex     // one Reload at a time
 	retiring sync.WaitGroup // states replaced by a reload, finishing
+	// listenAddr is the clients' listener as bound (Run sets it before
+	// serving): the Host an admin lookup assumes when given none.
+	listenAddr string
 }
 
 type route struct {
@@ -47,6 +51,7 @@ type route struct {
 	match   string // path in route form (middleware.Canonical.Route)
 	enabled bool
 	h       *middleware.Handler
+	counts  *imetrics.RouteRequests // idemproxy_requests_total{route=…}
 }
 
 // New builds the proxy and opens its store. An unreachable Redis is an error.
@@ -78,7 +83,9 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 		// preset (two accounts of one provider) never share a record.
 		s.KeyNamespace = match
 	}
-	s.Logger, s.Observer = p.log, p.observe
+	name := (&route{path: path}).name()
+	counts := p.metrics.requests.Route(name)
+	s.Logger, s.Observer = p.log, func(ev middleware.Event) { p.observe(counts, ev) }
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
@@ -89,7 +96,7 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods}, nil
+	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods, counts: counts}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see
@@ -145,8 +152,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := st.fwd.inbound(r)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
 	if !st.guarded[strings.ToUpper(r.Method)] { // "post" is POST
-		p.metrics.requests.Untracked()
-		st.rp.ServeHTTP(w, r)
+		p.passUntracked(st, p.metrics.requests.Any(), w, r, st.rp)
 		return
 	}
 	// Routes match the path as the core reads it (middleware.CanonicalPath):
@@ -155,15 +161,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// reach another upstream (/internal/..;/charges): it is refused.
 	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		p.metrics.requests.Untracked()
-		st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		p.passUntracked(st, p.metrics.requests.Any(), w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+		}))
 		return
 	}
 	rt := st.match(route)
 	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
-		p.metrics.requests.Untracked()
-		st.rp.ServeHTTP(w, r)
+		p.passUntracked(st, rt.counts, w, r, st.rp)
 		return
 	}
 	if err := rt.h.Handle(w, r, st.next); err != nil {
@@ -181,8 +187,8 @@ func (rt *route) name() string {
 	return rt.path
 }
 
-func (p *Proxy) observe(ev middleware.Event) {
-	p.metrics.requests.Observe(ev)
+func (p *Proxy) observe(counts *imetrics.RouteRequests, ev middleware.Event) {
+	counts.Observe(ev)
 	if p.tracing {
 		tracing.Observe(ev)
 	}

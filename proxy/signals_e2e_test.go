@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,7 +106,20 @@ func sigkillMidFlight(t *testing.T, store string, release bool) {
 	if n := up.Count("kill"); n != 1 {
 		t.Fatalf("executions of the killed key = %d, want 1", n)
 	}
-	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown"} 1`) {
+	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown",route="(top level)"} 1`) {
 		t.Fatalf("the lapsed lease found is not counted as one unknown outcome:\n%s", metricsOf(t, q.Admin))
+	}
+	// The operator sees it in the held list, as a lapsed lease, and settles
+	// it by the hash the list gives (no client credential).
+	code, out := runBin(t, "keys", "list", "--held", "--admin", q.Admin)
+	m := regexp.MustCompile(`"hash": "([0-9a-f]{64})",\s*"kind": "lease_lapsed",\s*"status": 504`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("keys list --held: exit %d, want the lapsed lease listed\n%s", code, out)
+	}
+	if code, out := runBin(t, "keys", "release", "--hash", m[1], "--admin", q.Admin); code != 0 || !strings.Contains(out, `"released": true`) {
+		t.Fatalf("keys release --hash of the lapsed lease: exit %d\n%s", code, out)
+	}
+	if r := q.Post(t, "/block", "kill", "x"); r.Status != 201 || up.Count("kill") != 2 {
+		t.Fatalf("after the release: %+v, executions %d; want the retry run once more", r, up.Count("kill"))
 	}
 }

@@ -73,19 +73,7 @@ func storeKey(cfg *Config) string {
 // applied to it (the memory store's bounds), and opens a new one otherwise
 // (reopened).
 func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *state, reopened bool, err error) {
-	cfg.tracing = p.tracing
-	if err := cfg.Validate(); err != nil {
-		return nil, false, err
-	}
-	st = &state{cfg: cfg}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, false, fmt.Errorf("%s, %s: %w", cfg.source("tls_cert"), cfg.source("tls_key"), err)
-		}
-		st.cert = &cert
-	}
-	if st.fwd, err = newForwarding(cfg); err != nil {
+	if st, err = p.prepareState(cfg); err != nil {
 		return nil, false, err
 	}
 	if key := storeKey(cfg); prev != nil && prev.store.key == key {
@@ -122,6 +110,28 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 	}
 	st.startReconcile()
 	return st, reopened, nil
+}
+
+// prepareState checks cfg and builds what its state needs before a store:
+// the TLS certificate, the forwarding rules. `idemproxy validate` runs it too.
+func (p *Proxy) prepareState(cfg *Config) (*state, error) {
+	cfg.tracing = p.tracing
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st := &state{cfg: cfg}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", cfg.source("tls_cert"), cfg.source("tls_key"), err)
+		}
+		st.cert = &cert
+	}
+	var err error
+	if st.fwd, err = newForwarding(cfg); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // buildRoutes builds st's reverse proxy and its routes' handlers.
@@ -239,7 +249,7 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.cur.Load()
-	needRestart := keepRestartOnly(old.cfg, cfg)
+	cfg, needRestart := restartKept(old.cfg, cfg)
 	st, reopened, err := p.newState(ctx, cfg, old)
 	if err != nil {
 		return err
@@ -262,23 +272,27 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-// keepRestartOnly gives c the running values of the settings that cannot
-// change without a restart, those tagged reload:"restart" (the listeners,
-// their timeouts and guards, the log's format and level), and of TLS on or
-// off, and returns the names of those that c had changed.
-func keepRestartOnly(old, c *Config) []string {
+// restartKept returns next with the running values (old's) of the settings
+// whose change takes effect only at a restart, by their reload tags:
+// "restart" (the listeners, their timeouts and guards, the log's format and
+// level) and "restart-on-off" (TLS turned on or off), and the names of those
+// next had changed. next itself is left as it is.
+func restartKept(old, next *Config) (*Config, []string) {
+	kept := *next
 	var changed []string
 	for _, f := range fields {
-		if f.Reload == conf.ReloadRestart && f.Text(old) != f.Text(c) { // text: an empty list is no list
+		was, now := f.Text(old), f.Text(next) // text: an empty list is no list
+		switch {
+		case f.Reload == conf.ReloadRestart && was != now:
 			changed = append(changed, f.Name)
-			f.Copy(c, old)
+		case f.Reload == conf.ReloadRestartOnOff && (was == "") != (now == ""):
+			changed = append(changed, f.Name+" (on or off)")
+		default:
+			continue
 		}
+		f.Copy(&kept, old)
 	}
-	if (old.TLSCert == "") != (c.TLSCert == "") {
-		changed = append(changed, "tls_cert (TLS on or off)")
-		c.TLSCert, c.TLSKey = old.TLSCert, old.TLSKey
-	}
-	return changed
+	return &kept, changed
 }
 
 // certificate serves the current state's certificate (tls.Config.GetCertificate).

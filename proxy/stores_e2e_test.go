@@ -113,7 +113,7 @@ func TestE2EEvictingRedisRefused(t *testing.T) {
 	if err := srv.Client().ConfigSet(context.Background(), "maxmemory-policy", "volatile-ttl").Err(); err != nil {
 		t.Fatal(err)
 	}
-	code, out := runBin(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--listen", testutil.FreeAddr(t))
+	code, out := runBin(t, "--upstream", "http://127.0.0.1:1", "--store", srv.URL(), "--listen", "127.0.0.1:0")
 	if out = strings.TrimSpace(out); code != 1 || !strings.Contains(out, "maxmemory-policy is volatile-ttl") || strings.Contains(out, "\n") {
 		t.Fatalf("exit %d, output %q; want exit 1 and one line naming the policy", code, out)
 	}

@@ -106,16 +106,21 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// mismatches reads idemproxy_requests_total{outcome="mismatch"} from the admin listener.
+// mismatches reads idemproxy_requests_total{outcome="mismatch"} from the
+// admin listener, summed over the routes.
 func mismatches(t *testing.T, admin string) int {
 	t.Helper()
 	b := metricsOf(t, admin)
-	m := regexp.MustCompile(`idemproxy_requests_total\{outcome="mismatch"\} (\d+)`).FindStringSubmatch(b)
-	if m == nil {
+	ms := regexp.MustCompile(`idemproxy_requests_total\{outcome="mismatch",route="[^"]*"\} (\d+)`).FindAllStringSubmatch(b, -1)
+	if ms == nil {
 		t.Fatalf("no mismatch counter in:\n%s", b)
 	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	total := 0
+	for _, m := range ms {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	return total
 }
 
 // The proxy's own answers follow the route's error format too: the upstream

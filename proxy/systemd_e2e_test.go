@@ -15,9 +15,11 @@ import (
 const systemdUnit = "../examples/systemd/idemproxy.service"
 
 // The sample unit is one systemd accepts (systemd-analyze verify, with the
-// built binary where the unit expects it), its sandbox rates "OK" or better
-// (systemd-analyze security), and its ExecStart line starts the built binary
-// with the sample configuration, which SIGTERM stops cleanly.
+// built binary where the unit expects it), with its LoadCredential= recipe
+// turned on too; its sandbox rates "OK" or better (systemd-analyze
+// security); and its ExecStart line starts the built binary with the
+// configuration the unit's comment installs, as it is, with no secret set
+// (`idemproxy validate` accepts it too), which SIGTERM stops cleanly.
 func TestE2ESystemdUnit(t *testing.T) {
 	skipShort(t)
 	unit, err := os.ReadFile(systemdUnit)
@@ -37,10 +39,22 @@ func TestE2ESystemdUnit(t *testing.T) {
 	args := execStart[1:]
 	for i, a := range args {
 		if a == "/etc/idemproxy/idemproxy.yaml" {
-			args[i] = "../examples/idemproxy.yaml" // what the unit's comment installs there
+			args[i] = "../examples/systemd/idemproxy.yaml" // what the unit's comment installs there
 		}
 	}
-	p := testutil.StartIdemproxy(t, bin, args, "GITHUB_WEBHOOK_SECRET=s1", "STANDARD_WEBHOOK_SECRET=whsec_c2VjcmV0")
+	if !strings.Contains(string(unit), "install -m 0644 examples/systemd/idemproxy.yaml /etc/idemproxy/idemproxy.yaml") {
+		t.Fatal("the unit's comment no longer installs examples/systemd/idemproxy.yaml")
+	}
+	// Ports of its own: the sample's are fixed ones another test may hold.
+	zero := []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--metrics", "127.0.0.1:0"}
+	if code, out := testutil.Run(t, bin, append([]string{"validate"}, args...)); code != 0 {
+		t.Fatalf("idemproxy validate of the unit's configuration: exit %d\n%s", code, out)
+	}
+	p := testutil.Start(t, bin, append(args, zero...))
+	l := p.WaitListening(t)
+	if l.Metrics == "" || l.Admin == "" {
+		t.Fatalf("the unit's configuration starts without its admin or metrics listener: %+v", l)
+	}
 	p.Stop(t)
 
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
@@ -54,6 +68,21 @@ func TestE2ESystemdUnit(t *testing.T) {
 	out, err := exec.Command("systemd-analyze", "verify", local).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	withCreds := strings.ReplaceAll(strings.ReplaceAll(string(unit), "/usr/local/bin/idemproxy", bin), "\n#LoadCredential=", "\nLoadCredential=")
+	if strings.Count(withCreds, "\nLoadCredential=") < 2 {
+		t.Fatal("the unit has no LoadCredential= recipe")
+	}
+	credDir := filepath.Join(dir, "creds")
+	if err := os.Mkdir(credDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(credDir, "idemproxy.service")
+	if err := os.WriteFile(creds, []byte(withCreds), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("systemd-analyze", "verify", creds).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify, LoadCredential= lines on: %v\n%s", err, out)
 	}
 	out, err = exec.Command("systemd-analyze", "security", "--offline=yes", local).CombinedOutput()
 	m := regexp.MustCompile(`Overall exposure level for idemproxy.service: ([0-9.]+) (\S+)`).FindSubmatch(out)

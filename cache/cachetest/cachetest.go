@@ -96,6 +96,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ResolveOnlyUnknown", testResolveOnlyUnknown},
 		{"TraceContextKept", testTraceContextKept},
 		{"ReconcileJobs", testReconcileJobs},
+		{"ListHeld", testListHeld},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,6 +57,7 @@ func ExampleSchema() {
 	// 	found_by    bytea
 	// );
 	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
+	// CREATE INDEX IF NOT EXISTS "idem_records_held" ON "idem_records" (key) WHERE unknown OR state = 1;
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
 	// 	key   bytea       PRIMARY KEY,
 	// 	due   timestamptz NOT NULL,

@@ -26,7 +26,8 @@ import (
 //	waited       a duplicate waits for this in-flight lock (Subscribe): only then
 //	             do complete and release announce the change (pg_notify)
 //
-// The index on expires_at makes the sweep's batches cheap.
+// The index on expires_at makes the sweep's batches cheap; the partial index
+// on key, of held unknown outcomes and locks (list.go), an operator's listing.
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	key         bytea       PRIMARY KEY,
 	state       smallint    NOT NULL,
@@ -41,6 +42,7 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	found_by    bytea
 );
 CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
+CREATE INDEX IF NOT EXISTS {H} ON {T} (key) WHERE unknown OR state = 1;
 `
 
 // addColumnsSQL brings a table of an earlier version up to date: the columns
@@ -96,7 +98,7 @@ func buildQueries(table string) queries {
 	parts := strings.Split(table, ".")
 	t := pgx.Identifier(parts).Sanitize()
 	idx := pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize()
-	r := strings.NewReplacer("{T}", t, "{I}", idx,
+	r := strings.NewReplacer("{T}", t, "{I}", idx, "{H}", heldIndex(parts),
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW6}", fmt.Sprintf(nowSQL, 6), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{

@@ -178,7 +178,7 @@ func TestGenericHMAC(t *testing.T) {
 // A config whose secret is missing does not start: one line naming the setting,
 // exit 2, and never the value of another secret.
 func TestMissingSecretStopsStartUp(t *testing.T) {
-	code, out := testutil.Run(t, binary(t), []string{"--config", "stripe.yaml", "--listen", testutil.FreeAddr(t)})
+	code, out := testutil.Run(t, binary(t), []string{"--config", "stripe.yaml", "--listen", "127.0.0.1:0"})
 	if code != 2 || !strings.Contains(out, "routes[0] (/webhooks/stripe): webhook_secrets: env:STRIPE_WEBHOOK_SECRET: the variable is not set or empty") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}

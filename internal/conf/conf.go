@@ -25,7 +25,21 @@
 // (internal/stores.Key): none, the new value takes effect (a store setting:
 // the store is opened again); "live", it is applied to what runs, which is
 // kept (the memory store's bounds: its records stay); "restart", the running
-// value is kept, and the reload says so.
+// value is kept, and the reload says so; "restart-on-off", a change between
+// empty (off) and a value (on) is kept until a restart, any other takes effect
+// (TLS: its files are read again, turning it on or off needs a restart).
+//
+// A setting that only means something while another is on has a `needs` tag
+// (Field.Needs): `needs:"webhook"` (the setting webhook is set) or
+// `needs:"store=redis"` (the setting store selects a Redis store). On a
+// prefixed struct field it applies to every setting inside. CheckNeeds, the
+// one check of it, refuses such a setting set while its feature is off.
+//
+// The other tags are for the settings table, docs/settings.md, which `go
+// generate ./internal/settingsdoc` writes from them: `go` (the Go column,
+// when the field is not the Go setting itself), `caddy` (the Caddy column of a
+// proxy setting Caddy has no subdirective for) and `default` (the default
+// column, when the default value's text is not what to show).
 package conf
 
 import (
@@ -50,20 +64,34 @@ var (
 
 // Reload tag values (see the package comment).
 const (
-	ReloadLive    = "live"
-	ReloadRestart = "restart"
+	ReloadLive         = "live"
+	ReloadRestart      = "restart"
+	ReloadRestartOnOff = "restart-on-off"
 )
 
 // Field is one setting of a struct type.
 type Field struct {
 	Name string // the json name: lock_ttl
+	// Help is the setting's description: the one text --help, the settings
+	// table and Go's documentation of the field (its tag) show. 'x' marks x
+	// as a literal (code in the table).
 	Help string
 	// Reload is what a reload does when the setting changes: "" (it takes
-	// effect), ReloadLive or ReloadRestart.
+	// effect), ReloadLive, ReloadRestart or ReloadRestartOnOff.
 	Reload string
-	index  []int
-	typ    reflect.Type
-	bytes  bool // an int64 counted in bytes (a size)
+	// Needs is the feature the setting applies to: "webhook" (that setting
+	// is set) or "store=redis" (that setting's value is redis); "" when it
+	// always applies. CheckNeeds checks it.
+	Needs string
+	// StructField is the Go field, and Owner the struct type that declares it.
+	StructField reflect.StructField
+	Owner       reflect.Type
+	// Outer are the prefixed struct fields the setting is inside, outermost
+	// first.
+	Outer []reflect.StructField
+	index []int
+	typ   reflect.Type
+	bytes bool // an int64 counted in bytes (a size)
 }
 
 // Fields lists the settings of struct type t, in declaration order. It panics on
@@ -71,17 +99,17 @@ type Field struct {
 // that builds the list.
 func Fields(t reflect.Type) []Field {
 	var out []Field
-	var walk func(t reflect.Type, index []int, prefix string)
-	walk = func(t reflect.Type, index []int, prefix string) {
+	var walk func(t reflect.Type, index []int, prefix string, outer []reflect.StructField)
+	walk = func(t reflect.Type, index []int, prefix string, outer []reflect.StructField) {
 		for i := range t.NumField() {
 			sf := t.Field(i)
 			idx := append(append([]int(nil), index...), i)
 			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix)
+				walk(sf.Type, idx, prefix, outer)
 				continue
 			}
 			if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, idx, prefix+p)
+				walk(sf.Type, idx, prefix+p, append(append([]reflect.StructField(nil), outer...), sf))
 				continue
 			}
 			help, ok := sf.Tag.Lookup("help")
@@ -89,12 +117,16 @@ func Fields(t reflect.Type) []Field {
 				continue
 			}
 			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if name == "" {
+			if name == "" || name == "-" {
 				panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
 			}
-			f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
-			if f.Reload != "" && f.Reload != ReloadLive && f.Reload != ReloadRestart {
-				panic(fmt.Sprintf("conf: field %s: reload:%q, want %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart))
+			f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), StructField: sf, Owner: t, Outer: outer,
+				index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+			f.Needs, _ = f.Tag("needs")
+			switch f.Reload {
+			case "", ReloadLive, ReloadRestart, ReloadRestartOnOff:
+			default:
+				panic(fmt.Sprintf("conf: field %s: reload:%q, want %q, %q or %q", sf.Name, f.Reload, ReloadLive, ReloadRestart, ReloadRestartOnOff))
 			}
 			if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
 				panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
@@ -103,9 +135,23 @@ func Fields(t reflect.Type) []Field {
 			out = append(out, f)
 		}
 	}
-	walk(t, nil, "")
+	walk(t, nil, "", nil)
 	expandLists(t, out)
 	return out
+}
+
+// Tag returns the value of the field's tag key, or else of the innermost
+// prefixed struct field it is inside that has one.
+func (f Field) Tag(key string) (string, bool) {
+	if v, ok := f.StructField.Tag.Lookup(key); ok {
+		return v, true
+	}
+	for i := len(f.Outer) - 1; i >= 0; i-- {
+		if v, ok := f.Outer[i].Tag.Lookup(key); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // Lookup returns the field named name.

@@ -229,7 +229,7 @@ func TestFieldsPanicsOnWhatItCannotServe(t *testing.T) {
 		{reflect.TypeFor[bytesOnInt32](), `field X: unit:"bytes" needs an int64`},
 		{reflect.TypeFor[bytesOnString](), `field X: unit:"bytes" needs an int64`},
 		{reflect.TypeFor[nested](), "field in_x has unsupported type float32"},
-		{reflect.TypeFor[reloadWhen](), `field X: reload:"later", want "live" or "restart"`},
+		{reflect.TypeFor[reloadWhen](), `field X: reload:"later", want "live", "restart" or "restart-on-off"`},
 	} {
 		func() {
 			defer func() {

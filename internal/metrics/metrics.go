@@ -55,15 +55,22 @@ var (
 	UpstreamBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 )
 
-// Requests counts requests by outcome (every middleware.Outcomes value and
-// Untracked, declared at zero) and times the store's claim call. It is a
-// prometheus.Collector.
+// Requests counts requests by outcome and route (every middleware.Outcomes
+// value and Untracked, declared at zero for each route named) and times the
+// store's claim call. It is a prometheus.Collector.
 type Requests struct {
 	group
-	total     *prometheus.CounterVec
+	total *prometheus.CounterVec
+	any   *RouteRequests // route ""
+	claim prometheus.Histogram
+}
+
+// RouteRequests counts one route's requests (Requests.Route).
+type RouteRequests struct {
+	r         *Requests
+	route     string
 	byOutcome map[middleware.Outcome]prometheus.Counter
 	untracked prometheus.Counter
-	claim     prometheus.Histogram
 }
 
 // NewRequests returns the counters at zero.
@@ -71,34 +78,51 @@ func NewRequests() *Requests {
 	r := &Requests{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: RequestsTotal,
-			Help: "Requests by outcome; untracked ones (a method not tracked, a disabled route) went on untouched.",
-		}, []string{"outcome"}),
-		byOutcome: make(map[middleware.Outcome]prometheus.Counter, len(middleware.Outcomes)),
-		claim:     histogram(StoreDuration, "Latency of the store's claim-or-get call.", StoreBuckets),
+			Help: "Requests by outcome and route (the configured path of the route whose settings applied; empty where no route is named); untracked ones (a method not tracked, a disabled route) went on untouched.",
+		}, []string{"outcome", "route"}),
+		claim: histogram(StoreDuration, "Latency of the store's claim-or-get call.", StoreBuckets),
 	}
-	for _, o := range middleware.Outcomes {
-		r.byOutcome[o] = r.total.WithLabelValues(string(o))
-	}
-	r.untracked = r.total.WithLabelValues(Untracked)
+	r.any = r.Route("")
 	r.group = group{r.total, r.claim}
 	return r
 }
 
-// Observe counts one tracked request: pass it to middleware.WithObserver (or
-// call it from the observer given there).
-func (r *Requests) Observe(ev middleware.Event) {
-	if c, ok := r.byOutcome[ev.Outcome]; ok {
+// Route returns the counters of one route, every outcome declared at zero.
+// Routes are few (the configured ones): call it once per route and keep it.
+func (r *Requests) Route(name string) *RouteRequests {
+	rr := &RouteRequests{r: r, route: name, byOutcome: make(map[middleware.Outcome]prometheus.Counter, len(middleware.Outcomes))}
+	for _, o := range middleware.Outcomes {
+		rr.byOutcome[o] = r.total.WithLabelValues(string(o), name)
+	}
+	rr.untracked = r.total.WithLabelValues(Untracked, name)
+	return rr
+}
+
+// Any is the counters of route "": requests no route is named for.
+func (r *Requests) Any() *RouteRequests { return r.any }
+
+// Observe counts one tracked request under route "": pass it to
+// middleware.WithObserver (or call it from the observer given there).
+func (r *Requests) Observe(ev middleware.Event) { r.any.Observe(ev) }
+
+// Untracked counts a request idemproxy let through without tracking it,
+// under route "".
+func (r *Requests) Untracked() { r.any.Untracked() }
+
+// Observe counts one tracked request of the route.
+func (rr *RouteRequests) Observe(ev middleware.Event) {
+	if c, ok := rr.byOutcome[ev.Outcome]; ok {
 		c.Inc()
 	} else { // an outcome newer than this list: counted all the same
-		r.total.WithLabelValues(string(ev.Outcome)).Inc()
+		rr.r.total.WithLabelValues(string(ev.Outcome), rr.route).Inc()
 	}
 	if ev.StoreDuration > 0 {
-		r.claim.Observe(ev.StoreDuration.Seconds())
+		rr.r.claim.Observe(ev.StoreDuration.Seconds())
 	}
 }
 
-// Untracked counts a request idemproxy let through without tracking it.
-func (r *Requests) Untracked() { r.untracked.Inc() }
+// Untracked counts a request of the route let through without tracking it.
+func (rr *RouteRequests) Untracked() { rr.untracked.Inc() }
 
 // Upstream times the proxy's first executions forwarded upstream and counts
 // those running. It is a prometheus.Collector.

@@ -147,3 +147,20 @@ func BenchmarkUpstream(b *testing.B) {
 		}
 	})
 }
+
+// Each route's counters are its own series, declared at zero; route "" (the
+// Caddy module's, and requests no route is named for) is apart.
+func TestRequestsByRoute(t *testing.T) {
+	r := metrics.NewRequests()
+	charges := r.Route("/charges")
+	r.Route("/orders")
+	charges.Observe(middleware.Event{Outcome: middleware.OutcomeStored})
+	charges.Untracked()
+	r.Observe(middleware.Event{Outcome: middleware.OutcomeStored})
+	s := scrape(t, r)
+	want(t, s, "1", metrics.RequestsTotal, "outcome", "stored", "route", "/charges")
+	want(t, s, "1", metrics.RequestsTotal, "outcome", metrics.Untracked, "route", "/charges")
+	want(t, s, "0", metrics.RequestsTotal, "outcome", "stored", "route", "/orders")
+	want(t, s, "1", metrics.RequestsTotal, "outcome", "stored", "route", "")
+	want(t, s, "2", metrics.RequestsTotal, "outcome", "stored") // summed over the routes
+}

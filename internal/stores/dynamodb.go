@@ -24,16 +24,9 @@ import (
 // shared config files, instance and container roles). Shared by every
 // instance pointing at the same table.
 type DynamoDB struct {
-	// CreateTable creates the table (on-demand billing, time to live on its
-	// ttl attribute) at start-up when it is missing; false: it must exist
-	// (idemproxy migrate prints or applies its definition).
-	CreateTable bool `json:"create_table" help:"DynamoDB store: create the table (on-demand, time to live on) at start-up when missing; false: it must exist (idemproxy migrate prints its definition)"`
-	// InlineLimit is the largest encoded response kept in the record item
-	// itself; a larger one goes to chunk items, read with a second request.
-	InlineLimit int64 `json:"inline_limit" unit:"bytes" help:"DynamoDB store: largest encoded response kept in the record item; larger ones go to chunk items (a replay reads them with a second request). Every replay, 409 and 422 pays write units for the record item's size; at most 300KiB"`
-	// MaxResponse is the largest encoded response (body, headers, trailers)
-	// stored; a larger one is remembered as done, not replayable.
-	MaxResponse int64 `json:"max_response" unit:"bytes" help:"DynamoDB store: largest encoded response (body, headers, trailers) stored, at most 256MiB; a larger one is remembered as done, not replayable (retries get 409). Keep it above max_body"`
+	CreateTable bool  `json:"create_table" go:"'dynamostore.Options.CreateTable'" help:"create the DynamoDB table (on-demand billing, time to live on 'ttl') at start-up when missing; 'false': a missing table stops start-up with one line ('idemproxy migrate --store dynamodb://TABLE' prints or applies its definition)"`
+	InlineLimit int64 `json:"inline_limit" unit:"bytes" go:"'dynamostore.Options.InlineLimit'" help:"largest encoded response kept in the record item, at most '300KiB'; a larger one goes to chunk items, read with one more request. Every replay, 409 and 422 is a failed write charged 1 write unit per KB of the record item it finds, so that a small limit keeps them cheap (see docs/stores.md#dynamodb)"`
+	MaxResponse int64 `json:"max_response" unit:"bytes" go:"'dynamostore.Options.MaxResponse'" help:"largest encoded response (body, headers, trailers) the DynamoDB store keeps, at most '256MiB'; a larger one is remembered as done, not replayable (retries get '409'). Keep it above max_body"`
 }
 
 // DefaultDynamoDB is the DynamoDB store's defaults.

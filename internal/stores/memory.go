@@ -7,10 +7,8 @@ import (
 // Memory is the memory store's settings: this process only, the default. A
 // reload applies them to the running store, which keeps its records (reload.go).
 type Memory struct {
-	// MaxRecords is the most records kept (in flight and completed).
-	MaxRecords int64 `json:"max_records" reload:"live" help:"memory store: most records kept (a client's records are evicted only for its own volume or when it holds more than its share)"`
-	// MaxBytes is the most bytes kept (approximate).
-	MaxBytes int64 `json:"max_bytes" unit:"bytes" reload:"live" help:"memory store: most bytes kept (approximate)"`
+	MaxRecords int64 `json:"max_records" reload:"live" go:"'memstore.WithMaxRecords'" help:"memory store bound (records, in flight and completed), shared fairly between client scopes: a client's records are evicted only for its own volume or when it holds more than its share (see docs/clients.md)"`
+	MaxBytes   int64 `json:"max_bytes" unit:"bytes" reload:"live" go:"'memstore.WithMaxBytes'" help:"memory store bound (bytes, approximate), shared the same way"`
 }
 
 // DefaultMemory is the memory store's defaults.

@@ -15,22 +15,11 @@ import (
 // Postgres is the PostgreSQL store's settings (its URL selects it): durable,
 // shared by every instance pointing at the same database.
 type Postgres struct {
-	// Table is the table, schema.name allowed.
-	Table string `json:"table" help:"PostgreSQL store: the table (schema.name allowed)"`
-	// CreateSchema creates the table and its index at start-up when missing;
-	// false: they must exist (idemproxy migrate prints the DDL).
-	CreateSchema bool `json:"create_schema" help:"PostgreSQL store: create the table and its index at start-up when missing; false: they must exist (idemproxy migrate prints the DDL)"`
-	// SweepInterval is how often expired rows are deleted, in small batches; 0
-	// turns this instance's sweeper off.
-	SweepInterval time.Duration `json:"sweep_interval" help:"PostgreSQL store: how often expired rows are deleted, in small batches; 0 = never by this instance"`
-	// LocalCache is how many bytes of completed records this instance keeps
-	// in memory, so a replay costs no round trip; 0 keeps none.
-	LocalCache int64 `json:"local_cache" unit:"bytes" help:"PostgreSQL store: bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through LISTEN/NOTIFY; see docs/stores.md); 0 = off"`
-	// SynchronousCommit is PostgreSQL's synchronous_commit for this store's
-	// connections; empty leaves the server's (on unless configured). off
-	// answers before a commit is flushed: a database crash may then lose the
-	// last moments' claims and completions, and a retry run the request again.
-	SynchronousCommit string `json:"synchronous_commit" help:"PostgreSQL store: synchronous_commit for this store's connections (on, off, local, remote_write, remote_apply); empty = the server's. off trades durability for latency: a database crash may lose the last moments' claims and completions, so a retry may run again (docs/stores.md)"`
+	Table             string        `json:"table" go:"'pgstore.WithTable'" help:"the PostgreSQL store's table; 'schema.name' allowed"`
+	CreateSchema      bool          `json:"create_schema" go:"'pgstore.WithCreateSchema'" help:"create the table and its index at start-up when missing; 'false': they must exist ('idemproxy migrate' prints or applies the DDL)"`
+	SweepInterval     time.Duration `json:"sweep_interval" go:"'pgstore.WithSweep'" help:"how often expired rows are deleted, in batches of 1000; '0': never by this instance (reads ignore expired rows anyway)"`
+	LocalCache        int64         `json:"local_cache" unit:"bytes" go:"'pgstore.WithLocalCache'" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through LISTEN/NOTIFY (see docs/stores.md#local-cache-of-completed-records)"`
+	SynchronousCommit string        `json:"synchronous_commit" go:"the pool's 'ConnConfig.RuntimeParams' ('synchronous_commit')" help:"PostgreSQL's synchronous_commit for the store's connections ('on', 'off', 'local', 'remote_write', 'remote_apply'); empty: the server's ('on' unless configured). 'off' answers before a commit is flushed: a database crash may lose the last moments' claims and completions, and a retry of one then runs again (see docs/stores.md#durability-trade-offs)"`
 }
 
 // synchronousCommit is what synchronous_commit accepts.

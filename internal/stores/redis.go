@@ -15,22 +15,11 @@ import (
 // Redis is the Redis store's settings (its URL selects it): shared by every
 // instance pointing at the same Redis.
 type Redis struct {
-	// Prefix of every key this store writes.
-	Prefix string `json:"prefix" help:"prefix of every Redis key"`
-	// AllowEviction starts even when Redis's maxmemory-policy may evict keys
-	// (in-flight locks included, so a duplicate could run while the first
-	// runs). By default that refuses to start.
-	AllowEviction bool `json:"allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included); default: refuse"`
-	// WaitReplicas is how many replicas must acknowledge every write (Redis
-	// WAIT) before a request is forwarded or answered; too few within
-	// WaitTimeout is a store error (503, nothing forwarded). 0 waits for none.
-	WaitReplicas int64 `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT) before a request is forwarded or answered; 0 = none (see Redis in docs/stores.md)"`
-	// WaitTimeout is how long a write waits for WaitReplicas.
-	WaitTimeout time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas; when too few acknowledge, the request is answered 503 and not forwarded"`
-	// LocalCache is how many bytes of completed records this instance keeps
-	// in memory, so a replay costs no round trip; 0 keeps none. Not with
-	// Redis Cluster.
-	LocalCache int64 `json:"local_cache" unit:"bytes" help:"bytes of completed records kept in this instance's memory so replays cost no round trip (kept exact across instances through pub/sub; see docs/stores.md); 0 = off; not with Redis Cluster"`
+	Prefix        string        `json:"prefix" go:"'redisstore.WithPrefix'" help:"prefix of every Redis key"`
+	AllowEviction bool          `json:"allow_eviction" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included, so that a duplicate could run while the first runs); by default idemproxy refuses (see docs/stores.md#redis)"`
+	WaitReplicas  int64         `json:"wait_replicas" go:"'redisstore.WithWaitReplicas'" help:"replicas that must acknowledge every write (Redis WAIT, same round trip) before a request is forwarded or answered; too few within redis_wait_timeout is a store error ('503', nothing forwarded). '0': none (see docs/stores.md#redis)"`
+	WaitTimeout   time.Duration `json:"wait_timeout" go:"'redisstore.WithWaitReplicas'" help:"how long a write waits for redis_wait_replicas"`
+	LocalCache    int64         `json:"local_cache" unit:"bytes" go:"'redisstore.WithLocalCache'" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through pub/sub (see docs/stores.md#local-cache-of-completed-records); not with Redis Cluster"`
 }
 
 // DefaultRedis is the Redis store's defaults.

@@ -22,7 +22,7 @@ import (
 //     in-flight locks exist nowhere else, so opening it again would forget
 //     them (TestMemorySettingsNeverReopen).
 //   - reload:"restart": the running value is kept until a restart, and the
-//     reload names it in its warning (the proxy's keepRestartOnly).
+//     reload names it in its warning (the proxy's restartKept).
 //
 // The memory store's shard count, sweep interval and per-client share floor
 // are constants of the store here, not settings: nothing to reload.

@@ -23,12 +23,13 @@ import (
 // PingTimeout bounds the reachability check at start-up.
 const PingTimeout = 5 * time.Second
 
-// Settings are every store's settings; the URL picks which apply.
+// Settings are every store's settings; the URL picks which apply (a setting of
+// another store is refused: the needs tags, conf.CheckNeeds).
 type Settings struct {
-	Memory   Memory   `conf:"prefix=memory_"`
-	Redis    Redis    `conf:"prefix=redis_"`
-	Postgres Postgres `conf:"prefix=postgres_"`
-	DynamoDB DynamoDB `conf:"prefix=dynamodb_"`
+	Memory   Memory   `conf:"prefix=memory_" needs:"store=memory"`
+	Redis    Redis    `conf:"prefix=redis_" needs:"store=redis"`
+	Postgres Postgres `conf:"prefix=postgres_" needs:"store=postgres"`
+	DynamoDB DynamoDB `conf:"prefix=dynamodb_" needs:"store=dynamodb"`
 }
 
 // DefaultSettings are every store's defaults.

@@ -27,9 +27,8 @@ func Root(t testing.TB) string {
 	}
 }
 
-// SettingsDoc is the page that holds the one settings table: every setting's
-// row, with its flag, variable, file key, Caddyfile subdirective, Go name and
-// default.
+// SettingsDoc is the page of the one settings table, generated from the
+// settings' tags (internal/settingsdoc).
 const SettingsDoc = "docs/settings.md"
 
 // Docs returns the text of the documents named, by their paths from the module

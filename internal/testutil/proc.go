@@ -3,6 +3,7 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -128,8 +129,10 @@ func Run(t testing.TB, bin string, args []string, env ...string) (int, string) {
 type Proc struct {
 	Addr  string // where it serves requests, when its starter knows
 	Admin string // its admin listener, when it has one
-	Cmd   *exec.Cmd
-	Logs  *SyncBuffer // what it wrote on stdout and stderr
+	// Metrics is its metrics listener, when it has one and its starter knows.
+	Metrics string
+	Cmd     *exec.Cmd
+	Logs    *SyncBuffer // what it wrote on stdout and stderr
 
 	exited chan struct{}
 	err    error // how it exited, once exited is closed
@@ -157,15 +160,52 @@ func Start(t testing.TB, bin string, args []string, env ...string) *Proc {
 }
 
 // StartIdemproxy starts the idemproxy binary at bin with --listen and --admin
-// on free ports and --log-format json, then args (which may override them),
-// env added to the environment, and returns once its /healthz answers.
+// on ports it binds itself (127.0.0.1:0) and --log-format json, then args
+// (which may override them), env added to the environment, and returns once
+// it serves: its start-up line says where (Addr, Admin, Metrics).
 func StartIdemproxy(t testing.TB, bin string, args []string, env ...string) *Proc {
 	t.Helper()
-	addr, admin := FreeAddr(t), FreeAddr(t)
-	p := Start(t, bin, append([]string{"--listen", addr, "--admin", admin, "--log-format", "json"}, args...), env...)
-	p.Addr, p.Admin = addr, admin
-	p.WaitHTTP(t, "http://"+admin+"/healthz")
+	p := Start(t, bin, append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...), env...)
+	p.WaitListening(t)
 	return p
+}
+
+// Listening is what an idemproxy start-up line says.
+type Listening struct {
+	Addr           string   `json:"addr"`
+	Admin          string   `json:"admin"`
+	Metrics        string   `json:"metrics"`
+	Routes         int      `json:"routes"`
+	TrustedProxies []string `json:"trusted_proxies"`
+	Store          string   `json:"store"`
+}
+
+// WaitListening waits for the idemproxy start-up line ("idemproxy listening",
+// logged at info once every listener is bound: with --log-format json and a
+// log level of info or below), sets Addr, Admin and Metrics from it and
+// returns it. It fails the test if the process exits first or 15 s pass.
+func (p *Proc) WaitListening(t testing.TB) Listening {
+	t.Helper()
+	var l Listening
+	poll(t, 15*time.Second, 10*time.Millisecond, "the start-up line", func() bool {
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited before it listened: %v\n%s", filepath.Base(p.Cmd.Path), p.err, p.Logs.String())
+		default:
+		}
+		for _, line := range strings.Split(p.Logs.String(), "\n") {
+			if !strings.Contains(line, `"msg":"idemproxy listening"`) {
+				continue
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatalf("start-up line: %v\n%s", err, line)
+			}
+			return true
+		}
+		return false
+	})
+	p.Addr, p.Admin, p.Metrics = l.Addr, l.Admin, l.Metrics
+	return l
 }
 
 // WaitHTTP polls url until it answers (any status), and fails the test if the

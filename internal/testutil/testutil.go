@@ -8,8 +8,9 @@
 //   - requests sent over real sockets with everything a client controls
 //     (Request, Send, Do, KeyedPost, Delivery) and raw bytes on a connection
 //     (RawExchange, RawConn, AnswerThenClose);
-//   - the documents (Root, Docs, SettingsDoc): the README and the docs/ pages
-//     the docs tests hold to the code;
+//   - the documents (Root, Docs, SettingsDoc): the README and the docs/
+//     pages the docs tests hold to the code (SettingsDoc is generated:
+//     internal/settingsdoc);
 //   - the process harness: a binary built once per test binary (Build, Main),
 //     run to completion (Run) or started until the test ends (Start, Proc,
 //     StartIdemproxy), its output logged when the test fails.
@@ -26,6 +27,10 @@ import (
 )
 
 // FreeAddr returns a loopback address with a port free at the time of the call.
+// Another process may take it before the one it is meant for binds it: a
+// process that can bind 127.0.0.1:0 and say where (idemproxy's start-up line,
+// StartIdemproxy) should do that instead. For an address nothing listens on,
+// it is fine.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

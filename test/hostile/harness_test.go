@@ -47,10 +47,11 @@ func newUpstream(t *testing.T) *testutil.Upstream {
 }
 
 // start runs the proxy with the config file text (upstream and ports are
-// flags) and the environment, and waits until it answers.
+// flags) and the environment, and waits until it serves. Its log level stays
+// info: the start-up line (an info line) says which ports it bound.
 func start(t *testing.T, up *testutil.Upstream, config string, env ...string) *testutil.Proc {
 	t.Helper()
-	args := []string{"--config", testutil.TempFile(t, "idemproxy.yaml", config), "--log-level", "warn"}
+	args := []string{"--config", testutil.TempFile(t, "idemproxy.yaml", config)}
 	if up != nil {
 		args = append(args, "--upstream", up.URL)
 	}

@@ -19,9 +19,20 @@ import (
 type answer struct {
 	status   int
 	replayed bool
-	unknown  bool // the outcome-unknown problem: the key is held, final
-	id       int64
-	err      error
+	// unknown: the outcome-unknown problem (502 or 504): the key is held, and
+	// nothing runs again with it unless reconcile (or an operator) settles it.
+	unknown bool
+	// lapsed: held because the lease of its first execution lapsed (its instance
+	// was SIGKILLed, or its store writes stopped for a whole lock_ttl).
+	lapsed bool
+	id     int64
+	err    error
+}
+
+// done reports whether the answer completes the operation: the upstream's 201,
+// first or replayed, or the 200 a reconcile stored for a held key, replayed.
+func (a answer) done() bool {
+	return a.err == nil && a.id != 0 && (a.status == http.StatusCreated || a.status == http.StatusOK && a.replayed)
 }
 
 func (h *harness) send(ctx context.Context, key, body string) answer {
@@ -40,8 +51,11 @@ func (h *harness) send(ctx context.Context, key, body string) answer {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
-		unknown: bytes.Contains(b, []byte("urn:idemproxy:problem:outcome-unknown"))}
-	if a.status == http.StatusCreated {
+		unknown: bytes.Contains(b, []byte("outcome-unknown"))}
+	a.lapsed = a.unknown && bytes.Contains(b, []byte("stopped before its outcome was stored"))
+	if a.status == http.StatusCreated || a.status == http.StatusOK && a.replayed && h.reconcile {
+		// 201: the upstream's answer. 200, replayed: a reconcile's lookup answer
+		// stored for a held key; both carry the execution id.
 		var v struct {
 			Execution int64 `json:"execution"`
 		}
@@ -50,10 +64,19 @@ func (h *harness) send(ctx context.Context, key, body string) answer {
 		}
 		a.id = v.Execution
 	}
+	if a.unknown {
+		if a.status != http.StatusBadGateway && a.status != http.StatusGatewayTimeout || a.lapsed && a.status != http.StatusGatewayTimeout {
+			h.st.unexpected.Add(1)
+		}
+		h.seen.hold(key, a.lapsed)
+	}
 	return a
 }
 
-// complete retries key until a 201 (or the run is far past its end).
+// complete retries key until it completes (or the run is far past its end),
+// or until it is answered held: that answer is final for the client, and a
+// follow-up in the background asks again a few times (in a reconcile round,
+// until reconcile settles it).
 func (h *harness) complete(key, body string) (int64, bool) {
 	giveUp := h.deadline.Add(60 * time.Second)
 	for time.Now().Before(giveUp) {
@@ -63,9 +86,8 @@ func (h *harness) complete(key, body string) (int64, bool) {
 			return a.id, true
 		}
 		if a.unknown {
-			// Held with an unknown outcome (unknown_outcome: hold): every retry
-			// gets the same answer until an operator releases it. Final.
-			h.st.unknownOutcomes.Add(1)
+			h.followers.Add(1)
+			go func() { defer h.followers.Done(); h.follow(key, body) }()
 			return 0, false
 		}
 		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
@@ -73,13 +95,35 @@ func (h *harness) complete(key, body string) (int64, bool) {
 	return 0, false
 }
 
+// follow asks again about a key answered held: each answer is counted, and a
+// completion (a reconcile's resolution, or a run after its release) recorded.
+// Without a reconcile route, twice, a second apart; with one, each second for
+// up to 12 s, which covers the round's lease, upstream_timeout and the
+// reconcile's confirmation.
+func (h *harness) follow(key, body string) {
+	tries, every := 2, time.Second
+	if h.reconcile {
+		tries = 12
+	}
+	for i := 0; i < tries; i++ {
+		time.Sleep(every)
+		a := h.send(context.Background(), key, body)
+		if h.tally(a) {
+			h.seen.record(key, a.id)
+			return
+		}
+	}
+}
+
 // tally counts an answer and reports whether it completed the operation.
 func (h *harness) tally(a answer) bool {
 	switch {
 	case a.err != nil:
 		h.st.connErrors.Add(1)
-	case a.status == http.StatusCreated:
-		if a.replayed {
+	case a.done():
+		if a.status == http.StatusOK {
+			h.st.resolvedReplays.Add(1)
+		} else if a.replayed {
 			h.st.replays.Add(1)
 		}
 		return true
@@ -104,7 +148,7 @@ func (h *harness) clientLoop(c int) {
 		key := fmt.Sprintf("soak-%d-%d", c, n)
 		body := fmt.Sprintf(`{"client":%d,"op":%d,"amount":%d}`, c, n, rand.IntN(10000))
 		h.seen.mu.Lock()
-		h.seen.body[key] = body
+		h.seen.body[key], h.seen.sent[key] = body, time.Now()
 		h.seen.mu.Unlock()
 		switch r := rand.IntN(10); {
 		case r == 0: // concurrent duplicates on different instances

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/faultproxy"
-	"github.com/idemproxy/idemproxy/internal/procinfo"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -74,13 +73,11 @@ func failoverRound(cfg config, dir string, round int, name string, waited bool) 
 		url += "&addr=" + s.addr
 	}
 	url += "&dial_timeout=500ms&read_timeout=1s&write_timeout=1s&max_retries=1"
-	// The default lease. A failover leaves a waited store unwritable until a new
-	// replica joins (8-17 s here, with Sentinels declaring a primary down after
-	// 1 s); with a lease shorter than that (4 s, as in the main phase), a client's
-	// retry can claim the lapsed key in the moment the store takes writes again,
-	// before the pending completion lands: RELIABILITY.md case 2, seen here. With
-	// a lease longer than the outage, the lock holds.
-	h.lease = 30 * time.Second
+	// The soak's 4 s lease. A failover leaves a waited store unwritable until a
+	// new replica joins (8–17 s here): the leases of the requests running then
+	// lapse, and a client's retry that finds one once the store takes writes
+	// again holds the key, until the pending completion lands and replaces the
+	// held record. (When a lapsed lease freed the key, that retry ran again.)
 	extra := []string{"--lock-ttl", h.lease.String()}
 	if waited {
 		extra = append(extra, "--redis-wait-replicas", "1", "--redis-wait-timeout", "500ms")
@@ -212,7 +209,7 @@ func newSentinel(dir, name, primary string) (*managed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
 	}
-	addr := procinfo.FreeAddr()
+	addr := listenAddr()
 	sdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
 		return nil, err

@@ -8,13 +8,20 @@
 // duplicates, mismatched payloads and hang-ups. Meanwhile a schedule SIGKILLs and
 // SIGTERMs instances, shuts Redis down and restarts it, and makes the upstream slow,
 // reset connections, and fail with 5xx. A checker then compares the upstream's own
-// log of effects with every response the clients saw.
+// log of effects with every response the clients saw: a key that ran twice fails
+// the run unless a store lost data (a Sentinel failover without wait_replicas);
+// held keys (outcome unknown, a lapsed lease included) are counted by how they
+// settled.
 //
-// Then three more phases, each with its own servers and checked the same way:
-// two instances on Sentinel while the primary is SIGKILLed every 25 s (without,
-// then with wait_replicas), real Caddy reloaded every 1.5 s under load (Redis, then
-// the memory store with changing bounds), and two instances on PostgreSQL while
-// the database is stopped and started every 15 s. SOAK_PHASES picks phases.
+// Then more phases, each with its own servers and checked the same way:
+// failover (two instances on Sentinel while the primary is SIGKILLed, without,
+// then with wait_replicas), reload (real Caddy reloaded, and idemproxy sent SIGHUP
+// with a changed store setting, every 1.5 s under load, on the memory store,
+// Redis and PostgreSQL; five rounds side by side), postgres (two instances on
+// PostgreSQL, the database crash-stopped for longer than the lease, instances
+// SIGKILLed) and reconcile (two instances whose route reconciles held keys with
+// GET /lookup?key={key}, SIGKILLed in turn, on Redis and on PostgreSQL side by
+// side). SOAK_PHASES picks phases.
 //
 // It also runs the bad-input campaign: a million unique keys into a bounded memory
 // store, hostile requests against the real binary, and tenant isolation.
@@ -37,9 +44,17 @@ func main() {
 	flag.IntVar(&cfg.campaignKeys, "campaign-keys", 1_000_000, "unique keys in the memory-bound campaign")
 	flag.BoolVar(&cfg.skipCampaign, "skip-campaign", false, "run only the fault soak")
 	flag.StringVar(&cfg.caddy, "caddy", "bin/caddy", "Caddy built with the module (make caddy), for the reload phase")
-	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: main, failover, caddy-reload, postgres (env SOAK_PHASES; default all)")
-	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover, reload and postgres round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
+	flag.StringVar(&cfg.phases, "phases", os.Getenv("SOAK_PHASES"), "comma-separated phases to run: "+phaseNames()+" (env SOAK_PHASES; default all)")
+	flag.Func("proxy-arg", "an extra argument for every idemproxy instance, repeatable (-proxy-arg=--unknown-outcome -proxy-arg=release: the checker then sees a SIGKILLed instance's keys run twice, and fails)", func(s string) error {
+		proxyArgs = append(proxyArgs, s)
+		return nil
+	})
+	flag.DurationVar(&cfg.phaseDuration, "phase-duration", envDuration("SOAK_PHASE_DURATION", 0), "load of each failover, reload, postgres and reconcile round (env SOAK_PHASE_DURATION; default a tenth of -duration, 15s to 3m)")
 	flag.Parse()
+	if _, err := pickPhases(cfg.phases); err != nil {
+		fmt.Fprintln(os.Stderr, "soak: -phases (SOAK_PHASES):", err)
+		os.Exit(2)
+	}
 	ok := true
 	if !cfg.skipCampaign {
 		if err := campaign(cfg); err != nil {
@@ -68,7 +83,7 @@ type config struct {
 	skipCampaign bool
 	caddy        string
 	phases       string
-	// phaseDuration is the load of each round of the failover and reload phases.
+	// phaseDuration is the load of each round of the phases after main.
 	phaseDuration time.Duration
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/idemproxy/idemproxy/internal/procinfo"
 )
 
 // managed is a child process that can be killed, stopped and restarted on the same
@@ -92,7 +91,45 @@ func (m *managed) signal(sig syscall.Signal, timeout time.Duration) error {
 	}
 }
 
+// notify sends sig to the running process and returns at once.
+func (m *managed) notify(sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return fmt.Errorf("%s is not running", m.name)
+	}
+	return m.cmd.Process.Signal(sig)
+}
+
 func (m *managed) kill() { _ = m.signal(syscall.SIGKILL, 5*time.Second) }
+
+// listenAddr is a loopback address for a child process to listen on, kept for
+// its restarts. Its port is below Linux's ephemeral range (32768 and up), where
+// the soak's own many outgoing connections take their local ports: a port
+// picked there can be taken by one before the child binds it, or between its
+// SIGKILL and its restart. It is free when picked, and never handed out twice.
+func listenAddr() string {
+	usedPorts.mu.Lock()
+	defer usedPorts.mu.Unlock()
+	for {
+		p := 10000 + rand.IntN(22000)
+		if usedPorts.m[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		usedPorts.m[p] = true
+		return l.Addr().String()
+	}
+}
+
+var usedPorts = struct {
+	mu sync.Mutex
+	m  map[int]bool
+}{m: map[int]bool{}}
 
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
@@ -107,7 +144,7 @@ func newRedis(dir, name string, extra ...string) (*managed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (apt-get install redis-server)")
 	}
-	addr := procinfo.FreeAddr()
+	addr := listenAddr()
 	rdir := filepath.Join(dir, name)
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
@@ -120,10 +157,14 @@ func newRedis(dir, name string, extra ...string) (*managed, error) {
 // soakLease is the instances' lock_ttl.
 const soakLease = 4 * time.Second
 
+// proxyArgs are added to every idemproxy instance's arguments (-proxy-arg).
+var proxyArgs []string
+
 func newProxy(dir, bin, name, upstream, store string, extra ...string) *managed {
-	addr, admin := procinfo.FreeAddr(), procinfo.FreeAddr()
+	addr, admin := listenAddr(), listenAddr()
 	argv := append([]string{bin, "--listen", addr, "--admin", admin, "--upstream", upstream, "--store", store,
 		"--lock-ttl", soakLease.String(), "--shutdown-timeout", "15s", "--log-level", "warn", "--log-format", "json"}, extra...)
+	argv = append(argv, proxyArgs...)
 	return &managed{name: name, dir: dir, addr: addr, argv: argv}
 }
 
@@ -164,4 +205,42 @@ func pong(c net.Conn) bool {
 	buf := make([]byte, 64)
 	n, _ := c.Read(buf)
 	return strings.HasPrefix(string(buf[:n]), "+PONG")
+}
+
+// lapsedLog is what an instance logs when a retry finds a lease that lapsed
+// before its outcome was stored: the key is held from then on.
+const lapsedLog = "idempotency lease lapsed before the outcome was stored"
+
+// logged counts the lines containing each of s in the logs of every run of m.
+func (m *managed) logged(s ...string) int {
+	m.mu.Lock()
+	runs := m.runs
+	m.mu.Unlock()
+	n := 0
+	for run := 1; run <= runs; run++ {
+		b, _ := os.ReadFile(filepath.Join(m.dir, fmt.Sprintf("%s.%d.log", m.name, run)))
+	lines:
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, want := range s {
+				if !strings.Contains(line, want) {
+					continue lines
+				}
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// logged counts the lines containing s in the logs of the phase's instances.
+func (h *harness) logged(s string) int { return h.loggedAll(s) }
+
+// loggedAll counts the lines containing each of s in the logs of the phase's
+// instances.
+func (h *harness) loggedAll(s ...string) int {
+	n := 0
+	for _, p := range h.proxies {
+		n += p.logged(s...)
+	}
+	return n
 }

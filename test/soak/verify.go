@@ -10,72 +10,129 @@ import (
 	"time"
 )
 
-// verify replays every completed key once more.
-// diff is a verification replay that differs from the first answer for key.
-type diff struct {
-	key             string
-	first, replayed int64
-}
-
-func (h *harness) verify() (lost []string, differing []diff) {
+// verify asks once more about every key a client completed, was answered held
+// for, or the upstream executed or was asked about (lookups), and returns the
+// last answer for each. A key still held is asked again each second within the
+// settle window: a pending completion may still land, a reconcile may still
+// settle it.
+func (h *harness) verify() map[string]answer {
+	keys := map[string]bool{}
 	h.seen.mu.Lock()
-	keys := make([]string, 0, len(h.seen.first))
 	for k := range h.seen.first {
-		keys = append(keys, k)
+		keys[k] = true
+	}
+	for k := range h.seen.held {
+		keys[k] = true
 	}
 	h.seen.mu.Unlock()
-	sort.Strings(keys)
-	var mu sync.Mutex
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			h.seen.mu.Lock()
-			body, first := h.seen.body[k], h.seen.first[k]
-			h.seen.mu.Unlock()
-			for attempt := 0; attempt < 50; attempt++ {
-				a := h.send(context.Background(), k, body)
-				if a.err != nil || a.status != http.StatusCreated {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				h.seen.record(k, a.id)
-				mu.Lock()
-				switch {
-				case !a.replayed:
-					lost = append(lost, k)
-				case a.id != first:
-					differing = append(differing, diff{k, first, a.id})
-				}
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			lost = append(lost, k+" (no answer)")
-			mu.Unlock()
-		}()
+	h.up.mu.Lock()
+	for k := range h.up.effects {
+		keys[k] = true
 	}
-	wg.Wait()
-	return lost, differing
+	for k := range h.up.lookups {
+		keys[k] = true
+	}
+	h.up.mu.Unlock()
+	todo := make([]string, 0, len(keys))
+	for k := range keys {
+		todo = append(todo, k)
+	}
+	sort.Strings(todo)
+	final := map[string]answer{}
+	settleBy := time.Now().Add(h.settle())
+	for pass := 0; len(todo) > 0; pass++ {
+		if pass > 0 {
+			if time.Now().After(settleBy) {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		var mu sync.Mutex
+		var held []string
+		sem := make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		for _, k := range todo {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				a := h.ask(k)
+				mu.Lock()
+				defer mu.Unlock()
+				final[k] = a
+				if a.unknown {
+					held = append(held, k)
+				}
+			}()
+		}
+		wg.Wait()
+		sort.Strings(held)
+		todo = held
+	}
+	return final
 }
 
-// check compares the upstream's effects with the faults and what clients saw.
-func (h *harness) check(lost []string, differing []diff) error {
+// settle is how long verification waits for held keys to settle.
+func (h *harness) settle() time.Duration {
+	if h.reconcile {
+		return 20 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// ask sends key until the answer is final: a completion, a held answer, or
+// anything but 409, 503 or a connection error; 50 attempts at most.
+func (h *harness) ask(k string) answer {
+	h.seen.mu.Lock()
+	body := h.seen.body[k]
+	h.seen.mu.Unlock()
+	var a answer
+	for attempt := 0; attempt < 50; attempt++ {
+		a = h.send(context.Background(), k, body)
+		if a.done() || a.err == nil && a.status != http.StatusConflict && a.status != http.StatusServiceUnavailable {
+			return a
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return a
+}
+
+// settlement counts how held keys settled.
+type settlement struct {
+	stillHeld, answeredThenHeld, resolved, released, replaced int
+	// undone: held because a lease lapsed while its instance, alive, could
+	// not undo a claim whose store call failed (answered 503, never sent);
+	// the undo landed once the store took writes again, and the key then
+	// ran once.
+	undone int
+	// falseHolds: held because a lease lapsed, though no instance died while
+	// the key was in flight and its request never reached the upstream.
+	falseHolds int
+}
+
+// check compares the upstream's effects and lookups with the faults and with
+// what clients were answered, and prints the phase's summary.
+func (h *harness) check(final map[string]answer) error {
 	h.up.mu.Lock()
 	defer h.up.mu.Unlock()
-	var effects, keys, explained, unexplained int
-	// Keys whose upstream acted and then reset the connection: each one ran
-	// twice when failures released the key. Now held, they must run once.
-	var actResetKeys, actResetTwice int
+	h.seen.mu.Lock()
+	defer h.seen.mu.Unlock()
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	var failed []string // keys with a problem, whose runs are printed
+	failKey := func(k, format string, args ...any) {
+		fail(k+": "+format, args...)
+		failed = append(failed, k)
+	}
+
+	// Double runs: a key executed more than once. Only a store that lost data
+	// explains one (explain); anything else fails the run.
+	var effects, doubles int
 	reasons := map[string]int{}
-	var unexplainedKeys []string
 	explainedKeys := map[string]bool{}
+	var actResetKeys, actResetTwice int
 	for key, list := range h.up.effects {
-		keys++
 		effects += len(list)
 		for i, e := range list {
 			if e.actReset {
@@ -87,79 +144,120 @@ func (h *harness) check(lost []string, differing []diff) error {
 			}
 		}
 		for i := 1; i < len(list); i++ {
+			doubles++
 			if why := h.explain(list[i-1]); why != "" {
-				explained++
 				reasons[why]++
 				explainedKeys[key] = true
 			} else {
-				unexplained++
-				unexplainedKeys = append(unexplainedKeys, key)
+				reasons["unexplained"]++
+				failKey(key, "ran %d times", len(list))
 			}
 		}
 	}
-	// A record "lost" at verification whose first execution could not be stored
-	// (its instance was killed, or Redis was down until the lease lapsed) was never
-	// a completed record: it is one of the explained duplicates above.
-	var lostExplained int
-	kept := lost[:0]
-	for _, k := range lost {
-		if explainedKeys[k] {
-			lostExplained++
-		} else {
-			kept = append(kept, k)
-		}
+	if actResetTwice > 0 {
+		fail("%d keys ran again after the upstream acted and reset", actResetTwice)
 	}
-	lost = kept
-	// Likewise a verification replay that differs from the first answer a client got
-	// is explained when that first answer was never stored (the key ran again for an
-	// explained reason), provided what is replayed is one of the key's real runs.
-	var differingExplained int
-	keptDiff := differing[:0]
-	for _, d := range differing {
-		if explainedKeys[d.key] && h.ranAs(d.key, d.replayed) {
-			differingExplained++
-		} else {
-			keptDiff = append(keptDiff, d)
-		}
-	}
-	differing = keptDiff
-	// Clients must have seen one answer per key, unless the key ran twice for an
-	// explained reason.
-	var differingAnswers []string
-	h.seen.mu.Lock()
-	for key, ids := range h.seen.ids {
-		if len(ids) > 1 && len(ids) > len(h.up.effects[key]) || len(ids) > 1 && len(h.up.effects[key]) <= 1 {
-			differingAnswers = append(differingAnswers, key)
-		}
-	}
-	completed := len(h.seen.first)
-	h.seen.mu.Unlock()
 
+	// Completed keys: the verification answer replays the first one a client got.
+	var lost, differing, lostExplained int
+	for key, firstID := range h.seen.first {
+		a := final[key]
+		switch {
+		case a.done() && !a.replayed:
+			if explainedKeys[key] {
+				lostExplained++
+			} else {
+				lost++
+				failKey(key, "completed as %d, then ran again at verification as %d", firstID, a.id)
+			}
+		case a.done() && a.id != firstID:
+			if explainedKeys[key] && h.ranAs(key, a.id) {
+				lostExplained++
+			} else {
+				differing++
+				failKey(key, "first answered %d, replayed %d", firstID, a.id)
+			}
+		case a.done(), a.unknown: // the replay; held: settled below
+		default:
+			lost++
+			failKey(key, "completed as %d, then no replay at verification (%d, %v)", firstID, a.status, a.err)
+		}
+	}
+	// Clients must have seen one answer per key, unless it ran twice for an
+	// explained reason.
+	var differingAnswers int
+	for key, ids := range h.seen.ids {
+		if len(ids) > 1 && (len(ids) > len(h.up.effects[key]) || !explainedKeys[key]) {
+			differingAnswers++
+			failKey(key, "answered with %d different executions", len(ids))
+		}
+	}
+
+	// Held keys: how each settled.
+	var st settlement
+	heldKeys := map[string]bool{}
+	var lapsed, reset int
+	for k, hk := range h.seen.held {
+		heldKeys[k] = true
+		if hk.lapsed {
+			lapsed++
+		} else {
+			reset++
+		}
+	}
+	for k := range h.up.lookups {
+		heldKeys[k] = true
+	}
+	var found, notFound int
+	for _, list := range h.up.lookups {
+		for _, l := range list {
+			if l.found {
+				found++
+			} else {
+				notFound++
+			}
+		}
+	}
+	for k := range heldKeys {
+		h.settled(k, final[k], &st, failKey)
+	}
+
+	completed := len(h.seen.first)
 	s := &h.st
 	fmt.Printf(`
 soak summary: %s
   requests sent                 %d
   operations completed          %d (keys executed upstream: %d)
-  upstream calls                %d (effects %d; resets %d and 5xx %d before any effect)
-  replays served                %d
+  upstream calls                %d (effects %d; resets %d and 5xx %d before any effect; %d abandoned by a killed instance, no effect)
+  replays served                %d (and %d of a reconcile's stored answer)
   409 in flight                 %d
   422 key reuse (probes)        %d
   503 store unavailable         %d
   502/504 upstream unavailable  %d
-  502/504 outcome unknown       %d answers, %d keys held (sent, then reset: never run twice)
+  outcome unknown (held)        %d answers
+  held keys                     %d: %d sent, then no answer; %d lease lapsed (%d lapsed leases found, in the instances' logs)
+    still held at the end       %d (%d of them answered first by an instance SIGKILLed before it stored the answer)
+    resolved by reconcile       %d (each ran once; the stored answer names that execution)
+    released by reconcile       %d (never ran before the last not-found; ran once after it)
+    replaced, late completion   %d (held when its lease lapsed; then the first execution's answer)
+    released by its instance    %d (a claim whose store call failed, never sent; undone once the store took writes, then ran once)
+    false holds                 %d (a lapsed lease, though never sent upstream and no instance was killed)
+  reconcile lookups             %d found, %d not found
   acted, then reset             %d keys (each one a double run when failures released the key): ran again %d
   500 from the upstream         %d
   connection errors             %d
   client hang-ups               %d
-  duplicate executions          %d unexplained, %d explained %v
-  lost completed records        %d (and %d never stored, counted in the explained duplicates)
-  differing answers             %d (at verification: %d, and %d after an explained re-run)
+  double executions             %d%s
+  lost completed records        %d (and %d re-run after a failover lost the write)
+  differing answers             %d (at verification: %d)
   key reuse that ran            %d
   unexpected answers            %d
-`, h.name, s.requests.Load(), completed, keys, h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(),
-		s.replays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
-		s.unknownAnswers.Load(), s.unknownOutcomes.Load(), actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), unexplained, explained, reasons,
-		len(lost), lostExplained, len(differingAnswers), len(differing), differingExplained, s.mismatchViolations.Load(), s.unexpected.Load())
+`, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
+		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
+		s.unknownAnswers.Load(), len(heldKeys), reset, lapsed, h.logged(lapsedLog),
+		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
+		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
+		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load())
 	if h.net != nil {
 		fmt.Printf("  Redis replies dropped         %d (instances to Redis, through the fault proxy)\n", h.net.Dropped())
 	}
@@ -170,50 +268,144 @@ soak summary: %s
 	}
 	fmt.Printf("  faults                        %d %v\n", len(h.faults.faults), byKind)
 	for _, f := range h.faults.faults {
-		if len(h.faults.faults) <= 30 || f.kind != "caddy-reload" {
+		if len(h.faults.faults) <= 30 || f.kind != "caddy-reload" && f.kind != "sighup" {
 			fmt.Printf("  fault %-20s %-16s %s … %s\n", f.kind, f.target, f.from.Format("15:04:05.000"), f.to.Format("15:04:05.000"))
 		}
 	}
 	h.faults.mu.Unlock()
 
-	var problems []string
-	if unexplained > 0 {
-		problems = append(problems, fmt.Sprintf("%d unexplained duplicate executions (keys %v)", unexplained, first(unexplainedKeys, 5)))
-		for _, k := range first(unexplainedKeys, 5) {
-			for _, e := range h.up.effects[k] {
-				problems = append(problems, fmt.Sprintf("  %s ran as %d on %s from %s to %s", k, e.id, e.instance, e.start.Format("15:04:05.000"), e.end.Format("15:04:05.000")))
-			}
+	for _, k := range first(failed, 5) {
+		for _, e := range h.up.effects[k] {
+			fail("  %s ran as %d on %s from %s to %s", k, e.id, e.instance, e.start.Format("15:04:05.000"), e.end.Format("15:04:05.000"))
 		}
-	}
-	if actResetTwice > 0 {
-		problems = append(problems, fmt.Sprintf("%d keys ran again after the upstream acted and reset", actResetTwice))
-	}
-	if len(lost) > 0 {
-		problems = append(problems, fmt.Sprintf("%d completed records lost (keys %v)", len(lost), first(lost, 5)))
-	}
-	if len(differing) > 0 {
-		keys := make([]string, 0, 5)
-		for _, d := range differing[:min(5, len(differing))] {
-			keys = append(keys, fmt.Sprintf("%s: first %d, replayed %d", d.key, d.first, d.replayed))
+		for _, l := range h.up.lookups[k] {
+			fail("  %s looked up at %s: found %v", k, l.at.Format("15:04:05.000"), l.found)
 		}
-		problems = append(problems, fmt.Sprintf("%d replays differ from the first answer (%v)", len(differing), keys))
-	}
-	if len(differingAnswers) > 0 {
-		problems = append(problems, fmt.Sprintf("%d keys answered with more distinct results than explained executions (keys %v)", len(differingAnswers), first(differingAnswers, 5)))
+		if hk := h.seen.held[k]; hk != nil {
+			fail("  %s first answered held at %s (lapsed lease: %v)", k, hk.first.Format("15:04:05.000"), hk.lapsed)
+		}
 	}
 	if n := s.mismatchViolations.Load(); n > 0 {
-		problems = append(problems, fmt.Sprintf("%d reused keys with another payload were executed", n))
+		fail("%d reused keys with another payload were executed", n)
 	}
 	if n := s.unexpected.Load(); n > 0 {
-		problems = append(problems, fmt.Sprintf("%d unexpected answers", n))
+		fail("%d unexpected answers", n)
 	}
 	if completed < 100 {
-		problems = append(problems, fmt.Sprintf("only %d operations completed: the soak did not exercise anything", completed))
+		fail("only %d operations completed: the soak did not exercise anything", completed)
 	}
 	if len(problems) > 0 {
+		if len(problems) > 40 {
+			problems = append(problems[:40], fmt.Sprintf("… and %d more", len(problems)-40))
+		}
 		return fmt.Errorf("FAIL:\n  %s", strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// settled counts how held key k settled, from its last answer a, and fails
+// what no settlement explains (h.up.mu and h.seen.mu are held):
+//   - still held at the end. In a reconcile round a key must settle, unless it
+//     was answered first (by its instance, which was SIGKILLed before storing
+//     that answer) and is simply held;
+//   - resolved by reconcile: the lookup's 200, replayed; the key ran once, and
+//     its answer is that execution;
+//   - released by reconcile, then run once: two not-found lookups, and the one
+//     execution began after the last of them;
+//   - replaced by the late completion: held because its lease lapsed, then
+//     replayed as the execution that was running when it was first held;
+//   - released by its instance: held because its lease lapsed though no
+//     instance died (a claim whose store call failed, answered 503, which its
+//     instance undid once the store took writes again), then run once, after
+//     the hold.
+func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, format string, args ...any)) {
+	runs := h.up.effects[k]
+	hk := h.seen.held[k]
+	if hk != nil && hk.lapsed && h.up.calls[k] == 0 && !h.killedBetween(h.seen.sent[k], hk.first) {
+		st.falseHolds++
+		failKey(k, "held as a lapsed lease, though its request never reached the upstream and no instance was SIGKILLed between its first request (%s) and the hold (%s): a claim the instance gave up on (503), left to lapse",
+			h.seen.sent[k].Format("15:04:05.000"), hk.first.Format("15:04:05.000"))
+	}
+	var lastNotFound time.Time
+	var notFound int
+	for _, l := range h.up.lookups[k] {
+		if !l.found {
+			notFound++
+			lastNotFound = l.at
+		}
+	}
+	switch {
+	case a.unknown:
+		st.stillHeld++
+		id, completed := h.seen.first[k]
+		switch {
+		case h.reconcile:
+			failKey(k, "still held %v after the load, on a reconcile route", h.settle())
+		case completed && h.killedAfterAnswering(k, id):
+			st.answeredThenHeld++
+		case completed:
+			failKey(k, "completed as %d, then held at verification, and no SIGKILL of its instance explains it", id)
+		}
+	case !a.done():
+		failKey(k, "held, then no final answer at verification (%d, %v)", a.status, a.err)
+	case a.status == http.StatusOK:
+		st.resolved++
+		if len(runs) != 1 || runs[0].id != a.id {
+			failKey(k, "resolved by reconcile as %d, but ran %d times", a.id, len(runs))
+		}
+	case len(runs) != 1:
+		// a double run, failed above
+	case notFound >= 2 && runs[0].start.After(lastNotFound):
+		st.released++
+	case hk != nil && hk.lapsed && a.replayed && runs[0].start.Before(hk.first):
+		st.replaced++
+	case hk != nil && hk.lapsed && runs[0].start.After(hk.first) && !h.killedBetween(h.seen.sent[k], hk.first):
+		st.undone++
+	default:
+		failKey(k, "held, then answered %d (execution %d, replayed %v) without a release (%d not-found lookups)", a.status, a.id, a.replayed, notFound)
+	}
+}
+
+// killedBetween reports whether an instance was SIGKILLed between from and to.
+func (h *harness) killedBetween(from, to time.Time) bool {
+	h.faults.mu.Lock()
+	defer h.faults.mu.Unlock()
+	for _, f := range h.faults.faults {
+		if f.kind == "sigkill" && !f.from.Before(from) && f.from.Before(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// killedAfterAnswering reports whether the instance that ran key's execution
+// id was SIGKILLed after it while its answer could still be unstored: within a
+// lease of its end, or during (or within 2 s after) a store outage that began
+// by then, when its completion was being retried in the background. It
+// answered the client, and its answer died with it (h.up.mu is held).
+func (h *harness) killedAfterAnswering(key string, id int64) bool {
+	for _, e := range h.up.effects[key] {
+		if e.id != id {
+			continue
+		}
+		h.faults.mu.Lock()
+		defer h.faults.mu.Unlock()
+		for _, f := range h.faults.faults {
+			if f.kind != "sigkill" || f.target != e.instance || f.from.Before(e.start) {
+				continue
+			}
+			if f.from.Before(e.end.Add(h.lease)) {
+				return true
+			}
+			for _, o := range h.faults.faults {
+				if (o.kind == "postgres-down" || o.kind == "redis-down") && o.from.Before(e.end.Add(h.lease)) &&
+					o.from.Before(f.from) && f.from.Before(o.to.Add(2*time.Second)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // ranAs reports whether id is one of key's executions (h.up.mu is held).
@@ -226,38 +418,35 @@ func (h *harness) ranAs(key string, id int64) bool {
 	return false
 }
 
-// explain says why a key could run again after effect e, or "".
-//   - the instance running e was SIGKILLed before it could store the response: the
-//     lock lapses after its lease and the retry runs (documented);
-//   - Redis was down when e completed: the response could not be stored, and the
-//     key ran again once Redis was back (documented).
+// explain says why a key could run again after effect e, or "". Only a store
+// that lost data explains a double run: a Sentinel failover that promoted a
+// replica which had not received the latest writes (Redis replicates
+// asynchronously), when the instances do not wait for a replica's
+// acknowledgement. An instance SIGKILLed or a store down at completion holds the
+// key instead (a lapsed lease is an unknown outcome): a double run from either
+// fails the run.
 func (h *harness) explain(e effect) string {
 	h.faults.mu.Lock()
 	defer h.faults.mu.Unlock()
 	for _, f := range h.faults.faults {
-		switch f.kind {
-		case "sigkill":
-			if f.target == e.instance && !f.from.Before(e.start.Add(-100*time.Millisecond)) && f.from.Before(e.end.Add(time.Second)) {
-				return "instance killed before storing"
-			}
-		case "failover":
-			// Redis replicates asynchronously: a claim or a stored response the
-			// killed primary acknowledged but had not yet sent to the replica is
-			// gone after the promotion. Not when every write waited for the replica.
-			if !h.waited && e.start.Before(f.to) && e.end.After(f.from.Add(-time.Second)) {
-				return "failover lost an unreplicated write"
-			}
-		case "postgres-down":
-			if f.to.Sub(f.from) > h.lease && e.end.After(f.from.Add(-time.Second)) && e.end.Before(f.to.Add(time.Second)) {
-				return "PostgreSQL down past the lease at completion"
-			}
-		case "redis-down":
-			if e.end.After(f.from.Add(-time.Second)) && e.end.Before(f.to.Add(time.Second)) {
-				return "Redis down at completion"
-			}
+		if f.kind == "failover" && !h.waited && e.start.Before(f.to) && e.end.After(f.from.Add(-time.Second)) {
+			return "failover lost an unreplicated write"
 		}
 	}
 	return ""
+}
+
+// byCause prints double runs by cause: "" when there are none.
+func byCause(reasons map[string]int) string {
+	if len(reasons) == 0 {
+		return ""
+	}
+	causes := make([]string, 0, len(reasons))
+	for why, n := range reasons {
+		causes = append(causes, fmt.Sprintf("%s: %d", why, n))
+	}
+	sort.Strings(causes)
+	return " (" + strings.Join(causes, ", ") + ")"
 }
 
 func first(s []string, n int) []string {

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,24 +111,41 @@ func Read(t testing.TB, name, text string) *Surface {
 	return s
 }
 
-// Value is the value of the sample name{labels} ("" when absent); labels are
-// pairs: "outcome", "stored".
+// Value is the value of the samples of name that carry labels, whatever
+// other labels they carry, summed ("" when none does); labels are pairs:
+// "outcome", "stored".
 func (s *Surface) Value(name string, labels ...string) string {
+	var found []string
 	for _, f := range s.Families {
 		for _, smp := range f.Samples {
-			if smp.Name != name || len(smp.Labels) != len(labels)/2 {
+			if smp.Name != name {
 				continue
 			}
 			match := true
 			for i := 0; i+1 < len(labels); i += 2 {
-				match = match && smp.Labels[labels[i]] == labels[i+1]
+				v, ok := smp.Labels[labels[i]]
+				match = match && ok && v == labels[i+1]
 			}
 			if match {
-				return smp.Value
+				found = append(found, smp.Value)
 			}
 		}
 	}
-	return ""
+	switch len(found) {
+	case 0:
+		return ""
+	case 1:
+		return found[0]
+	}
+	var sum float64
+	for _, v := range found {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return "" // not a number: no sum
+		}
+		sum += f
+	}
+	return strconv.FormatFloat(sum, 'g', -1, 64)
 }
 
 // labelValues are the values of one label across a family's samples.
@@ -313,12 +331,16 @@ func Same(t testing.TB, s, ref *Surface) {
 	}
 }
 
-// shape is a family's labels per sample name: its outcomes, its buckets.
+// shape is a family's labels per sample name: its outcomes, its buckets (a
+// route's name is each surface's own).
 func shape(f *Family) string {
 	set := map[string]bool{}
 	for _, smp := range f.Samples {
 		var names []string
 		for k, v := range smp.Labels {
+			if k == "route" {
+				v = "*" // a surface's own routes
+			}
 			names = append(names, k+"="+v)
 		}
 		sort.Strings(names)
