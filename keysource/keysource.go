@@ -1,8 +1,9 @@
 // Package keysource holds the key sources beyond the core's key header: a string
-// in the JSON body at an RFC 6901 pointer, a field of a form-encoded body, and a
-// digest of the body. Each is a middleware.KeySource; Parse builds one from its
-// configuration string (key_source: "json:/data/id", "form:event_id", "body"),
-// as the kinds it lists (Kinds) describe.
+// in the JSON body at an RFC 6901 pointer, a field of a form-encoded body, a
+// string field of a protobuf message by number (gRPC), and a digest of the
+// body. Each is a middleware.KeySource; Parse builds one from its
+// configuration string (key_source: "json:/data/id", "form:event_id",
+// "proto:3.1", "body"), as the kinds it lists (Kinds) describe.
 //
 // A body key is found by scanning the buffered body once, in place: memory is
 // bounded by the key, not the document. A key that reads two ways is refused
@@ -67,6 +68,9 @@ var kinds = []Kind{
 			return nil, errors.New("form: needs the field's name (form:field)")
 		}
 		return Form{Field: arg}, nil
+	}},
+	{Name: "proto", Arg: "N", Help: "a string field of a gRPC or protobuf message, by number; N.M in the message in field N", parse: func(arg, _ string) (middleware.KeySource, error) {
+		return NewProto(arg)
 	}},
 }
 

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -49,13 +48,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, hold *bodyHol
 	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 		r.Header.Del("Expect")
 	}
-	// An io.NopCloser around a *bytes.Reader, exactly: net/http's transport
-	// recognises it as in memory and sends the request line, headers and body
-	// upstream in one write, where an unknown body type costs a second write
-	// (and a second wake-up of the upstream) per request.
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	// GetBody lets the transport retry on a dead keep-alive connection.
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	setBufferedBody(r, body) // grpcbody.go
 	return body, nil
 }
 

@@ -24,6 +24,7 @@ type claim struct {
 	fp       string // the request's fingerprint
 	trace    []byte // the first execution's trace context, stored with it
 	echo     string // the client's key when it came in a key header; echoed on answers
+	grpc     bool   // a gRPC call: the core's answers in gRPC's shape
 	held     *Held  // what Settings.OnHold is told, when it is set (nil otherwise)
 	started  time.Time
 	// ev is how the execution ended, for the request's event: Outcome,
@@ -103,6 +104,13 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		}
 	}()
 	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
+	if c.grpc {
+		// A gRPC client's deadline would cancel the call upstream when it
+		// passes, as a hang-up would: the call runs to its end instead
+		// (bounded by handler_timeout), and its answer is stored for the
+		// retry.
+		r.Header.Del("Grpc-Timeout")
+	}
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	// The lease is renewed on until what settles the claim is stored.
@@ -116,7 +124,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 			return nil // answered: the outcome-unknown problem
 		}
 		if rw.status == 0 && !rw.hijacked {
-			h.writeProblem(rw, unknownProblem(http.StatusGatewayTimeout, false), 0, c.echo) // released by policy
+			h.writeProblem(rw, unknownProblem(http.StatusGatewayTimeout, false), 0, c.echo, c.grpc) // released by policy
 			c.ev.Status = http.StatusGatewayTimeout
 		}
 		return nil
@@ -142,7 +150,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		c.ev.Err = errors.Join(errSwitched, err)
 		c.settleUnknown(rw, false)
 		return err
-	case err != nil || h.s.InFlightOnly || !h.s.StoreStatuses.Has(c.ev.Status):
+	case err != nil || h.s.InFlightOnly || !h.s.StoreStatuses.Has(rw.storeStatus()): // grpc.go: a gRPC answer's grpc-status
 		c.ev.Outcome, c.ev.Err = OutcomeNotStored, err
 		c.release()
 		return err

@@ -37,7 +37,9 @@ var Outcomes = []Outcome{
 type Event struct {
 	Outcome Outcome
 	// Status is the status sent to the client (0 if nothing was sent, e.g. a
-	// hijacked connection or an error returned to the caller of Handle).
+	// hijacked connection or an error returned to the caller of Handle). For
+	// an answer the core wrote to a gRPC call, which goes as HTTP 200 with a
+	// grpc-status, it is the HTTP status the answer stands for (409, 502…).
 	Status int
 	// Duration is the time spent in Handle.
 	Duration time.Duration

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -116,7 +114,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	if h.holder != nil {
 		defer h.holder.Hold()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}, grpc: IsGRPC(r)}
 	defer t.finish()
 
 	path, _, err := CanonicalPath(r.URL.EscapedPath())
@@ -146,7 +144,7 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	// c and t stay on the request's stack: the claim's background work
 	// (renewal, a retried store) holds copies.
-	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key}
+	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key, grpc: t.grpc}
 	c.keyHash = c.storeKey[:12]
 	if h.s.OnHold != nil {
 		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
@@ -197,11 +195,15 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 }
 
 // keyOf finds r's key, reading its body (before the key when the key or a
-// signature is in it). An empty key with ok means r carries none and none is
-// required: it passes through. !ok means r was answered (a problem).
+// signature is in it). An empty key with ok means r passes through untracked:
+// it carries no key and none is required, or it is a gRPC stream (t.ev.Err
+// says so). !ok means r was answered (a problem).
 func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key string, body []byte, ok bool) {
+	// A gRPC call is read message by message (grpcbody.go); a signed
+	// webhook's body is read whole, as its signature covers it.
+	framed := t.grpc && h.s.Verifier == nil
 	if h.c.bodyFirst { // a signature to check, or a key in the body
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
 		}
 		if v := h.s.Verifier; v != nil {
@@ -238,8 +240,20 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 		return "", nil, false
 	}
 	if !h.c.bodyFirst {
-		if body, ok = h.readBodyOrAnswer(w, r, t); !ok {
+		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
+		}
+	}
+	if framed {
+		unary, err := h.awaitEnd(r) // grpcbody.go
+		if err != nil {
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
+			return "", nil, false
+		}
+		if !unary {
+			t.hold.release() // its first message is on its way upstream
+			t.ev.Err = errStream
+			return "", nil, true
 		}
 	}
 	return key, body, true
@@ -261,9 +275,15 @@ func (h *Handler) lock(c *claim, owner string) cache.Lock {
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
-// signature), or answers the problem and reports false.
-func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker) ([]byte, bool) {
-	body, err := h.readBody(w, r, &t.hold)
+// signature), or answers the problem and reports false. framed reads a gRPC
+// call's first message only (grpcbody.go).
+func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker, framed bool) (body []byte, ok bool) {
+	var err error
+	if framed {
+		body, _, err = h.readFirstMessage(w, r, &t.hold)
+	} else {
+		body, err = h.readBody(w, r, &t.hold)
+	}
 	if err == nil {
 		return body, true
 	}
@@ -294,6 +314,7 @@ type tracker struct {
 	emitted bool
 	key     string   // the request's key, when it came in a header
 	hold    bodyHold // the body budget this request reserved
+	grpc    bool     // a gRPC call (IsGRPC): answered in gRPC's shape
 }
 
 // storeUnavailable answers 503: the store failed, nothing was executed.
@@ -329,91 +350,5 @@ func (t *tracker) emit() {
 func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem, retryAfter time.Duration) {
 	t.ev.Outcome, t.ev.Status, t.ev.Err = o, p.Status, err
 	t.emit()
-	t.h.writeProblem(w, p, retryAfter, t.key)
-}
-
-// answerDuplicate answers a request whose key already has a record.
-func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *cache.Record, fp string, t *tracker) {
-	t.ev.Origin = rec.Trace
-	if rec.Response != nil {
-		t.ev.Origin = rec.Response.Trace
-	}
-	switch {
-	case rec.Fingerprint != fp:
-		t.problem(w, OutcomeMismatch, nil, newProblem(ProblemMismatch, http.StatusUnprocessableEntity,
-			h.mismatchDetail(rec.Fingerprint, fp)), 0)
-	case rec.State != cache.StateCompleted || rec.Response == nil:
-		t.problem(w, OutcomeConflict, nil, newProblem(ProblemInFlight, http.StatusConflict,
-			"a request with this idempotency key is still being processed; retry later"), h.s.RetryAfter)
-	case rec.Response.Oversize:
-		p := newProblem(ProblemNotReplayable, http.StatusConflict, fmt.Sprintf(
-			"the request with this idempotency key completed, but its %d-byte response was too large to store; it was not executed again",
-			rec.Response.BodySize))
-		p.OriginalStatus = rec.Response.Status
-		t.problem(w, OutcomeNotReplayable, nil, p, 0)
-	default:
-		resp := h.storedAnswer(rec)
-		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
-		if err != nil {
-			ce := strings.Join(contentCodings(resp.Header), ", ")
-			p := newProblem(ProblemNotAcceptable, http.StatusNotAcceptable, fmt.Sprintf(
-				"the request with this idempotency key completed, and its stored response is %s-encoded, which this request's Accept-Encoding does not accept; "+
-					"%v; it was not executed again: retry with Accept-Encoding: %s", ce, err, ce))
-			p.OriginalStatus = resp.Status
-			t.problem(w, OutcomeNotReplayable, err, p, 0)
-			return
-		}
-		// The body is held until the client took it: it counts in the
-		// budget, or a client that never reads could hold any number of them.
-		if !t.hold.grow(min(int64(len(resp.Body)), h.budget.size)) {
-			t.problem(w, OutcomeOverloaded, errReplayOverloaded, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
-				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
-			return
-		}
-		if t.ev.Outcome != OutcomeUnknown { // a lapsed lease this request found: reported so
-			t.ev.Outcome = OutcomeReplayed
-		}
-		t.ev.Status = resp.Status
-		t.emit()
-		h.replayEchoing(w, resp, t.key, dec) // keyecho.go
-	}
-}
-
-// replay writes a stored response, its body decoded when dec is not nil; the
-// client must take each piece of the body within timeout (see progressWriter).
-func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeout time.Duration) {
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
-	h.Del("Transfer-Encoding")
-	h.Del("Content-Length")
-	size := int64(len(resp.Body))
-	if dec != nil {
-		decodedHeader(h)
-		size = dec.size
-	}
-	if _, ok := resp.Header["Content-Encoding"]; ok {
-		varyAcceptEncoding(h) // which body a replay gets depends on it
-	}
-	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 {
-		h.Set("Content-Length", strconv.FormatInt(size, 10)) // trailers need chunked encoding
-	}
-	for name := range resp.Trailer {
-		h.Add("Trailer", name)
-	}
-	h.Set("Idempotent-Replayed", "true")
-	w.WriteHeader(resp.Status)
-	switch {
-	case !bodyAllowed(resp.Status) || len(resp.Body) == 0:
-	case dec != nil:
-		pw := progressWriter{w: w, timeout: timeout}
-		_, _ = dec.copyTo(&pw, dec.size) // decoded once already: the same bytes
-		pw.finish()
-	default:
-		writeBody(w, resp.Body, timeout)
-	}
-	for name, vals := range resp.Trailer {
-		h[name] = vals // announced above: net/http sends them after the body
-	}
+	t.h.writeProblem(w, p, retryAfter, t.key, t.grpc)
 }

@@ -176,13 +176,19 @@ func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
 }
 
 // WriteProblem writes p in the handler's error format, echoing the request's key
-// (when it came in a valid key header) as Stripe does.
+// (when it came in a valid key header) as Stripe does; to a gRPC call
+// (IsGRPC), in gRPC's shape.
 func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
-	h.writeProblem(w, p, retryAfter, h.echoKey(r))
+	h.writeProblem(w, p, retryAfter, h.echoKey(r), IsGRPC(r))
 }
 
-// writeProblem writes p in the handler's error format, echoing key.
-func (h *Handler) writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, key string) {
+// writeProblem writes p in the handler's error format, echoing key; to a gRPC
+// call, in gRPC's shape (grpc.go).
+func (h *Handler) writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, key string, grpc bool) {
+	if grpc {
+		writeGRPCProblem(w, p, retryAfter, h.c.keyHeader, key, false)
+		return
+	}
 	writeProblem(w, h.c.errorFormat, p, retryAfter, h.c.keyHeader, key)
 }
 

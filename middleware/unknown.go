@@ -83,7 +83,7 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 		c.ev.Err = err
 	}
 	if answer && rw.status == 0 {
-		h.writeProblem(rw, unknownProblem(status, true), 0, c.echo)
+		h.writeProblem(rw, unknownProblem(status, true), 0, c.echo, c.grpc)
 		c.ev.Status = status
 		return true
 	}
@@ -118,9 +118,19 @@ func (h *Handler) storedAnswer(rec *cache.Record) *cache.Response {
 	resp := rec.Response
 	switch {
 	case rec.Lapsed:
-		return h.render(lapsedProblem(resp.Status), resp.Trace)
+		return h.render(heldProblem(rec), resp.Trace)
 	case resp.Unknown && resp.Header == nil && len(resp.Body) == 0:
 		return h.unknownAnswer(resp.Status, resp.Trace)
 	}
 	return resp
+}
+
+// heldProblem is the problem of rec, a held unknown outcome (its response is
+// Unknown): its instance's lease lapsed, or its first execution got no
+// complete answer.
+func heldProblem(rec *cache.Record) Problem {
+	if rec.Lapsed {
+		return lapsedProblem(rec.Response.Status)
+	}
+	return unknownProblem(rec.Response.Status, true)
 }

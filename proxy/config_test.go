@@ -88,6 +88,9 @@ func TestBadConfiguration(t *testing.T) {
 	}{
 		{nil, nil, "--upstream is required"},
 		{[]string{"--upstream", "localhost:3000"}, nil, "absolute http"},
+		{[]string{"--upstream", "h2c:///no-host"}, nil, "or h2c:// URL"},
+		{[]string{"--upstream", "grpc://x:50051"}, nil, "or h2c:// URL"},
+		{[]string{"--upstream", "h2c://x:50051", "--key-source", "proto:19000"}, nil, "--key-source: proto:19000: field numbers 19000 to 19999 are reserved"},
 		{[]string{"--upstream", "http://x", "--ttl", "soon"}, nil, "--ttl"},
 		{[]string{"--upstream", "http://x", "--shutdown-timeout", "-5s"}, nil, "must not be negative"},
 		{[]string{"--upstream", "http://x"}, map[string]string{"IDEMPROXY_LOCK_TTL": "x"}, "IDEMPROXY_LOCK_TTL"},

@@ -97,6 +97,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		handler = p.traced()
 	}
 	servers := []*http.Server{newServer(handler, cfg, log)}
+	servers[0].Protocols = clientProtocols(cfg.TLSCert != "") // h2c.go
 	listeners := []net.Listener{lns.main}
 	if cfg.TLSCert != "" {
 		servers[0].TLSConfig = &tls.Config{GetCertificate: p.certificate, MinVersion: tls.VersionTLS12}

@@ -219,7 +219,7 @@ func (p *Proxy) observe(counts *prommetrics.RouteRequests, ev middleware.Event) 
 // upstreamTransport is the transport to the upstream; with tracing, each call is
 // a client span and carries its traceparent upstream.
 func upstreamTransport(cfg *Config) http.RoundTripper {
-	t := forward.NewTransport(cfg.UpstreamTimeout)
+	t := newUpstreamTransport(cfg.Upstream, cfg.UpstreamTimeout) // h2c.go
 	if !cfg.tracing {
 		return t
 	}

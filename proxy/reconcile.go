@@ -10,7 +10,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
-	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/reconcile"
@@ -93,10 +91,10 @@ func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *midd
 		return middleware.SettingsErrorf("reconcile", "the %s store keeps no reconcile jobs", kind)
 	}
 	if st.rc == nil {
-		upstream, _ := url.Parse(st.cfg.Upstream) // checked by Validate
+		upstream, _, _ := upstreamURL(st.cfg.Upstream) // checked by Validate
 		w := &reconcile.Worker{Store: st.cache, Jobs: jobs, Routes: map[string]*reconcile.Rules{}, Upstream: upstream,
 			Prepare: st.fwd.reconcilePrepare, Logger: p.log, Observe: p.metrics.reconcile.Observe, StoreTimeout: s.StoreTimeout}
-		t := forward.NewTransport(0)
+		t := newUpstreamTransport(st.cfg.Upstream, 0)
 		if p.tracing {
 			w.Transport, w.Trace = otelhttp.NewTransport(t), traceReconcile
 		} else {

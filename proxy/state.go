@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -78,7 +77,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 		st.store.refs.Store(1)
 	}
 	st.cache = st.store.opened.Store
-	if prev != nil && prev.cfg.UpstreamTimeout == cfg.UpstreamTimeout {
+	if prev != nil && sameTransport(prev.cfg.Upstream, prev.cfg.UpstreamTimeout, cfg.Upstream, cfg.UpstreamTimeout) {
 		st.transport = prev.transport
 	} else {
 		st.transport = upstreamTransport(cfg)
@@ -127,7 +126,7 @@ func (p *Proxy) prepareState(cfg *Config) (*state, error) {
 // buildRoutes builds st's reverse proxy and its routes' handlers.
 func (p *Proxy) buildRoutes(st *state) error {
 	cfg := st.cfg
-	target, _ := url.Parse(cfg.Upstream) // checked by Validate
+	target, _, _ := upstreamURL(cfg.Upstream) // checked by Validate
 	st.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)

@@ -32,6 +32,17 @@ func NewTransport(responseHeaderTimeout time.Duration) *http.Transport {
 	}
 }
 
+// NewH2CTransport is NewTransport speaking cleartext HTTP/2 with prior
+// knowledge (h2c) only, to http:// URLs: an upstream such as a gRPC server
+// without TLS. Its requests share one connection, as HTTP/2 multiplexes them.
+func NewH2CTransport(responseHeaderTimeout time.Duration) *http.Transport {
+	t := NewTransport(responseHeaderTimeout)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	t.Protocols = &p
+	return t
+}
+
 // BufferPool recycles the 32 KiB buffers httputil.ReverseProxy copies bodies
 // through; without it every response allocates one, and that garbage dominates GC.
 type BufferPool struct{}
