@@ -101,6 +101,11 @@ func (h *harness) ask(k string) answer {
 // settlement counts how held keys settled.
 type settlement struct {
 	stillHeld, answeredThenHeld, resolved, released, replaced int
+	// lostThenHeld: completed, then held at verification, because a failover
+	// without wait_replicas promoted a replica that had the claim but not the
+	// completion: the lost write left a lapsed lease, an unknown outcome (held,
+	// not run again).
+	lostThenHeld int
 	// undone: held because a lease lapsed while its instance, alive, could
 	// not undo a claim whose store call failed (answered 503, never sent);
 	// the undo landed once the store took writes again, and the key then
@@ -236,7 +241,7 @@ soak summary: %s
   502/504 upstream unavailable  %d
   outcome unknown (held)        %d answers
   held keys                     %d: %d sent, then no answer; %d lease lapsed (%d lapsed leases found, in the instances' logs)
-    still held at the end       %d (%d of them answered first by an instance SIGKILLed before it stored the answer)
+    still held at the end       %d (%d of them answered first by an instance SIGKILLed before it stored the answer; %d whose completion a failover lost)
     resolved by reconcile       %d (each ran once; the stored answer names that execution)
     released by reconcile       %d (never ran before the last not-found; ran once after it)
     replaced, late completion   %d (held when its lease lapsed; then the first execution's answer)
@@ -255,7 +260,7 @@ soak summary: %s
 `, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
 		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
 		s.unknownAnswers.Load(), len(heldKeys), reset, lapsed, h.logged(lapsedLog),
-		st.stillHeld, st.answeredThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
+		st.stillHeld, st.answeredThenHeld, st.lostThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
 		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
 		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load())
 	if h.net != nil {
@@ -343,6 +348,8 @@ func (h *harness) settled(k string, a answer, st *settlement, failKey func(k, fo
 			failKey(k, "still held %v after the load, on a reconcile route", h.settle())
 		case completed && h.killedAfterAnswering(k, id):
 			st.answeredThenHeld++
+		case completed && h.completionLost(k, id):
+			st.lostThenHeld++
 		case completed:
 			failKey(k, "completed as %d, then held at verification, and no SIGKILL of its instance explains it", id)
 		}
@@ -434,6 +441,18 @@ func (h *harness) explain(e effect) string {
 		}
 	}
 	return ""
+}
+
+// completionLost reports whether the execution id of k ended in a failover
+// that may have lost its completion (see explain): the new primary holds the
+// claim without the answer, so the key is held once its lease lapses.
+func (h *harness) completionLost(k string, id int64) bool {
+	for _, e := range h.up.effects[k] {
+		if e.id == id {
+			return h.explain(e) != ""
+		}
+	}
+	return false
 }
 
 // byCause prints double runs by cause: "" when there are none.
