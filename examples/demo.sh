@@ -15,13 +15,16 @@ ADMIN=127.0.0.1:${DEMO_ADMIN_PORT:-9090}
 STORE=${DEMO_STORE:-memory}
 
 # Each port must be free: a server already there would answer the tour instead.
+# Every taken port is named, then the demo gives up.
+taken=0
 for v in DEMO_API_PORT:"$API" DEMO_PROXY_PORT:"$PROXY" DEMO_ADMIN_PORT:"$ADMIN"; do
   name=${v%%:*} addr=${v#*:}
   if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then
     echo "make demo: port ${addr##*:} ($addr) is already in use; free it, or pick another with $name, e.g. make demo $name=$(( ${addr##*:} + 1 ))" >&2
-    exit 1
+    taken=1
   fi
 done
+[ "$taken" = 0 ] || exit 1
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
