@@ -234,7 +234,7 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s %q: want debug, info, warn or error", c.source("log_level"), c.LogLevel)
 	}
-	if err := c.Config.Validate(); err != nil {
+	if _, err := compileConfig(c.Config); err != nil {
 		return c.named(err, nil, 0)
 	}
 	seen := map[string]string{}
@@ -251,7 +251,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: path %q appears twice (routes match in any case: %q is the same route)", r.where(i, "path"), r.Path, prev)
 		}
 		seen[match] = r.Path
-		if err := c.Config.Merged(r.Config).Validate(); err != nil {
+		if _, err := compileConfig(c.Config.Merged(r.Config)); err != nil {
 			return c.named(err, r, i)
 		}
 	}
@@ -287,3 +287,8 @@ func (c *Config) storeError(err error) error {
 	}
 	return fmt.Errorf("%s: %w", c.source("store"), err)
 }
+
+// compileConfig compiles a route's core settings (config.Config.Compile,
+// which reads its webhook secrets): every compile the proxy makes goes
+// through it, so a test can count them.
+var compileConfig = config.Config.Compile

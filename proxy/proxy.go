@@ -74,7 +74,7 @@ func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Confi
 			return nil, err // Validate names the route
 		}
 	}
-	s, err := cc.Compile()
+	s, err := compileConfig(cc)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*recon
 // with what the proxy adds to them (reconcileRules).
 func (c *Config) checkReconcile() error {
 	check := func(cc config.Config) error {
-		s, err := cc.Compile()
+		s, err := compileConfig(cc)
 		if err != nil {
 			return err
 		}
