@@ -6,14 +6,12 @@ import (
 	"net"
 	"reflect"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // Config is the proxy's whole configuration: flags, IDEMPROXY_* variables and the
@@ -69,6 +67,9 @@ type Config struct {
 	// overrides are the file's settings a flag or variable replaced
 	// (ParseArgs sets them; the start-up line's notes say so).
 	overrides []override
+	// compiled are the top level's and the routes' settings as Validate
+	// compiled them; nil before.
+	compiled []compiledRoute
 }
 
 // override is a setting of the config file that a flag or variable replaced.
@@ -167,7 +168,9 @@ func (c *Config) source(field string) string {
 var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
 
 // Validate checks the whole configuration, naming the flag, variable or file key
-// at fault.
+// at fault, and compiles every route's settings (reading webhook secrets):
+// New and Reload build the routes from what it compiled, so a Config changed
+// after Validate (ParseArgs runs it) must be validated again.
 func (c *Config) Validate() error {
 	if c.Upstream == "" {
 		return errors.New("--upstream is required (the API to protect, e.g. http://127.0.0.1:3000)")
@@ -234,36 +237,20 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s %q: want debug, info, warn or error", c.source("log_level"), c.LogLevel)
 	}
-	if _, err := compileConfig(c.Config); err != nil {
-		return c.named(err, nil, 0)
+	routes, err := c.compileRoutes()
+	if err != nil {
+		return err
 	}
-	seen := map[string]string{}
-	for i := range c.Routes {
-		r := &c.Routes[i]
-		if !strings.HasPrefix(r.Path, "/") {
-			return fmt.Errorf("%s: path %q must start with /", r.where(i, "path"), r.Path)
-		}
-		_, match, err := middleware.CanonicalPath(r.Path)
-		if err != nil {
-			return fmt.Errorf("%s: path %q: %v", r.where(i, "path"), r.Path, err)
-		}
-		if prev, ok := seen[match]; ok {
-			return fmt.Errorf("%s: path %q appears twice (routes match in any case: %q is the same route)", r.where(i, "path"), r.Path, prev)
-		}
-		seen[match] = r.Path
-		if _, err := compileConfig(c.Config.Merged(r.Config)); err != nil {
-			return c.named(err, r, i)
-		}
-	}
-	return c.checkReconcile()
+	c.compiled = routes
+	return nil
 }
 
 // named puts the flag, variable or file key in front of a core configuration
 // error: of the top level, or of route i (r) and, when the route inherits the
 // setting at fault, where the top level set it.
 func (c *Config) named(err error, r *Route, i int) error {
-	var ce *middleware.SettingsError
-	if !errors.As(err, &ce) {
+	var ce *cache.FieldError
+	if !errors.As(err, &ce) || ce.Store != "" {
 		return err
 	}
 	if r == nil {
@@ -276,9 +263,6 @@ func (c *Config) named(err error, r *Route, i int) error {
 	return err
 }
 
-// route returns the core settings of route r: the top level with r's set fields.
-func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config) }
-
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {
 	var fe *cache.FieldError
@@ -287,8 +271,3 @@ func (c *Config) storeError(err error) error {
 	}
 	return fmt.Errorf("%s: %w", c.source("store"), err)
 }
-
-// compileConfig compiles a route's core settings (config.Config.Compile,
-// which reads its webhook secrets): every compile the proxy makes goes
-// through it, so a test can count them.
-var compileConfig = config.Config.Compile

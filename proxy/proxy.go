@@ -14,7 +14,6 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
@@ -66,37 +65,23 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Config) (*route, error) {
-	match := ""
-	if path != "" {
-		var err error
-		if _, match, err = middleware.CanonicalPath(path); err != nil {
-			return nil, err // Validate names the route
-		}
-	}
-	s, err := compileConfig(cc)
-	if err != nil {
-		return nil, err
-	}
-	if s.Verifier != nil && !cc.IsSet("key_namespace") && match != "" {
-		// A webhook route's keys are its own: two routes with the same
-		// preset (two accounts of one provider) never share a record.
-		s.KeyNamespace = match
-	}
-	name := (&route{path: path}).name()
+// buildRoute builds the handler of the compiled route cr over st's store.
+func (p *Proxy) buildRoute(st *state, cr compiledRoute) (*route, error) {
+	s := cr.settings
+	name := (&route{path: cr.path}).name()
 	counts := p.metrics.requests.Route(name)
 	s.Logger, s.Observer = p.log, func(ev middleware.Event) { p.observe(counts, ev) }
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
-	if err := p.reconcileRoute(st, path, cc, &s); err != nil {
+	if err := p.reconcileRoute(st, cr.path, cr.rules, &s); err != nil {
 		return nil, err
 	}
 	h, err := middleware.New(st.cache, middleware.From(s))
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods, counts: counts}, nil
+	return &route{path: cr.path, match: cr.match, enabled: cr.enabled, h: h, methods: s.Methods, counts: counts}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see

@@ -105,8 +105,10 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 // the TLS certificate, the forwarding rules. `idemproxy validate` runs it too.
 func (p *Proxy) prepareState(cfg *Config) (*state, error) {
 	cfg.tracing = p.tracing
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if cfg.compiled == nil { // not validated yet (ParseArgs validates)
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	st := &state{cfg: cfg}
 	if cfg.TLSCert != "" {
@@ -158,16 +160,18 @@ func (p *Proxy) buildRoutes(st *state) error {
 		st.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
 		return a.Classify(a.err)
 	})
-	var err error
-	if st.def, err = p.buildRoute(st, "", true, cfg.Config); err != nil {
-		return cfg.named(err, nil, 0)
-	}
-	for i, rc := range cfg.Routes {
-		rt, err := p.buildRoute(st, rc.Path, rc.Enabled, cfg.route(rc))
-		if err != nil {
-			return cfg.named(err, &cfg.Routes[i], i)
+	for i, cr := range cfg.compiled {
+		rt, err := p.buildRoute(st, cr)
+		switch {
+		case err != nil && i == 0:
+			return cfg.named(err, nil, 0)
+		case err != nil:
+			return cfg.named(err, &cfg.Routes[i-1], i-1)
+		case i == 0:
+			st.def = rt
+		default:
+			st.routes = append(st.routes, rt)
 		}
-		st.routes = append(st.routes, rt)
 	}
 	st.guarded = map[string]bool{}
 	for _, rt := range append([]*route{st.def}, st.routes...) {
