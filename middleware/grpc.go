@@ -201,32 +201,19 @@ func (rw *recorder) storeStatus() int {
 // policy when to retry (gRPC A6, milliseconds).
 const GRPCPushback = "Grpc-Retry-Pushback-Ms"
 
-// writeGRPCProblem writes p to a gRPC call: HTTP 200, a trailers-only answer
-// (headers and the end of the stream, no message) with grpc-status (GRPCCodeOf),
-// grpc-message (title and detail), Idempotency-Problem (the type), the key
-// echoed when key is not empty, and for an answer to retry later, Retry-After
-// and grpc-retry-pushback-ms. replayed marks a held answer replayed.
-func writeGRPCProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, keyHeader, key string, replayed bool) {
-	h := w.Header()
-	h.Del("Transfer-Encoding")
+// grpcProblem sets the headers of p's answer to a gRPC call (writeProblem
+// writes it): HTTP 200, a trailers-only answer (headers and the end of the
+// stream, no message) with grpc-status (GRPCCodeOf) and grpc-message (title
+// and detail), and for an answer to retry later grpc-retry-pushback-ms.
+func grpcProblem(h http.Header, p Problem, retryAfter time.Duration) {
 	h.Del("Content-Length")
 	h.Del("Trailer")
 	h.Set("Content-Type", "application/grpc")
 	h.Set("Grpc-Status", strconv.Itoa(int(GRPCCodeOf(p))))
 	h.Set("Grpc-Message", grpcMessage(p.Title+": "+p.Detail))
-	h.Set("Cache-Control", "no-store")
-	h.Set(ProblemHeader, p.Type)
-	if key != "" && keyHeader != "" {
-		h.Set(keyHeader, key)
-	}
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(RetrySeconds(retryAfter)))
 		h.Set(GRPCPushback, strconv.FormatInt(max(retryAfter.Milliseconds(), 1), 10))
 	}
-	if replayed {
-		h.Set("Idempotent-Replayed", "true")
-	}
-	w.WriteHeader(http.StatusOK)
 }
 
 // grpcMessage percent-encodes s as grpc-message is (gRPC's HTTP/2 protocol):

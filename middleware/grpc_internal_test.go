@@ -62,7 +62,7 @@ func TestGRPCProblemIsTrailersOnly(t *testing.T) {
 	w := httptest.NewRecorder()
 	w.Header().Set("Content-Length", "99") // left by a handler
 	p := newProblem(ProblemInFlight, http.StatusConflict, "still running: 100% \"busy\" — ünïcode")
-	writeGRPCProblem(w, p, 1500*time.Millisecond, "Idempotency-Key", "k-1", false)
+	(&Handler{compiled: &compiled{keyHeader: "Idempotency-Key"}}).writeProblem(w, p, 1500*time.Millisecond, "k-1", true)
 	h := w.Header()
 	if w.Code != 200 || w.Body.Len() != 0 || h.Get("Content-Type") != "application/grpc" || h.Get("Content-Length") != "" {
 		t.Fatalf("%d %q %v", w.Code, w.Body, h)

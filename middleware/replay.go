@@ -37,7 +37,8 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			t.ev.Outcome = OutcomeReplayed
 		}
 		t.emit()
-		writeGRPCProblem(w, heldProblem(rec), 0, h.c.keyHeader, t.key, true)
+		w.Header().Set("Idempotent-Replayed", "true")
+		h.writeProblem(w, heldProblem(rec), 0, t.key, true)
 	default:
 		resp := h.storedAnswer(rec)
 		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
