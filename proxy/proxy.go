@@ -12,21 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
-	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/idemproxy/idemproxy/tracing"
-)
-
-// Problem types the proxy answers itself.
-const (
-	// ProblemUpstream: a 502/504 when the upstream fails.
-	ProblemUpstream = middleware.ProblemTypeBase + "upstream-unavailable"
-	// ProblemPath: a 400 for a path that is not in canonical form (the core's
-	// problem type; see middleware.CanonicalPath).
-	ProblemPath = middleware.ProblemNonCanonicalPath
 )
 
 // Proxy serves clients: it routes each request to its route's idempotency handler
@@ -140,24 +128,31 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.passUntracked(st, p.metrics.requests.Any(), w, r, st.rp)
 		return
 	}
-	// Routes match the path as the core reads it (middleware.CanonicalPath):
-	// decoded, without ;parameters, in any case. A path that cannot be read one
-	// way only ("..", "..;", an encoded slash) could pick one route here and
-	// reach another upstream (/internal/..;/charges): it is refused.
-	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
+	// The request is read into its canonical form once, here: routes match
+	// the path as the core reads it (decoded, without ;parameters, in any
+	// case), and the core takes the same reading (HandleCanonical). A path
+	// that cannot be read one way only ("..", "..;", an encoded slash) could
+	// pick one route here and reach another upstream (/internal/..;/charges):
+	// it is refused.
+	c, err := middleware.Canonicalize(r)
+	if errors.Is(err, middleware.ErrNonCanonicalPath) {
 		p.passUntracked(st, p.metrics.requests.Any(), w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
 		}))
 		return
 	}
-	rt := st.match(route)
+	rt := st.match(c.Route)
 	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
 		p.passUntracked(st, rt.counts, w, r, st.rp)
 		return
 	}
-	if err := rt.h.Handle(w, r, st.next); err != nil {
+	if err != nil { // a Host with no canonical form: the core answers it
+		err = rt.h.Handle(w, r, st.next)
+	} else {
+		err = rt.h.HandleCanonical(w, r, c, st.next)
+	}
+	if err != nil {
 		// The upstream failed and the key was released (the request never left,
 		// or the unknown_outcome policy is release): nothing was answered yet.
 		p.upstreamProblem(w, r, rt.h, err)
@@ -199,53 +194,4 @@ func (p *Proxy) observe(counts *prommetrics.RouteRequests, ev middleware.Event) 
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
 	p.log.LogAttrs(r.Context(), level, "request", attrs...)
-}
-
-// upstreamTransport is the transport to the upstream; with tracing, each call is
-// a client span and carries its traceparent upstream.
-func upstreamTransport(cfg *Config) http.RoundTripper {
-	t := newUpstreamTransport(cfg.Upstream, cfg.UpstreamTimeout) // h2c.go
-	if !cfg.tracing {
-		return t
-	}
-	return otelhttp.NewTransport(t)
-}
-
-// attempt is a first execution's upstream call (forward.Attempt: it sees whether
-// the request was written, and guards it against a re-send), with the error
-// ReverseProxy's error handler left for the core's classification.
-type attempt struct {
-	forward.Attempt
-	err error
-}
-
-type attemptKey struct{}
-
-func (p *Proxy) upstreamError(st *state, w http.ResponseWriter, r *http.Request, err error) {
-	level := slog.LevelWarn
-	if errors.Is(err, context.Canceled) {
-		level = slog.LevelDebug // the client went away
-	}
-	p.log.LogAttrs(r.Context(), level, "upstream error", slog.String("path", r.URL.Path), slog.Any("error", err))
-	if a, ok := r.Context().Value(attemptKey{}).(*attempt); ok {
-		a.err = err // the core answers
-		return
-	}
-	p.upstreamProblem(w, r, st.routeOf(r).h, err)
-}
-
-// upstreamProblem answers, in the route's error format, a failed upstream call
-// whose key (if any) was released.
-func (p *Proxy) upstreamProblem(w http.ResponseWriter, r *http.Request, h *middleware.Handler, err error) {
-	status := http.StatusBadGateway
-	if errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusGatewayTimeout
-	}
-	h.WriteProblem(w, r, middleware.Problem{
-		Type:      ProblemUpstream,
-		Title:     "Upstream unavailable",
-		Status:    status,
-		Detail:    "the upstream could not be reached or did not answer; the request may be retried with the same key",
-		Retryable: true, // it never left, or its key was released
-	}, 0)
 }
