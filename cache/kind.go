@@ -176,8 +176,8 @@ func RedactError(err error, rawURL string) error {
 }
 
 // Wrapper is implemented by a store that wraps another only to add to it
-// (Caddy's handle on a store shared through a pool adds Holder). The
-// middleware holds the wrapper (Holder) and uses the store it wraps, whose
+// (Caddy's handle on a store shared through a pool adds Pinned). The
+// middleware pins the wrapper (Pinned) and uses the store it wraps, whose
 // optional interfaces (Notifier, InProcess, RequestBounded) are the ones
 // that count.
 type Wrapper interface {
@@ -185,12 +185,12 @@ type Wrapper interface {
 	Unwrap() Store
 }
 
-// Unwrap returns the store s wraps (Wrapper), or s, and the Holder s is, if
+// Unwrap returns the store s wraps (Wrapper), or s, and the Pinned s is, if
 // any.
-func Unwrap(s Store) (Store, Holder) {
-	h, _ := s.(Holder)
+func Unwrap(s Store) (Store, Pinned) {
+	p, _ := s.(Pinned)
 	if w, ok := s.(Wrapper); ok {
-		return w.Unwrap(), h
+		return w.Unwrap(), p
 	}
-	return s, h
+	return s, p
 }

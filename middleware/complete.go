@@ -38,8 +38,8 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status), slog.Any("error", err))
 		h.pending.Add(1)
 		release := func() {}
-		if h.holder != nil {
-			release = h.holder.Hold() // taken while this request still holds it
+		if h.pinned != nil {
+			release = h.pinned.Pin() // taken while this request still pins it
 		}
 		// Outlives the request, and renews the lease until it is done.
 		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
@@ -128,8 +128,8 @@ func (c *claim) undo(ctx context.Context) {
 	}
 	h.pending.Add(1)
 	release := func() {}
-	if h.holder != nil {
-		release = h.holder.Hold()
+	if h.pinned != nil {
+		release = h.pinned.Pin()
 	}
 	bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token}
 	go bg.undoLater(context.WithoutCancel(ctx), release)

@@ -30,7 +30,7 @@ type Handler struct {
 	s         Settings
 	*compiled                // what New derived from s
 	inProcess bool           // the store never blocks: no per-call timeouts
-	holder    cache.Holder   // the store must be held while used; nil for most
+	pinned    cache.Pinned   // the store must be pinned while used; nil for most
 	budget    *budget        // body_budget: shared by every Handler of its size
 	pending   sync.WaitGroup // responses whose storing is being retried
 }
@@ -73,9 +73,9 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
-	store, holder := cache.Unwrap(store) // held through a wrapper, used as itself
+	store, pinned := cache.Unwrap(store) // pinned through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
-	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, holder: holder, budget: sharedBudget(s.BodyBudget)}, nil
+	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, budget: sharedBudget(s.BodyBudget)}, nil
 }
 
 // Settings returns the settings h runs with.
@@ -104,6 +104,19 @@ func (h *Handler) Tracked(method string) bool {
 // The observer is called once per tracked request: before the response is written
 // when the core answers itself (problems, replays), after next returns otherwise.
 func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) error {
+	return h.handle(w, r, Canonical{}, next)
+}
+
+// HandleCanonical is Handle for a request a router has already read into its
+// canonical form c (Canonicalize, without error), as the proxy does to pick
+// the route: the core takes c's path and Host rather than read r again.
+func (h *Handler) HandleCanonical(w http.ResponseWriter, r *http.Request, c Canonical, next Next) error {
+	return h.handle(w, r, c, next)
+}
+
+// handle serves r; canon is its canonical form, when the caller read it
+// (else canon.Path is empty).
+func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical, next Next) error {
 	method := h.canonicalMethod(r.Method)
 	if !h.tracked[method] {
 		return next.ServeHTTP(w, r)
@@ -111,23 +124,24 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	// The request goes on as the core read it: a tracked method in another
 	// case is forwarded in its canonical spelling.
 	r.Method = method
-	if h.holder != nil {
-		defer h.holder.Hold()()
+	if h.pinned != nil {
+		defer h.pinned.Pin()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}, grpc: IsGRPC(r)}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: IsGRPC(r)}
 	defer t.finish()
 
-	path, _, err := CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
-		t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
-		return nil
+	if canon.Path == "" { // not read yet
+		var err error
+		if canon, err = Canonicalize(r); errors.Is(err, ErrNonCanonicalPath) {
+			t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+			return nil
+		} else if err != nil {
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
+				err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
+			return nil
+		}
 	}
-	host, err := CanonicalHost(r.Host)
-	if err != nil {
-		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
-			err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
-		return nil
-	}
+	path, host := canon.Path, canon.Host
 	key, body, ok := h.keyOf(w, r, t)
 	if !ok {
 		return nil
@@ -251,7 +265,7 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 			return "", nil, false
 		}
 		if !unary {
-			t.hold.release() // its first message is on its way upstream
+			t.reserved.release() // its first message is on its way upstream
 			t.ev.Err = errStream
 			return "", nil, true
 		}
@@ -265,9 +279,9 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker, framed bool) (body []byte, ok bool) {
 	var err error
 	if framed {
-		body, _, err = h.readFirstMessage(w, r, &t.hold)
+		body, _, err = h.readFirstMessage(w, r, &t.reserved)
 	} else {
-		body, err = h.readBody(w, r, &t.hold)
+		body, err = h.readBody(w, r, &t.reserved)
 	}
 	if err == nil {
 		return body, true
@@ -293,13 +307,13 @@ func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tr
 
 // tracker carries one request's event and emits it exactly once.
 type tracker struct {
-	h       *Handler
-	start   time.Time
-	ev      Event
-	emitted bool
-	key     string   // the request's key, when it came in a header
-	hold    bodyHold // the body budget this request reserved
-	grpc    bool     // a gRPC call (IsGRPC): answered in gRPC's shape
+	h        *Handler
+	start    time.Time
+	ev       Event
+	emitted  bool
+	key      string      // the request's key, when it came in a header
+	reserved reservation // the body budget this request reserved
+	grpc     bool        // a gRPC call (IsGRPC): answered in gRPC's shape
 }
 
 // storeUnavailable answers 503: the store failed, nothing was executed.
@@ -316,7 +330,7 @@ func (t *tracker) adopt(ev *Event) {
 // finish returns the request's body budget and emits its event, when Handle
 // returns.
 func (t *tracker) finish() {
-	t.hold.release()
+	t.reserved.release()
 	t.emit()
 }
 
