@@ -81,7 +81,7 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 // Settings returns the settings h runs with.
 func (h *Handler) Settings() Settings { return h.s }
 
-// Wrap returns next protected by h.
+// Wrap returns next with its requests tracked by h.
 func (h *Handler) Wrap(next http.Handler) http.Handler {
 	nf := NextFunc(func(w http.ResponseWriter, r *http.Request) error {
 		next.ServeHTTP(w, r)

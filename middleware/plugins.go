@@ -19,7 +19,7 @@ import (
 type KeySource interface {
 	// Key returns the key of r. body is its buffered body when NeedsBody
 	// reports true (nil otherwise). It fails with ErrNoKey when r carries no
-	// key (then require_key decides: 400, or passed through unprotected);
+	// key (then require_key decides: 400, or passed through untracked);
 	// with any other error the key is invalid and the error's text is the 400
 	// problem's detail.
 	Key(r *http.Request, body []byte) (string, error)

@@ -24,7 +24,7 @@ import (
 // makes it its row in docs/settings.md.
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port of 0: a free one, named in the start-up line)"`
-	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API to protect: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
+	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API behind the proxy: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
 	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live (see docs/stores.md): ${stores}"`
 	Admin             string        `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off" help:"address of the admin listener: health, metrics, keys ('/healthz', '/readyz', '/metrics', '/keys/'); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off" help:"off when empty; else the bearer token the admin API requires on every endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows in 'ps'); 'idemproxy keys' sends it from the same variable"`
@@ -173,7 +173,7 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.
 // after Validate (ParseArgs runs it) must be validated again.
 func (c *Config) Validate() error {
 	if c.Upstream == "" {
-		return errors.New("--upstream is required (the API to protect, e.g. http://127.0.0.1:3000)")
+		return errors.New("--upstream is required (the API behind the proxy, e.g. http://127.0.0.1:3000)")
 	}
 	if _, _, err := upstreamURL(c.Upstream); err != nil { // h2c.go
 		return fmt.Errorf("%s %q: %w", c.source("upstream"), c.Upstream, err)

@@ -124,7 +124,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer st.release()
 	info := st.fwd.inbound(r)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
-	if !st.guarded[strings.ToUpper(r.Method)] { // "post" is POST
+	if !st.tracked[strings.ToUpper(r.Method)] { // "post" is POST
 		p.passUntracked(st, p.metrics.requests.Any(), w, r, st.rp)
 		return
 	}

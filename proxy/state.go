@@ -34,7 +34,7 @@ type state struct {
 	next      middleware.Next
 	def       *route
 	routes    []*route        // longest path first
-	guarded   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
+	tracked   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
 	users     atomic.Int64    // requests being served with this state
 	rc        *reconciler     // nil: no route reconciles (reconcile.go)
 }
@@ -141,10 +141,10 @@ func (p *Proxy) buildRoutes(st *state) error {
 			st.routes = append(st.routes, rt)
 		}
 	}
-	st.guarded = map[string]bool{}
+	st.tracked = map[string]bool{}
 	for _, rt := range append([]*route{st.def}, st.routes...) {
 		for _, m := range rt.methods {
-			st.guarded[m] = true // upper case (Validate)
+			st.tracked[m] = true // upper case (Validate)
 		}
 	}
 	sort.SliceStable(st.routes, func(i, j int) bool { return len(st.routes[i].match) > len(st.routes[j].match) })
