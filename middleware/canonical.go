@@ -70,9 +70,9 @@ var standardMethods = map[string]bool{
 	http.MethodConnect: true,
 }
 
-// CanonicalMethod returns m upper-cased when that spells a standard method (and
+// standardMethod returns m upper-cased when that spells a standard method (and
 // m as it is otherwise): "post" and "Post" are POST.
-func CanonicalMethod(m string) string {
+func standardMethod(m string) string {
 	if standardMethods[m] {
 		return m // the common case: no allocation
 	}
@@ -378,7 +378,7 @@ func Canonicalize(r *http.Request) (Canonical, error) {
 	if err != nil {
 		return Canonical{}, err
 	}
-	c := Canonical{Method: CanonicalMethod(r.Method), Path: path, Route: route}
+	c := Canonical{Method: standardMethod(r.Method), Path: path, Route: route}
 	if c.Host, err = CanonicalHost(r.Host); err != nil {
 		return c, err
 	}

@@ -138,9 +138,9 @@ func compile(s *Settings) (*compiled, error) {
 	return c, nil
 }
 
-// canonicalMethod is CanonicalMethod, also upper-casing a tracked custom method.
+// canonicalMethod is standardMethod, also upper-casing a tracked custom method.
 func (c *compiled) canonicalMethod(m string) string {
-	if cm := CanonicalMethod(m); cm != m || c.tracked[m] {
+	if cm := standardMethod(m); cm != m || c.tracked[m] {
 		return cm
 	}
 	if u := strings.ToUpper(m); c.tracked[u] {

@@ -14,7 +14,7 @@ import (
 // stream, which looks the same on the way in) sends one and ends its stream, a
 // client or bidirectional stream sends more, or waits for the server's answers
 // before it does. The core cannot tell the kinds apart from the method, which
-// only the service's .proto files describe, so it reads a gRPC call (IsGRPC)
+// only the service's .proto files describe, so it reads a gRPC call (isGRPC)
 // message by message: the first (bounded as any body is), then it waits for
 // what follows. The end of the stream makes the call unary, and tracked. A
 // second message, or nothing within body_read_timeout (a stream that waits for

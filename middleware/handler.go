@@ -127,7 +127,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	if h.pinned != nil {
 		defer h.pinned.Pin()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: IsGRPC(r)}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: isGRPC(r)}
 	defer t.finish()
 
 	if canon.Path == "" { // not read yet
@@ -313,7 +313,7 @@ type tracker struct {
 	emitted  bool
 	key      string      // the request's key, when it came in a header
 	reserved reservation // the body budget this request reserved
-	grpc     bool        // a gRPC call (IsGRPC): answered in gRPC's shape
+	grpc     bool        // a gRPC call (isGRPC): answered in gRPC's shape
 }
 
 // storeUnavailable answers 503: the store failed, nothing was executed.

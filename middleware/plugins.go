@@ -86,7 +86,7 @@ type Verifier interface {
 // Idempotency-Problem (the problem's type), Cache-Control: no-store, and the
 // request's key when it came in a key header; the format adds its own headers.
 // The core's default is ProblemJSON; package errformat has Stripe's shape and
-// JSON templates. A gRPC call (IsGRPC) is answered in gRPC's shape instead,
+// JSON templates. A gRPC call (isGRPC) is answered in gRPC's shape instead,
 // whatever the format: a client of gRPC reads no other (grpc.go).
 type ErrorFormat interface {
 	// Render returns p's Content-Type, extra headers (or nil) and body.

@@ -148,9 +148,9 @@ func RetrySeconds(d time.Duration) int {
 
 // WriteProblem writes p in the handler's error format, echoing the request's key
 // (when it came in a valid key header) as Stripe does; to a gRPC call
-// (IsGRPC), in gRPC's shape.
+// (isGRPC), in gRPC's shape.
 func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
-	h.writeProblem(w, p, retryAfter, h.echoKey(r), IsGRPC(r))
+	h.writeProblem(w, p, retryAfter, h.echoKey(r), isGRPC(r))
 }
 
 // writeProblem writes p, an answer the core makes itself: in the handler's

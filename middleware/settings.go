@@ -131,7 +131,7 @@ func DefaultSettings() Settings {
 		MaxRequestBody:  10 << 20,
 		BodyBudget:      256 << 20,
 		MaxBody:         10 << 20,
-		StoreStatuses:   DefaultStoreStatuses(),
+		StoreStatuses:   defaultStoreStatuses(),
 		BodyReadTimeout: time.Minute,
 		TTL:             24 * time.Hour,
 		LockTTL:         30 * time.Second,
