@@ -107,6 +107,10 @@ var problemCodes = map[string]grpcCode{
 	ProblemNotAcceptable:    grpcFailedPrecondition,
 }
 
+// GRPCCodeOf is the gRPC status code (google.golang.org/grpc/codes) p is
+// answered with to a gRPC call.
+func GRPCCodeOf(p Problem) int { return int(grpcCodeOf(p)) }
+
 // grpcCodeOf is the gRPC code p is answered with to a gRPC call. A problem
 // type of the core's has its own (docs/grpc.md has the table); another (the
 // proxy's upstream-unavailable, a Go user's own) is UNAVAILABLE when it may be
