@@ -109,22 +109,26 @@ func (p *Proxy) reverseProxy(st *state) *httputil.ReverseProxy {
 // it (ServeHTTP: upstreamProblem, once the key is released).
 func (p *Proxy) attempt(st *state, w http.ResponseWriter, r *http.Request) error {
 	defer p.metrics.upstream.Done(p.metrics.upstream.Start())
-	var (
-		a      forward.Attempt
-		failed error
-	)
-	rp := *st.rp
-	rewrite := rp.Rewrite
-	rp.Rewrite = func(pr *httputil.ProxyRequest) {
+	c := &upstreamCall{rp: *st.rp} // one allocation for the call's state
+	rewrite := st.rp.Rewrite
+	c.rp.Rewrite = func(pr *httputil.ProxyRequest) {
 		rewrite(pr)
-		pr.Out = a.Guard(pr.Out, pr.In.GetBody)
+		pr.Out = c.a.Guard(pr.Out, pr.In.GetBody)
 	}
-	rp.ErrorHandler = func(_ http.ResponseWriter, r *http.Request, err error) {
+	c.rp.ErrorHandler = func(_ http.ResponseWriter, r *http.Request, err error) {
 		p.logUpstreamError(r, err)
-		failed = err
+		c.err = err
 	}
-	rp.ServeHTTP(w, r)
-	return a.Classify(failed)
+	c.rp.ServeHTTP(w, r)
+	return c.a.Classify(c.err)
+}
+
+// upstreamCall is one attempt's state: its reverse proxy, what the transport
+// wrote, and the error the call failed with.
+type upstreamCall struct {
+	rp  httputil.ReverseProxy
+	a   forward.Attempt
+	err error
 }
 
 func (p *Proxy) logUpstreamError(r *http.Request, err error) {
