@@ -164,10 +164,10 @@ type RequestBounded interface {
 	BoundsRequests()
 }
 
-// Holder is implemented by stores shared through a pool that may be closed while
-// requests still use them (a Caddy config reload). The middleware holds the store
+// Pinned is implemented by stores shared through a pool that may be closed while
+// requests still use them (a Caddy config reload). The middleware pins the store
 // for every tracked request, and for a completion retried in the background until
-// it ends; the store must not close while any hold is out.
-type Holder interface {
-	Hold() (release func())
+// it ends; the store must not close while any pin is out. Pin returns the unpin.
+type Pinned interface {
+	Pin() (unpin func())
 }

@@ -114,14 +114,22 @@ func (e Env) Warning(msg string, args ...any) {
 // that it answers.
 const PingTimeout = 5 * time.Second
 
-// FieldError is a store setting at fault: Store is the kind's name (redis),
-// Field the setting's (wait_timeout).
+// FieldError is a setting at fault, named as configuration names it: Field
+// is its json name (lock_ttl, wait_timeout), Store the kind's name (redis)
+// for a store's own setting and "" for the others (the core's and its
+// plug-ins'). It is the one error type of a bad setting, so each surface can
+// name the flag, variable, file key or directive at fault in its own terms.
 type FieldError struct {
 	Store, Field string
 	Err          error
 }
 
-func (e *FieldError) Error() string { return e.Store + " store: " + e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Error() string {
+	if e.Store == "" {
+		return e.Field + ": " + e.Err.Error()
+	}
+	return e.Store + " store: " + e.Field + ": " + e.Err.Error()
+}
 func (e *FieldError) Unwrap() error { return e.Err }
 
 // FieldErrorf returns a *FieldError.
@@ -168,8 +176,8 @@ func RedactError(err error, rawURL string) error {
 }
 
 // Wrapper is implemented by a store that wraps another only to add to it
-// (Caddy's handle on a store shared through a pool adds Holder). The
-// middleware holds the wrapper (Holder) and uses the store it wraps, whose
+// (Caddy's handle on a store shared through a pool adds Pinned). The
+// middleware pins the wrapper (Pinned) and uses the store it wraps, whose
 // optional interfaces (Notifier, InProcess, RequestBounded) are the ones
 // that count.
 type Wrapper interface {
@@ -177,12 +185,12 @@ type Wrapper interface {
 	Unwrap() Store
 }
 
-// Unwrap returns the store s wraps (Wrapper), or s, and the Holder s is, if
+// Unwrap returns the store s wraps (Wrapper), or s, and the Pinned s is, if
 // any.
-func Unwrap(s Store) (Store, Holder) {
-	h, _ := s.(Holder)
+func Unwrap(s Store) (Store, Pinned) {
+	p, _ := s.(Pinned)
 	if w, ok := s.(Wrapper); ok {
-		return w.Unwrap(), h
+		return w.Unwrap(), p
 	}
-	return s, h
+	return s, p
 }

@@ -21,21 +21,21 @@ import (
 var pool = caddy.NewUsagePool()
 
 // pooled counts the users of one shared store. With the store (pooledStore)
-// it implements cache.Holder (the core holds it for every request) and
-// caddy.Destructor, which closes the store only when no hold is out.
+// it implements cache.Pinned (the core pins it for every request) and
+// caddy.Destructor, which closes the store only when no pin is out.
 type pooled struct {
 	close func() error
 
 	mu       sync.Mutex
-	holds    int
+	pins     int
 	released bool // no config uses it: close at the last release
 	closed   bool
 }
 
-// Hold implements cache.Holder.
-func (p *pooled) Hold() func() {
+// Pin implements cache.Pinned.
+func (p *pooled) Pin() func() {
 	p.mu.Lock()
-	p.holds++
+	p.pins++
 	p.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(p.release) }
@@ -43,8 +43,8 @@ func (p *pooled) Hold() func() {
 
 func (p *pooled) release() {
 	p.mu.Lock()
-	p.holds--
-	closeNow := p.released && p.holds == 0 && !p.closed
+	p.pins--
+	closeNow := p.released && p.pins == 0 && !p.closed
 	p.closed = p.closed || closeNow
 	p.mu.Unlock()
 	if closeNow {
@@ -53,11 +53,11 @@ func (p *pooled) release() {
 }
 
 // Destruct implements caddy.Destructor: the last config using the store is gone.
-// It closes the store now, or at the release of the last hold.
+// It closes the store now, or at the release of the last pin.
 func (p *pooled) Destruct() error {
 	p.mu.Lock()
 	p.released = true
-	closeNow := p.holds == 0 && !p.closed
+	closeNow := p.pins == 0 && !p.closed
 	p.closed = p.closed || closeNow
 	p.mu.Unlock()
 	if closeNow {
@@ -66,7 +66,7 @@ func (p *pooled) Destruct() error {
 	return nil
 }
 
-// pooledStore is a store shared through pool. The core holds it (cache.Holder)
+// pooledStore is a store shared through pool. The core pins it (cache.Pinned)
 // and uses the store it wraps (cache.Wrapper), whose optional interfaces
 // (cache.Notifier, cache.InProcess, cache.RequestBounded) are the ones that
 // count.
@@ -225,6 +225,6 @@ var (
 	_ caddy.Validator    = (*Store)(nil)
 	_ caddy.CleanerUpper = (*Store)(nil)
 	_ StoreModule        = (*Store)(nil)
-	_ cache.Holder       = (*pooledStore)(nil)
+	_ cache.Pinned       = (*pooledStore)(nil)
 	_ cache.Wrapper      = (*pooledStore)(nil)
 )

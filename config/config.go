@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/fingerprint"
 	"github.com/idemproxy/idemproxy/internal/conf"
@@ -107,13 +108,13 @@ func (c Config) Merged(over Config) Config {
 
 // Compile returns the core's settings: c's, with the key source, the verifier
 // and the error format built from their configuration strings. Every error is a
-// *middleware.SettingsError naming the setting at fault; FieldOf reads it.
+// *cache.FieldError naming the setting at fault; FieldOf reads it.
 func (c Config) Compile() (middleware.Settings, error) {
 	s := c.Settings
 	d := Default()
 	var ne *conf.NeedsError
 	if err := conf.CheckNeeds(fields, &c, &d, nil); errors.As(err, &ne) {
-		return s, &middleware.SettingsError{Field: ne.Field, Err: ne}
+		return s, &cache.FieldError{Field: ne.Field, Err: ne}
 	}
 	var v *webhook.Verifier
 	if c.Webhook != "" {
@@ -135,22 +136,22 @@ func (c Config) Compile() (middleware.Settings, error) {
 	} else {
 		ks, err := keysource.Parse(c.KeySourceSpec, c.KeyHeader)
 		if err != nil {
-			return s, middleware.SettingsErrorf("key_source", "%v", err)
+			return s, cache.FieldErrorf("", "key_source", "%v", err)
 		}
 		// A signature covers the body and the preset's own headers: a key
 		// source that reads no body reads what it does not cover.
 		if v != nil && !ks.NeedsBody() {
-			return s, middleware.SettingsErrorf("key_source", "%s: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, or a key source that reads the signed body",
+			return s, cache.FieldErrorf("", "key_source", "%s: the %s signature does not cover %s, so a captured delivery could be sent again under a new key; use auto, or a key source that reads the signed body",
 				c.KeySourceSpec, c.Webhook, ks.Describe())
 		}
 		s.KeySource = ks
 	}
 	if _, err := fingerprint.Parse(c.FingerprintSpec, nil); err != nil {
-		return s, middleware.SettingsErrorf("fingerprint", "%v", err)
+		return s, cache.FieldErrorf("", "fingerprint", "%v", err)
 	}
 	bf, err := fingerprint.Parse(c.FingerprintSpec, c.FingerprintIgnore)
 	if err != nil {
-		return s, middleware.SettingsErrorf("fingerprint_ignore", "%v", err)
+		return s, cache.FieldErrorf("", "fingerprint_ignore", "%v", err)
 	}
 	s.BodyFingerprint = bf
 	ef, err := errformat.Parse(c.ErrorFormatSpec)
@@ -171,9 +172,9 @@ func (c Config) Validate() error {
 }
 
 // FieldOf returns the setting named in err, if err is (or wraps) a
-// *middleware.SettingsError.
+// *cache.FieldError.
 func FieldOf(err error) (string, bool) {
-	var se *middleware.SettingsError
+	var se *cache.FieldError
 	if errors.As(err, &se) {
 		return se.Field, true
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/reconcile"
 )
@@ -41,10 +42,10 @@ func (c Config) ReconcileRules(s middleware.Settings) (*reconcile.Rules, error) 
 	}
 	req, err := reconcile.ParseRequest(r.Request)
 	if err != nil {
-		return nil, middleware.SettingsErrorf("reconcile", "%v", err)
+		return nil, cache.FieldErrorf("", "reconcile", "%v", err)
 	}
 	if s.UnknownOutcome != middleware.UnknownHold || s.InFlightOnly {
-		return nil, middleware.SettingsErrorf("reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
+		return nil, cache.FieldErrorf("", "reconcile", "settles held unknown outcomes: it needs unknown_outcome hold (and no in_flight_only)")
 	}
 	rules := &reconcile.Rules{Request: req, Headers: r.Headers, Done: r.Done, NotFound: r.NotFound, Delay: r.Delay,
 		Backoff: r.Backoff, MaxDelay: r.MaxDelay, Attempts: r.Attempts, Window: r.Window, Timeout: r.Timeout,

@@ -105,7 +105,7 @@ func TestWebhookStripe(t *testing.T) {
 	if invalid != 3 {
 		t.Fatalf("invalid_signature outcomes = %d, want 3: %v", invalid, ev.Outcomes())
 	}
-	// A signed delivery without an id passes through unprotected, as a request
+	// A signed delivery without an id passes through untracked, as a request
 	// without a key does; with require_key it is 400.
 	if r := deliver(`{"object":"event"}`, now, "whsec_test_stripe"); r.Status != 201 {
 		t.Fatalf("no id: %+v", r)

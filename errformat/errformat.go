@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -108,16 +109,16 @@ func NewTemplate(spec string) (Template, error) {
 		for _, f := range formats {
 			names = append(names, f.Name)
 		}
-		return Template{}, middleware.SettingsErrorf("error_format", "%q: want %s, or a JSON template", spec, strings.Join(names, ", "))
+		return Template{}, cache.FieldErrorf("", "error_format", "%q: want %s, or a JSON template", spec, strings.Join(names, ", "))
 	}
 	dec := json.NewDecoder(strings.NewReader(spec))
 	dec.UseNumber()
 	var tmpl any
 	if err := dec.Decode(&tmpl); err != nil {
-		return Template{}, middleware.SettingsErrorf("error_format", "the template is not JSON: %v", err)
+		return Template{}, cache.FieldErrorf("", "error_format", "the template is not JSON: %v", err)
 	}
 	if dec.More() {
-		return Template{}, middleware.SettingsErrorf("error_format", "the template has text after its JSON value")
+		return Template{}, cache.FieldErrorf("", "error_format", "the template has text after its JSON value")
 	}
 	used := false
 	var bad error
@@ -131,10 +132,10 @@ func NewTemplate(spec string) (Template, error) {
 		return str
 	})
 	if bad != nil {
-		return Template{}, middleware.SettingsErrorf("error_format", "%v", bad)
+		return Template{}, cache.FieldErrorf("", "error_format", "%v", bad)
 	}
 	if !used {
-		return Template{}, middleware.SettingsErrorf("error_format", "the template uses no placeholder: every error would read the same")
+		return Template{}, cache.FieldErrorf("", "error_format", "the template uses no placeholder: every error would read the same")
 	}
 	return Template{tmpl: tmpl}, nil
 }

@@ -12,7 +12,7 @@ import (
 var errBodyTooLarge = errors.New("request body too large")
 
 // readBody reads the whole body (bounded by max_request_body and by the body
-// budget, whose reservations go to hold) and puts an identical one back.
+// budget, whose reservations go to res) and puts an identical one back.
 //
 // The read is bounded by body_read_timeout through the connection's read
 // deadline. When the body was read, the deadline is lifted: what follows (the
@@ -22,7 +22,7 @@ var errBodyTooLarge = errors.New("request body too large")
 // the connection), and that read must end at body_read_timeout too, or a client
 // that stalls would hold the connection and its goroutine until it sends the
 // rest (the answer itself waits behind that read).
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, hold *bodyHold) ([]byte, error) {
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, res *reservation) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
@@ -34,7 +34,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, hold *bodyHol
 			rc = nil
 		}
 	}
-	body, err := readAll(r.Body, r.ContentLength, h.s.MaxRequestBody, hold)
+	body, err := readAll(r.Body, r.ContentLength, h.s.MaxRequestBody, res)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (h *Handler) bodyLeftUnread(w http.ResponseWriter, r *http.Request, body []
 }
 
 // readAll reads a body of declared length (-1: unknown) of at most limit bytes.
-// A declared length is reserved in hold before a byte is read; an unknown one
+// A declared length is reserved in res before a byte is read; an unknown one
 // piece by piece, each before it is allocated. Either way memory is allocated as
 // the bytes arrive, in pieces, never more than one piece ahead of them: a client
 // that declares 10 MiB and stalls holds what it sent, and a body that stalls
@@ -85,12 +85,12 @@ func (h *Handler) bodyLeftUnread(w http.ResponseWriter, r *http.Request, body []
 // leave about its own size). A body of more than one piece is joined once
 // complete. It returns errBodyTooLarge above limit and errOverloaded when a
 // reservation does not fit.
-func readAll(src io.Reader, declared, limit int64, hold *bodyHold) ([]byte, error) {
+func readAll(src io.Reader, declared, limit int64, res *reservation) ([]byte, error) {
 	if declared > limit {
 		return nil, errBodyTooLarge
 	}
 	if declared >= 0 {
-		if !hold.grow(declared) {
+		if !res.grow(declared) {
 			return nil, errOverloaded
 		}
 		if declared <= bodyChunk {
@@ -124,7 +124,7 @@ func readAll(src io.Reader, declared, limit int64, hold *bodyHold) ([]byte, erro
 				break
 			}
 			size = min(size, limit-total)
-			if !hold.grow(size) {
+			if !res.grow(size) {
 				return nil, errOverloaded
 			}
 		}

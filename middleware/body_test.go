@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/errformat"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -215,7 +216,7 @@ func TestBodyBudgetSettings(t *testing.T) {
 		s := middleware.DefaultSettings()
 		tc.edit(&s)
 		err := s.Check()
-		var se *middleware.SettingsError
+		var se *cache.FieldError
 		if tc.want == "" && err != nil || tc.want != "" && (!errors.As(err, &se) || se.Field != "body_budget" || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("body_budget %d, max_request_body %d: %v, want %q", s.BodyBudget, s.MaxRequestBody, err, tc.want)
 		}

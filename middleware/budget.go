@@ -98,14 +98,14 @@ func (b *budget) scheduleReturn() {
 	})
 }
 
-// bodyHold is what one request reserved; it is returned when Handle returns.
-type bodyHold struct {
+// reservation is what one request reserved; it is returned when Handle returns.
+type reservation struct {
 	b *budget
 	n int64
 }
 
 // grow reserves n more bytes for this request, or reports false.
-func (h *bodyHold) grow(n int64) bool {
+func (h *reservation) grow(n int64) bool {
 	if n <= 0 {
 		return true
 	}
@@ -117,7 +117,7 @@ func (h *bodyHold) grow(n int64) bool {
 }
 
 // release returns everything this request reserved.
-func (h *bodyHold) release() {
+func (h *reservation) release() {
 	if h.n > 0 {
 		h.b.give(h.n)
 		h.n = 0

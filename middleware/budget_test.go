@@ -12,7 +12,7 @@ func TestBudgetTakeAndGive(t *testing.T) {
 	if !b.take(60) || !b.take(40) || b.take(1) {
 		t.Fatal("100 bytes: 60 and 40 fit, then nothing")
 	}
-	h := bodyHold{b: b}
+	h := reservation{b: b}
 	b.give(40)
 	if !h.grow(30) || !h.grow(10) || h.grow(1) {
 		t.Fatal("a hold grows into what was given back, and no further")

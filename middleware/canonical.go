@@ -70,9 +70,9 @@ var standardMethods = map[string]bool{
 	http.MethodConnect: true,
 }
 
-// CanonicalMethod returns m upper-cased when that spells a standard method (and
+// standardMethod returns m upper-cased when that spells a standard method (and
 // m as it is otherwise): "post" and "Post" are POST.
-func CanonicalMethod(m string) string {
+func standardMethod(m string) string {
 	if standardMethods[m] {
 		return m // the common case: no allocation
 	}
@@ -370,15 +370,17 @@ func canonicalName(name string) (string, error) {
 }
 
 // Canonicalize reads r into its canonical form; see Canonical. It changes
-// nothing in r.
+// nothing in r. A path that has no canonical form is an error wrapping
+// ErrNonCanonicalPath; a Host that has none, one wrapping ErrInvalidHost,
+// with the method and path read (a router can still pick a route).
 func Canonicalize(r *http.Request) (Canonical, error) {
 	path, route, err := CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		return Canonical{}, err
 	}
-	host, err := CanonicalHost(r.Host)
-	if err != nil {
-		return Canonical{}, err
+	c := Canonical{Method: standardMethod(r.Method), Path: path, Route: route}
+	if c.Host, err = CanonicalHost(r.Host); err != nil {
+		return c, err
 	}
-	return Canonical{Method: CanonicalMethod(r.Method), Path: path, Route: route, Host: host}, nil
+	return c, nil
 }

@@ -15,8 +15,8 @@ func TestCanonicalMethod(t *testing.T) {
 		"POST": "POST", "post": "POST", "Post": "POST", "pAtCh": "PATCH", "get": "GET",
 		"PURGE": "PURGE", "purge": "purge", "": "", "POST ": "POST ",
 	} {
-		if got := CanonicalMethod(in); got != want {
-			t.Errorf("CanonicalMethod(%q) = %q, want %q", in, got, want)
+		if got := standardMethod(in); got != want {
+			t.Errorf("standardMethod(%q) = %q, want %q", in, got, want)
 		}
 	}
 	// A tracked custom method is upper-cased too.

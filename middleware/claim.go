@@ -49,6 +49,22 @@ type timeoutError string
 func (e timeoutError) Error() string { return string(e) }
 func (e timeoutError) Timeout() bool { return true }
 
+// lockOrGet claims c's store key, or returns the record that holds it.
+func (c *claim) lockOrGet(r *http.Request, owner string, ev *Event) (*cache.Record, bool, error) {
+	t0 := time.Now()
+	sctx, scancel := c.h.storeCtx(r.Context())
+	defer scancel()
+	rec, loaded, err := c.h.store.LockOrGet(sctx, c.storeKey, c.lock(owner))
+	ev.StoreDuration = time.Since(t0)
+	return rec, loaded, err
+}
+
+// lock is what c asks the store for.
+func (c *claim) lock(owner string) cache.Lock {
+	h := c.h
+	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold}
+}
+
 // stopRenewal ends the lease's renewal, once what settles the claim is stored
 // (or given up) or the key is released.
 func (c *claim) stopRenewal() {
@@ -72,7 +88,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	c.ctx = ctx
 
 	c.renew = c.startRenewal()
-	rw := &recorder{w: w, client: progressWriter{w: w, timeout: h.s.BodyReadTimeout}, ignored: h.c.ignored, maxBody: h.s.MaxBody}
+	rw := &recorder{w: w, client: progressWriter{w: w, timeout: h.s.BodyReadTimeout}, ignored: h.ignored, maxBody: h.s.MaxBody}
 	returned := false
 	defer func() {
 		if returned {
@@ -174,7 +190,7 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 		// max_body, or the room is other clients'). Remember the key as done
 		// without the response, as for one above max_body: its retries get
 		// 409, never a second run.
-		c.h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
+		c.h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency response too large for the store; stored as not replayable",
 			slog.String("key_hash", c.keyHash), slog.Int("body_bytes", int(rw.size)), slog.Any("error", err))
 		err = c.store(&cache.Response{Status: resp.Status, BodySize: resp.BodySize, Oversize: true, Trace: c.trace}, c.h.s.TTL)
 	}

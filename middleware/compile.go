@@ -41,11 +41,11 @@ func compile(s *Settings) (*compiled, error) {
 		c.lapseHold = s.UnknownHold
 	}
 	if len(s.Methods) == 0 {
-		return nil, SettingsErrorf("methods", "no tracked methods")
+		return nil, settingErr("methods", "no tracked methods")
 	}
 	for _, m := range s.Methods {
 		if !validToken(m) || strings.ToUpper(m) != m {
-			return nil, SettingsErrorf("methods", "%q is not an upper-case HTTP method token%s", m, methodHint(m))
+			return nil, settingErr("methods", "%q is not an upper-case HTTP method token%s", m, methodHint(m))
 		}
 		c.tracked[m] = true
 	}
@@ -55,18 +55,18 @@ func compile(s *Settings) (*compiled, error) {
 	}{{"key_header", []string{s.KeyHeader}}, {"fingerprint_headers", s.FingerprintHeaders}, {"ignore_headers", s.IgnoreHeaders}} {
 		for _, h := range hs.names {
 			if !validToken(h) {
-				return nil, SettingsErrorf(hs.field, "header name %q is not valid", h)
+				return nil, settingErr(hs.field, "header name %q is not valid", h)
 			}
 		}
 	}
 	for _, h := range s.ScopeHeaders {
 		if name, cookie, ok := strings.Cut(h, ":"); ok {
 			if !strings.EqualFold(name, "Cookie") || !validToken(cookie) {
-				return nil, SettingsErrorf("scope_headers", "%q: want a header name, or Cookie:NAME for one cookie", h)
+				return nil, settingErr("scope_headers", "%q: want a header name, or Cookie:NAME for one cookie", h)
 			}
 			c.scope = append(c.scope, scopePart{name: cookie, cookie: true})
 		} else if !validToken(h) {
-			return nil, SettingsErrorf("scope_headers", "header name %q is not valid", h)
+			return nil, settingErr("scope_headers", "header name %q is not valid", h)
 		} else {
 			c.scope = append(c.scope, scopePart{name: h})
 		}
@@ -97,50 +97,50 @@ func compile(s *Settings) (*compiled, error) {
 	}
 	switch {
 	case s.TTL <= 0:
-		return nil, SettingsErrorf("ttl", "must be positive, got %v", s.TTL)
+		return nil, settingErr("ttl", "must be positive, got %v", s.TTL)
 	case s.LockTTL < 3*time.Millisecond:
-		return nil, SettingsErrorf("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
+		return nil, settingErr("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
 	case s.MinKeyLength < 1 || s.MinKeyLength > MaxKeyLength:
-		return nil, SettingsErrorf("min_key_length", "must be 1 to %d characters, got %d", MaxKeyLength, s.MinKeyLength)
+		return nil, settingErr("min_key_length", "must be 1 to %d characters, got %d", MaxKeyLength, s.MinKeyLength)
 	case s.MaxRequestBody < 0:
-		return nil, SettingsErrorf("max_request_body", "must not be negative, got %d", s.MaxRequestBody)
+		return nil, settingErr("max_request_body", "must not be negative, got %d", s.MaxRequestBody)
 	case s.BodyBudget < max(s.MaxRequestBody, 1):
-		return nil, SettingsErrorf("body_budget", "must be at least max_request_body (%d bytes) so that one body of the largest size fits, got %d", s.MaxRequestBody, s.BodyBudget)
+		return nil, settingErr("body_budget", "must be at least max_request_body (%d bytes) so that one body of the largest size fits, got %d", s.MaxRequestBody, s.BodyBudget)
 	case s.BodyReadTimeout < 0:
-		return nil, SettingsErrorf("body_read_timeout", "must not be negative, got %v", s.BodyReadTimeout)
+		return nil, settingErr("body_read_timeout", "must not be negative, got %v", s.BodyReadTimeout)
 	case s.MaxBody < 0:
-		return nil, SettingsErrorf("max_body", "must not be negative, got %d", s.MaxBody)
+		return nil, settingErr("max_body", "must not be negative, got %d", s.MaxBody)
 	case s.HandlerTimeout < 0:
-		return nil, SettingsErrorf("handler_timeout", "must not be negative, got %v", s.HandlerTimeout)
+		return nil, settingErr("handler_timeout", "must not be negative, got %v", s.HandlerTimeout)
 	case s.UnknownOutcome != UnknownHold && s.UnknownOutcome != UnknownRelease:
-		return nil, SettingsErrorf("unknown_outcome", "%q: want hold or release", s.UnknownOutcome)
+		return nil, settingErr("unknown_outcome", "%q: want hold or release", s.UnknownOutcome)
 	case s.UnknownHold <= 0:
-		return nil, SettingsErrorf("unknown_hold", "must be positive, got %v", s.UnknownHold)
+		return nil, settingErr("unknown_hold", "must be positive, got %v", s.UnknownHold)
 	case s.CompleteRetry <= 0:
-		return nil, SettingsErrorf("complete_retry", "must be positive, got %v", s.CompleteRetry)
+		return nil, settingErr("complete_retry", "must be positive, got %v", s.CompleteRetry)
 	case s.StoreTimeout <= 0:
-		return nil, SettingsErrorf("store_timeout", "must be positive, got %v", s.StoreTimeout)
+		return nil, settingErr("store_timeout", "must be positive, got %v", s.StoreTimeout)
 	case s.RetryAfter < 0:
-		return nil, SettingsErrorf("retry_after", "must not be negative, got %v", s.RetryAfter)
+		return nil, settingErr("retry_after", "must not be negative, got %v", s.RetryAfter)
 	case s.Wait < 0:
-		return nil, SettingsErrorf("wait", "must not be negative, got %v", s.Wait)
+		return nil, settingErr("wait", "must not be negative, got %v", s.Wait)
 	case s.WaitPoll <= 0:
-		return nil, SettingsErrorf("wait_poll", "must be positive, got %v", s.WaitPoll)
+		return nil, settingErr("wait_poll", "must be positive, got %v", s.WaitPoll)
 	case s.Wait > 0 && s.InFlightOnly:
-		return nil, SettingsErrorf("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
+		return nil, settingErr("wait", "does not combine with in_flight_only: with no stored result, a waiter would run the request again")
 	case s.StoreStatuses.Empty():
-		return nil, SettingsErrorf("store_statuses", "no status is stored")
+		return nil, settingErr("store_statuses", "no status is stored")
 	case s.BodyFingerprint != nil && s.Verifier != nil:
-		return nil, SettingsErrorf("fingerprint", "a webhook route leaves its body out of the fingerprint (a provider may render a redelivery anew); use bytes")
+		return nil, settingErr("fingerprint", "a webhook route leaves its body out of the fingerprint (a provider may render a redelivery anew); use bytes")
 	case s.BodyFingerprint != nil && s.FingerprintFunc != nil:
-		return nil, SettingsErrorf("fingerprint", "does not combine with a FingerprintFunc, which replaces the whole fingerprint")
+		return nil, settingErr("fingerprint", "does not combine with a FingerprintFunc, which replaces the whole fingerprint")
 	}
 	return c, nil
 }
 
-// canonicalMethod is CanonicalMethod, also upper-casing a tracked custom method.
+// canonicalMethod is standardMethod, also upper-casing a tracked custom method.
 func (c *compiled) canonicalMethod(m string) string {
-	if cm := CanonicalMethod(m); cm != m || c.tracked[m] {
+	if cm := standardMethod(m); cm != m || c.tracked[m] {
 		return cm
 	}
 	if u := strings.ToUpper(m); c.tracked[u] {

@@ -31,15 +31,15 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	switch {
 	case err == nil, errors.Is(err, cache.ErrFull):
 	case errors.Is(err, cache.ErrLockLost):
-		h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request's claim or answer holds the key",
+		h.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request's claim or answer holds the key",
 			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status))
 	default:
-		h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
+		h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
 			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status), slog.Any("error", err))
 		h.pending.Add(1)
 		release := func() {}
-		if h.holder != nil {
-			release = h.holder.Hold() // taken while this request still holds it
+		if h.pinned != nil {
+			release = h.pinned.Pin() // taken while this request still pins it
 		}
 		// Outlives the request, and renews the lease until it is done.
 		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
@@ -62,10 +62,10 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if time.Until(deadline) < backoff {
 			msg := "idempotency record not stored within complete_retry; once its lease lapses the key is held as an unknown outcome"
-			if h.c.lapseHold == 0 {
+			if h.lapseHold == 0 {
 				msg = "idempotency record not stored within complete_retry; once its lease lapses a retry will run again"
 			}
-			h.c.logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
+			h.logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
 			return
 		}
 		time.Sleep(backoff)
@@ -74,10 +74,10 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 		cancel()
 		switch {
 		case err == nil:
-			h.c.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", c.keyHash))
+			h.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", c.keyHash))
 			return
 		case errors.Is(err, cache.ErrLockLost) && c.answeredByAnother(ctx):
-			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request's answer holds the key",
+			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request's answer holds the key",
 				slog.String("key_hash", c.keyHash))
 			return
 		}
@@ -109,7 +109,7 @@ func (c *claim) release() {
 		if errors.Is(err, cache.ErrLockLost) {
 			level = slog.LevelWarn
 		}
-		h.c.logger.LogAttrs(c.ctx, level, "idempotency lock not released; the key stays locked until its lease lapses",
+		h.logger.LogAttrs(c.ctx, level, "idempotency lock not released; the key stays locked until its lease lapses",
 			slog.String("key_hash", c.keyHash), slog.Any("error", err))
 	}
 }
@@ -128,8 +128,8 @@ func (c *claim) undo(ctx context.Context) {
 	}
 	h.pending.Add(1)
 	release := func() {}
-	if h.holder != nil {
-		release = h.holder.Hold()
+	if h.pinned != nil {
+		release = h.pinned.Pin()
 	}
 	bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token}
 	go bg.undoLater(context.WithoutCancel(ctx), release)
@@ -145,7 +145,7 @@ func (c *claim) undoLater(ctx context.Context, release func()) {
 		err := h.store.Release(sctx, c.storeKey, c.token)
 		cancel()
 		if err == nil {
-			h.c.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency claim whose store call failed undone: the key is free, nothing was sent under it",
+			h.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency claim whose store call failed undone: the key is free, nothing was sent under it",
 				slog.String("key_hash", c.keyHash))
 			return
 		}
@@ -153,7 +153,7 @@ func (c *claim) undoLater(ctx context.Context, release func()) {
 			return
 		}
 		if time.Until(deadline) < backoff {
-			h.c.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its lease lapses",
+			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its lease lapses",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			return
 		}

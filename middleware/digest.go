@@ -51,7 +51,7 @@ const storeKeyV2 = "idemproxy/2"
 // key alone: the Host and the other headers are not signed, and a captured
 // delivery must not run again under another Host.
 func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
-	s, c := &h.s, h.c
+	s, c := &h.s, h.compiled
 	if !c.legacyScope {
 		d.field(storeKeyV2)
 		d.field(s.KeyNamespace)

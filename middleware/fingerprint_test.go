@@ -178,7 +178,7 @@ func TestBodyFingerprintSettings(t *testing.T) {
 		},
 	} {
 		_, err := middleware.New(newMem(t), opt)
-		var se *middleware.SettingsError
+		var se *cache.FieldError
 		if !errors.As(err, &se) || se.Field != "fingerprint" {
 			t.Errorf("%s: %v", name, err)
 		}

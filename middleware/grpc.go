@@ -17,40 +17,40 @@ import (
 //     but 200 as a transport failure ("unexpected HTTP status code"), so to a
 //     gRPC call every such answer is HTTP 200 with grpc-status and
 //     grpc-message in a trailers-only response, whatever the route's error
-//     format: GRPCCodeOf says which code. The shape follows the request's
+//     format: grpcCodeOf says which code. The shape follows the request's
 //     Content-Type, so a route that serves REST and gRPC answers each client
 //     in its own protocol, and a client that chooses its Content-Type chooses
 //     only the shape of its own answers.
 //   - Which answers are stored. A gRPC error travels as HTTP 200: its
-//     grpc-status counts as the HTTP status gRPC maps it to (Code.HTTPStatus)
+//     grpc-status counts as the HTTP status gRPC maps it to (grpcCode.httpStatus)
 //     for store_statuses, so UNAVAILABLE or INTERNAL release the key as a 503
 //     or a 500 does.
 //   - The body. A call is tracked when its body is one message and the end of
 //     the stream; a stream's further messages make it pass through untracked
 //     (grpcbody.go).
 
-// GRPCCode is a gRPC status code (google.golang.org/grpc/codes).
-type GRPCCode int
+// grpcCode is a gRPC status code (google.golang.org/grpc/codes).
+type grpcCode int
 
 // The gRPC status codes.
 const (
-	GRPCOK                 GRPCCode = 0
-	GRPCCanceled           GRPCCode = 1
-	GRPCUnknown            GRPCCode = 2
-	GRPCInvalidArgument    GRPCCode = 3
-	GRPCDeadlineExceeded   GRPCCode = 4
-	GRPCNotFound           GRPCCode = 5
-	GRPCAlreadyExists      GRPCCode = 6
-	GRPCPermissionDenied   GRPCCode = 7
-	GRPCResourceExhausted  GRPCCode = 8
-	GRPCFailedPrecondition GRPCCode = 9
-	GRPCAborted            GRPCCode = 10
-	GRPCOutOfRange         GRPCCode = 11
-	GRPCUnimplemented      GRPCCode = 12
-	GRPCInternal           GRPCCode = 13
-	GRPCUnavailable        GRPCCode = 14
-	GRPCDataLoss           GRPCCode = 15
-	GRPCUnauthenticated    GRPCCode = 16
+	grpcOK                 grpcCode = 0
+	grpcCanceled           grpcCode = 1
+	grpcUnknown            grpcCode = 2
+	grpcInvalidArgument    grpcCode = 3
+	grpcDeadlineExceeded   grpcCode = 4
+	grpcNotFound           grpcCode = 5
+	grpcAlreadyExists      grpcCode = 6
+	grpcPermissionDenied   grpcCode = 7
+	grpcResourceExhausted  grpcCode = 8
+	grpcFailedPrecondition grpcCode = 9
+	grpcAborted            grpcCode = 10
+	grpcOutOfRange         grpcCode = 11
+	grpcUnimplemented      grpcCode = 12
+	grpcInternal           grpcCode = 13
+	grpcUnavailable        grpcCode = 14
+	grpcDataLoss           grpcCode = 15
+	grpcUnauthenticated    grpcCode = 16
 )
 
 // grpcCodes are the codes' names and the HTTP status each stands for, as
@@ -67,16 +67,16 @@ var grpcCodes = [...]struct {
 }
 
 // String is the code's name: UNAVAILABLE.
-func (c GRPCCode) String() string {
+func (c grpcCode) String() string {
 	if c >= 0 && int(c) < len(grpcCodes) {
 		return grpcCodes[c].name
 	}
 	return "CODE(" + strconv.Itoa(int(c)) + ")"
 }
 
-// HTTPStatus is the HTTP status c stands for: what store_statuses reads for a
+// httpStatus is the HTTP status c stands for: what store_statuses reads for a
 // gRPC answer. A code beyond the known ones is UNKNOWN's, 500.
-func (c GRPCCode) HTTPStatus() int {
+func (c grpcCode) httpStatus() int {
 	if c >= 0 && int(c) < len(grpcCodes) {
 		return grpcCodes[c].status
 	}
@@ -88,70 +88,74 @@ func (c GRPCCode) HTTPStatus() int {
 // policies retry (gRPC: "use UNAVAILABLE if the client can retry just the
 // failing call"); each "not now, not like this" one a client must not retry
 // as it is.
-var problemCodes = map[string]GRPCCode{
-	ProblemMissingKey:       GRPCInvalidArgument,
-	ProblemInvalidKey:       GRPCInvalidArgument,
-	ProblemBodyTooLarge:     GRPCResourceExhausted, // gRPC's own code for a message too large
-	ProblemBodyUnreadable:   GRPCInvalidArgument,
-	ProblemBodyMalformed:    GRPCInvalidArgument,
-	ProblemInFlight:         GRPCUnavailable, // retried by the policy, with the pushback, until it replays
-	ProblemMismatch:         GRPCFailedPrecondition,
-	ProblemNotReplayable:    GRPCAlreadyExists, // done once, not again: the one "it exists" answer
-	ProblemStoreUnavailable: GRPCUnavailable,
-	ProblemOutcomeUnknown:   GRPCUnknown, // held: retries get the same answer
-	ProblemInvalidSignature: GRPCUnauthenticated,
-	ProblemNonCanonicalPath: GRPCInvalidArgument,
-	ProblemInvalidHost:      GRPCInvalidArgument,
-	ProblemUpgradeRefused:   GRPCInvalidArgument,
-	ProblemOverloaded:       GRPCUnavailable,
-	ProblemNotAcceptable:    GRPCFailedPrecondition,
+var problemCodes = map[string]grpcCode{
+	ProblemMissingKey:       grpcInvalidArgument,
+	ProblemInvalidKey:       grpcInvalidArgument,
+	ProblemBodyTooLarge:     grpcResourceExhausted, // gRPC's own code for a message too large
+	ProblemBodyUnreadable:   grpcInvalidArgument,
+	ProblemBodyMalformed:    grpcInvalidArgument,
+	ProblemInFlight:         grpcUnavailable, // retried by the policy, with the pushback, until it replays
+	ProblemMismatch:         grpcFailedPrecondition,
+	ProblemNotReplayable:    grpcAlreadyExists, // done once, not again: the one "it exists" answer
+	ProblemStoreUnavailable: grpcUnavailable,
+	ProblemOutcomeUnknown:   grpcUnknown, // held: retries get the same answer
+	ProblemInvalidSignature: grpcUnauthenticated,
+	ProblemNonCanonicalPath: grpcInvalidArgument,
+	ProblemInvalidHost:      grpcInvalidArgument,
+	ProblemUpgradeRefused:   grpcInvalidArgument,
+	ProblemOverloaded:       grpcUnavailable,
+	ProblemNotAcceptable:    grpcFailedPrecondition,
 }
 
-// GRPCCodeOf is the gRPC code p is answered with to a gRPC call. A problem
+// GRPCCodeOf is the gRPC status code (google.golang.org/grpc/codes) p is
+// answered with to a gRPC call.
+func GRPCCodeOf(p Problem) int { return int(grpcCodeOf(p)) }
+
+// grpcCodeOf is the gRPC code p is answered with to a gRPC call. A problem
 // type of the core's has its own (docs/grpc.md has the table); another (the
 // proxy's upstream-unavailable, a Go user's own) is UNAVAILABLE when it may be
 // retried as it is (Retryable), and otherwise the code google.api.Code maps
 // its status from.
-func GRPCCodeOf(p Problem) GRPCCode {
+func grpcCodeOf(p Problem) grpcCode {
 	if c, ok := problemCodes[p.Type]; ok {
 		return c
 	}
 	if p.Retryable {
-		return GRPCUnavailable
+		return grpcUnavailable
 	}
 	switch p.Status {
 	case http.StatusBadRequest:
-		return GRPCInvalidArgument
+		return grpcInvalidArgument
 	case http.StatusUnauthorized:
-		return GRPCUnauthenticated
+		return grpcUnauthenticated
 	case http.StatusForbidden:
-		return GRPCPermissionDenied
+		return grpcPermissionDenied
 	case http.StatusNotFound:
-		return GRPCNotFound
+		return grpcNotFound
 	case http.StatusConflict:
-		return GRPCAborted
+		return grpcAborted
 	case http.StatusPreconditionFailed:
-		return GRPCFailedPrecondition
+		return grpcFailedPrecondition
 	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return GRPCResourceExhausted
+		return grpcResourceExhausted
 	case http.StatusNotImplemented:
-		return GRPCUnimplemented
+		return grpcUnimplemented
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return GRPCUnavailable
+		return grpcUnavailable
 	}
-	return GRPCUnknown
+	return grpcUnknown
 }
 
-// IsGRPC reports whether r is a gRPC call: one Content-Type, application/grpc
+// isGRPC reports whether r is a gRPC call: one Content-Type, application/grpc
 // or application/grpc+<codec> (with parameters or not, in any case).
 // gRPC-Web (application/grpc-web…) and Connect (application/proto, …) are
 // not: their clients read HTTP statuses, and get the route's error format.
-func IsGRPC(r *http.Request) bool {
+func isGRPC(r *http.Request) bool {
 	ct := r.Header["Content-Type"]
 	return len(ct) == 1 && isGRPCType(ct[0])
 }
 
-// isGRPCType reports whether a Content-Type is gRPC's (see IsGRPC).
+// isGRPCType reports whether a Content-Type is gRPC's (see isGRPC).
 func isGRPCType(ct string) bool {
 	const grpc = "application/grpc"
 	mt, _, _ := strings.Cut(ct, ";")
@@ -168,7 +172,7 @@ func isGRPCType(ct string) bool {
 // headers; ok is false for an answer that is not gRPC's. An answer that ends
 // without a grpc-status, or with one that is not a number, is INTERNAL, as a
 // gRPC client reads it.
-func grpcStatusOf(status int, header, trailer http.Header) (c GRPCCode, ok bool) {
+func grpcStatusOf(status int, header, trailer http.Header) (c grpcCode, ok bool) {
 	if status != http.StatusOK || !isGRPCType(header.Get("Content-Type")) {
 		return 0, false
 	}
@@ -177,13 +181,13 @@ func grpcStatusOf(status int, header, trailer http.Header) (c GRPCCode, ok bool)
 		v = header["Grpc-Status"]
 	}
 	if len(v) != 1 {
-		return GRPCInternal, true
+		return grpcInternal, true
 	}
 	n, err := strconv.ParseInt(v[0], 10, 32)
 	if err != nil || n < 0 {
-		return GRPCInternal, true
+		return grpcInternal, true
 	}
-	return GRPCCode(n), true
+	return grpcCode(n), true
 }
 
 // storeStatus is the status store_statuses reads for a recorded answer: its
@@ -191,42 +195,29 @@ func grpcStatusOf(status int, header, trailer http.Header) (c GRPCCode, ok bool)
 func (rw *recorder) storeStatus() int {
 	if rw.status == http.StatusOK { // a gRPC answer is a 200
 		if c, ok := grpcStatusOf(rw.status, rw.header, rw.trailers()); ok {
-			return c.HTTPStatus()
+			return c.httpStatus()
 		}
 	}
 	return rw.status
 }
 
-// GRPCPushback is the metadata by which a gRPC answer tells the client's retry
+// grpcPushback is the metadata by which a gRPC answer tells the client's retry
 // policy when to retry (gRPC A6, milliseconds).
-const GRPCPushback = "Grpc-Retry-Pushback-Ms"
+const grpcPushback = "Grpc-Retry-Pushback-Ms"
 
-// writeGRPCProblem writes p to a gRPC call: HTTP 200, a trailers-only answer
-// (headers and the end of the stream, no message) with grpc-status (GRPCCodeOf),
-// grpc-message (title and detail), Idempotency-Problem (the type), the key
-// echoed when key is not empty, and for an answer to retry later, Retry-After
-// and grpc-retry-pushback-ms. replayed marks a held answer replayed.
-func writeGRPCProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, keyHeader, key string, replayed bool) {
-	h := w.Header()
-	h.Del("Transfer-Encoding")
+// grpcProblem sets the headers of p's answer to a gRPC call (writeProblem
+// writes it): HTTP 200, a trailers-only answer (headers and the end of the
+// stream, no message) with grpc-status (grpcCodeOf) and grpc-message (title
+// and detail), and for an answer to retry later grpc-retry-pushback-ms.
+func grpcProblem(h http.Header, p Problem, retryAfter time.Duration) {
 	h.Del("Content-Length")
 	h.Del("Trailer")
 	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(int(GRPCCodeOf(p))))
+	h.Set("Grpc-Status", strconv.Itoa(int(grpcCodeOf(p))))
 	h.Set("Grpc-Message", grpcMessage(p.Title+": "+p.Detail))
-	h.Set("Cache-Control", "no-store")
-	h.Set(ProblemHeader, p.Type)
-	if key != "" && keyHeader != "" {
-		h.Set(keyHeader, key)
-	}
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(RetrySeconds(retryAfter)))
-		h.Set(GRPCPushback, strconv.FormatInt(max(retryAfter.Milliseconds(), 1), 10))
+		h.Set(grpcPushback, strconv.FormatInt(max(retryAfter.Milliseconds(), 1), 10))
 	}
-	if replayed {
-		h.Set("Idempotent-Replayed", "true")
-	}
-	w.WriteHeader(http.StatusOK)
 }
 
 // grpcMessage percent-encodes s as grpc-message is (gRPC's HTTP/2 protocol):

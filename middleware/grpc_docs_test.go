@@ -1,4 +1,4 @@
-package middleware_test
+package middleware
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/testutil"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // docs/grpc.md's tables are the code's: each problem's gRPC code, and each
@@ -28,23 +27,23 @@ func TestGRPCDocsTables(t *testing.T) {
 		"invalid-host", "upgrade-refused", "invalid-signature", "body-too-large", "mismatch", "not-acceptable",
 		"not-replayable", "in-flight", "store-unavailable", "overloaded", "outcome-unknown"}
 	for _, name := range problems {
-		c := middleware.GRPCCodeOf(middleware.Problem{Type: middleware.ProblemTypeBase + name})
+		c := grpcCodeOf(Problem{Type: ProblemTypeBase + name})
 		want := fmt.Sprintf("`%s` (%d)", c, c)
 		if r := rows[name]; len(r) < 3 || r[2] != want {
 			t.Errorf("docs/grpc.md, %s: %q, the code says %s", name, r, want)
 		}
 	}
-	up := middleware.GRPCCodeOf(middleware.Problem{Type: middleware.ProblemTypeBase + "upstream-unavailable", Status: 502, Retryable: true})
+	up := grpcCodeOf(Problem{Type: ProblemTypeBase + "upstream-unavailable", Status: 502, Retryable: true})
 	if r := rows["upstream-unavailable"]; len(r) < 3 || r[2] != fmt.Sprintf("`%s` (%d)", up, up) {
 		t.Errorf("docs/grpc.md, upstream-unavailable: %q", r)
 	}
-	stored := middleware.DefaultStoreStatuses()
-	for c := middleware.GRPCOK; c <= middleware.GRPCUnauthenticated; c++ {
+	stored := defaultStoreStatuses()
+	for c := grpcOK; c <= grpcUnauthenticated; c++ {
 		r := rows[c.String()+"` ("+fmt.Sprint(int(c))+")"]
 		if r == nil {
 			r = rows[c.String()]
 		}
-		want := []string{fmt.Sprint(c.HTTPStatus()), map[bool]string{true: "stored", false: "released"}[stored.Has(c.HTTPStatus())]}
+		want := []string{fmt.Sprint(c.httpStatus()), map[bool]string{true: "stored", false: "released"}[stored.Has(c.httpStatus())]}
 		if len(r) < 3 || r[1] != want[0] || r[2] != want[1] {
 			t.Errorf("docs/grpc.md, grpc-status %s: %q, want %v", c, r, want)
 		}

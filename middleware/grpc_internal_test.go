@@ -20,11 +20,11 @@ func TestEveryProblemHasItsGRPCCode(t *testing.T) {
 			continue
 		}
 		p := newProblem(typ, 400, "")
-		if p.Retryable != (c == GRPCUnavailable) {
+		if p.Retryable != (c == grpcUnavailable) {
 			t.Errorf("%s: retryable %v, code %v", typ, p.Retryable, c)
 		}
-		if GRPCCodeOf(p) != c {
-			t.Errorf("%s: GRPCCodeOf %v, table %v", typ, GRPCCodeOf(p), c)
+		if grpcCodeOf(p) != c {
+			t.Errorf("%s: grpcCodeOf %v, table %v", typ, grpcCodeOf(p), c)
 		}
 	}
 	for typ := range problemCodes {
@@ -40,16 +40,16 @@ func TestGRPCCodeOfOtherProblems(t *testing.T) {
 	for _, c := range []struct {
 		status    int
 		retryable bool
-		want      GRPCCode
+		want      grpcCode
 	}{
-		{502, true, GRPCUnavailable}, {504, true, GRPCUnavailable}, {400, true, GRPCUnavailable},
-		{400, false, GRPCInvalidArgument}, {401, false, GRPCUnauthenticated}, {403, false, GRPCPermissionDenied},
-		{404, false, GRPCNotFound}, {409, false, GRPCAborted}, {413, false, GRPCResourceExhausted},
-		{429, false, GRPCResourceExhausted}, {501, false, GRPCUnimplemented}, {503, false, GRPCUnavailable},
-		{500, false, GRPCUnknown}, {418, false, GRPCUnknown},
+		{502, true, grpcUnavailable}, {504, true, grpcUnavailable}, {400, true, grpcUnavailable},
+		{400, false, grpcInvalidArgument}, {401, false, grpcUnauthenticated}, {403, false, grpcPermissionDenied},
+		{404, false, grpcNotFound}, {409, false, grpcAborted}, {413, false, grpcResourceExhausted},
+		{429, false, grpcResourceExhausted}, {501, false, grpcUnimplemented}, {503, false, grpcUnavailable},
+		{500, false, grpcUnknown}, {418, false, grpcUnknown},
 	} {
 		p := Problem{Type: "urn:example:own", Status: c.status, Retryable: c.retryable}
-		if got := GRPCCodeOf(p); got != c.want {
+		if got := grpcCodeOf(p); got != c.want {
 			t.Errorf("%d retryable=%v: %v, want %v", c.status, c.retryable, got, c.want)
 		}
 	}
@@ -62,13 +62,13 @@ func TestGRPCProblemIsTrailersOnly(t *testing.T) {
 	w := httptest.NewRecorder()
 	w.Header().Set("Content-Length", "99") // left by a handler
 	p := newProblem(ProblemInFlight, http.StatusConflict, "still running: 100% \"busy\" — ünïcode")
-	writeGRPCProblem(w, p, 1500*time.Millisecond, "Idempotency-Key", "k-1", false)
+	(&Handler{compiled: &compiled{keyHeader: "Idempotency-Key"}}).writeProblem(w, p, 1500*time.Millisecond, "k-1", true)
 	h := w.Header()
 	if w.Code != 200 || w.Body.Len() != 0 || h.Get("Content-Type") != "application/grpc" || h.Get("Content-Length") != "" {
 		t.Fatalf("%d %q %v", w.Code, w.Body, h)
 	}
-	if h.Get("Grpc-Status") != strconv.Itoa(int(GRPCUnavailable)) || h.Get(ProblemHeader) != ProblemInFlight ||
-		h.Get("Idempotency-Key") != "k-1" || h.Get("Retry-After") != "2" || h.Get(GRPCPushback) != "1500" {
+	if h.Get("Grpc-Status") != strconv.Itoa(int(grpcUnavailable)) || h.Get(ProblemHeader) != ProblemInFlight ||
+		h.Get("Idempotency-Key") != "k-1" || h.Get("Retry-After") != "2" || h.Get(grpcPushback) != "1500" {
 		t.Fatalf("headers: %v", h)
 	}
 	if h.Get("Idempotent-Replayed") != "" {
@@ -99,7 +99,7 @@ func TestIsGRPCType(t *testing.T) {
 	}
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header["Content-Type"] = []string{"application/grpc", "application/json"}
-	if IsGRPC(r) {
+	if isGRPC(r) {
 		t.Error("two Content-Types: a gRPC call")
 	}
 }

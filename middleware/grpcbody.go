@@ -14,7 +14,7 @@ import (
 // stream, which looks the same on the way in) sends one and ends its stream, a
 // client or bidirectional stream sends more, or waits for the server's answers
 // before it does. The core cannot tell the kinds apart from the method, which
-// only the service's .proto files describe, so it reads a gRPC call (IsGRPC)
+// only the service's .proto files describe, so it reads a gRPC call (isGRPC)
 // message by message: the first (bounded as any body is), then it waits for
 // what follows. The end of the stream makes the call unary, and tracked. A
 // second message, or nothing within body_read_timeout (a stream that waits for
@@ -53,10 +53,10 @@ func (b *streamBody) Read(p []byte) (int, error) {
 func (b *streamBody) Close() error { return b.closer.Close() }
 
 // readFirstMessage reads the first message of gRPC call r, prefix included,
-// within max_request_body, the body budget (hold) and body_read_timeout as
+// within max_request_body, the body budget (res) and body_read_timeout as
 // readBody reads a body, and leaves r.Body reading the whole body again from
 // its start. An empty body has no message: frame is empty, and ended is true.
-func (h *Handler) readFirstMessage(w http.ResponseWriter, r *http.Request, hold *bodyHold) (frame []byte, ended bool, err error) {
+func (h *Handler) readFirstMessage(w http.ResponseWriter, r *http.Request, res *reservation) (frame []byte, ended bool, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return []byte{}, true, nil
 	}
@@ -80,7 +80,7 @@ func (h *Handler) readFirstMessage(w http.ResponseWriter, r *http.Request, hold 
 		// One piece for a message up to 64 KiB, as readAll reads a declared
 		// body: the prefix, then the message as it arrives.
 		src := io.MultiReader(bytes.NewReader(prefix[:]), r.Body)
-		if frame, err = readAll(src, grpcPrefix+size, h.s.MaxRequestBody, hold); err != nil {
+		if frame, err = readAll(src, grpcPrefix+size, h.s.MaxRequestBody, res); err != nil {
 			return nil, false, err
 		}
 	}

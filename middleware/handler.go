@@ -28,9 +28,9 @@ func (f NextFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error { retu
 type Handler struct {
 	store     cache.Store
 	s         Settings
-	c         *compiled      // what New derived from s
+	*compiled                // what New derived from s
 	inProcess bool           // the store never blocks: no per-call timeouts
-	holder    cache.Holder   // the store must be held while used; nil for most
+	pinned    cache.Pinned   // the store must be pinned while used; nil for most
 	budget    *budget        // body_budget: shared by every Handler of its size
 	pending   sync.WaitGroup // responses whose storing is being retried
 }
@@ -60,7 +60,7 @@ func (h *Handler) completeCtx(parent context.Context) (context.Context, context.
 func noCancel() {}
 
 // New returns a Handler over store, with DefaultSettings changed by opts. A
-// setting it refuses is a *SettingsError naming it.
+// setting it refuses is a *cache.FieldError naming it.
 func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if store == nil {
 		return nil, errors.New("idempotency: nil store")
@@ -73,15 +73,15 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: %w", err)
 	}
-	store, holder := cache.Unwrap(store) // held through a wrapper, used as itself
+	store, pinned := cache.Unwrap(store) // pinned through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
-	return &Handler{store: store, s: s, c: c, inProcess: inProcess, holder: holder, budget: sharedBudget(s.BodyBudget)}, nil
+	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, budget: sharedBudget(s.BodyBudget)}, nil
 }
 
 // Settings returns the settings h runs with.
 func (h *Handler) Settings() Settings { return h.s }
 
-// Wrap returns next protected by h.
+// Wrap returns next with its requests tracked by h.
 func (h *Handler) Wrap(next http.Handler) http.Handler {
 	nf := NextFunc(func(w http.ResponseWriter, r *http.Request) error {
 		next.ServeHTTP(w, r)
@@ -95,7 +95,7 @@ func (h *Handler) Wrap(next http.Handler) http.Handler {
 // Tracked reports whether requests with this method are handled by the core. A
 // method is tracked in any case: "post" is POST.
 func (h *Handler) Tracked(method string) bool {
-	return h.c.tracked[h.c.canonicalMethod(method)]
+	return h.tracked[h.canonicalMethod(method)]
 }
 
 // Handle serves one request. Untracked methods go straight to next. It returns the
@@ -104,30 +104,44 @@ func (h *Handler) Tracked(method string) bool {
 // The observer is called once per tracked request: before the response is written
 // when the core answers itself (problems, replays), after next returns otherwise.
 func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) error {
-	method := h.c.canonicalMethod(r.Method)
-	if !h.c.tracked[method] {
+	return h.handle(w, r, Canonical{}, next)
+}
+
+// HandleCanonical is Handle for a request a router has already read into its
+// canonical form c (Canonicalize, without error), as the proxy does to pick
+// the route: the core takes c's path and Host rather than read r again.
+func (h *Handler) HandleCanonical(w http.ResponseWriter, r *http.Request, c Canonical, next Next) error {
+	return h.handle(w, r, c, next)
+}
+
+// handle serves r; canon is its canonical form, when the caller read it
+// (else canon.Path is empty).
+func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical, next Next) error {
+	method := h.canonicalMethod(r.Method)
+	if !h.tracked[method] {
 		return next.ServeHTTP(w, r)
 	}
 	// The request goes on as the core read it: a tracked method in another
 	// case is forwarded in its canonical spelling.
 	r.Method = method
-	if h.holder != nil {
-		defer h.holder.Hold()()
+	if h.pinned != nil {
+		defer h.pinned.Pin()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, hold: bodyHold{b: h.budget}, grpc: IsGRPC(r)}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: isGRPC(r)}
 	defer t.finish()
 
-	path, _, err := CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
-		t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
-		return nil
+	if canon.Path == "" { // not read yet
+		var err error
+		if canon, err = Canonicalize(r); errors.Is(err, ErrNonCanonicalPath) {
+			t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
+			return nil
+		} else if err != nil {
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
+				err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
+			return nil
+		}
 	}
-	host, err := CanonicalHost(r.Host)
-	if err != nil {
-		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
-			err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
-		return nil
-	}
+	path, host := canon.Path, canon.Host
 	key, body, ok := h.keyOf(w, r, t)
 	if !ok {
 		return nil
@@ -156,14 +170,14 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 		}
 	}
 	owner := h.owner(r, host)
-	rec, loaded, err := h.claim(r, c, owner, &t.ev)
+	rec, loaded, err := c.lockOrGet(r, owner, &t.ev)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
 		// switch the protection off.
 		c.undo(r.Context()) // the store may have made the claim: nothing is sent under it
 		failOpen := h.s.FailOpen && !errors.Is(err, cache.ErrFull)
-		h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
+		h.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable",
 			slog.String("key_hash", c.keyHash), slog.Bool("fail_open", failOpen), slog.Any("error", err))
 		if failOpen {
 			t.ev.Outcome, t.ev.Err = OutcomeStoreError, err
@@ -174,9 +188,9 @@ func (h *Handler) Handle(w http.ResponseWriter, r *http.Request, next Next) erro
 	}
 	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
 		// Never failed open: the first request may still run.
-		if rec, loaded, err = h.waitForFirst(r, c.storeKey, h.lock(c, owner), rec.CreatedAt); err != nil {
+		if rec, loaded, err = c.waitForFirst(r, owner, rec.CreatedAt); err != nil {
 			c.undo(r.Context()) // a claim of the wait's may have been made
-			h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
+			h.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			t.storeUnavailable(w, err)
 			return nil
@@ -202,7 +216,7 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 	// A gRPC call is read message by message (grpcbody.go); a signed
 	// webhook's body is read whole, as its signature covers it.
 	framed := t.grpc && h.s.Verifier == nil
-	if h.c.bodyFirst { // a signature to check, or a key in the body
+	if h.bodyFirst { // a signature to check, or a key in the body
 		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
 		}
@@ -215,13 +229,13 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 			}
 		}
 	}
-	key, err := h.c.keySource.Key(r, body)
+	key, err := h.keySource.Key(r, body)
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if h.s.RequireKey {
 			h.bodyLeftUnread(w, r, body)
 			t.problem(w, OutcomeInvalid, nil, newProblem(ProblemMissingKey, http.StatusBadRequest,
-				"this request requires "+h.c.keySource.Describe()), 0)
+				"this request requires "+h.keySource.Describe()), 0)
 			return "", nil, false
 		}
 		return "", body, true
@@ -233,13 +247,13 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 		t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidKey, http.StatusBadRequest, err.Error()), 0)
 		return "", nil, false
 	}
-	if h.c.keyHeader != "" {
+	if h.keyHeader != "" {
 		t.key = key // echoed on the answers the core writes
 	}
 	if h.refuseUpgrade(w, r, t) { // upgrade.go
 		return "", nil, false
 	}
-	if !h.c.bodyFirst {
+	if !h.bodyFirst {
 		if body, ok = h.readBodyOrAnswer(w, r, t, framed); !ok {
 			return "", nil, false
 		}
@@ -251,27 +265,12 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 			return "", nil, false
 		}
 		if !unary {
-			t.hold.release() // its first message is on its way upstream
+			t.reserved.release() // its first message is on its way upstream
 			t.ev.Err = errStream
 			return "", nil, true
 		}
 	}
 	return key, body, true
-}
-
-// claim claims c's store key, or returns the record that holds it.
-func (h *Handler) claim(r *http.Request, c *claim, owner string, ev *Event) (*cache.Record, bool, error) {
-	t0 := time.Now()
-	sctx, scancel := h.storeCtx(r.Context())
-	defer scancel()
-	rec, loaded, err := h.store.LockOrGet(sctx, c.storeKey, h.lock(c, owner))
-	ev.StoreDuration = time.Since(t0)
-	return rec, loaded, err
-}
-
-// lock is what c asks the store for.
-func (h *Handler) lock(c *claim, owner string) cache.Lock {
-	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.c.lapseHold}
 }
 
 // readBodyOrAnswer reads the request body for the fingerprint (and a body key or
@@ -280,9 +279,9 @@ func (h *Handler) lock(c *claim, owner string) cache.Lock {
 func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tracker, framed bool) (body []byte, ok bool) {
 	var err error
 	if framed {
-		body, _, err = h.readFirstMessage(w, r, &t.hold)
+		body, _, err = h.readFirstMessage(w, r, &t.reserved)
 	} else {
-		body, err = h.readBody(w, r, &t.hold)
+		body, err = h.readBody(w, r, &t.reserved)
 	}
 	if err == nil {
 		return body, true
@@ -308,13 +307,13 @@ func (h *Handler) readBodyOrAnswer(w http.ResponseWriter, r *http.Request, t *tr
 
 // tracker carries one request's event and emits it exactly once.
 type tracker struct {
-	h       *Handler
-	start   time.Time
-	ev      Event
-	emitted bool
-	key     string   // the request's key, when it came in a header
-	hold    bodyHold // the body budget this request reserved
-	grpc    bool     // a gRPC call (IsGRPC): answered in gRPC's shape
+	h        *Handler
+	start    time.Time
+	ev       Event
+	emitted  bool
+	key      string      // the request's key, when it came in a header
+	reserved reservation // the body budget this request reserved
+	grpc     bool        // a gRPC call (isGRPC): answered in gRPC's shape
 }
 
 // storeUnavailable answers 503: the store failed, nothing was executed.
@@ -331,7 +330,7 @@ func (t *tracker) adopt(ev *Event) {
 // finish returns the request's body budget and emits its event, when Handle
 // returns.
 func (t *tracker) finish() {
-	t.hold.release()
+	t.reserved.release()
 	t.emit()
 }
 

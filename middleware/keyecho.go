@@ -18,16 +18,16 @@ import (
 
 // markKeyEcho makes the key header of a stored answer's header the echo marker.
 func (h *Handler) markKeyEcho(hdr http.Header) {
-	if h.c.keyHeader != "" {
-		hdr[h.c.keyHeader] = []string{""}
+	if h.keyHeader != "" {
+		hdr[h.keyHeader] = []string{""}
 	}
 }
 
 // unechoKey replaces, in an upstream's answer about to be stored, a key header
 // that echoes the client's key (every value equal to it) with the echo marker.
 func (h *Handler) unechoKey(hdr http.Header, r *http.Request) {
-	vals, ok := hdr[h.c.keyHeader]
-	if !ok || h.c.keyHeader == "" {
+	vals, ok := hdr[h.keyHeader]
+	if !ok || h.keyHeader == "" {
 		return
 	}
 	key := h.echoKey(r)
@@ -43,7 +43,7 @@ func (h *Handler) unechoKey(hdr http.Header, r *http.Request) {
 // whose key (from a key header) is key, filling the echo marker in with it. A stored answer without the marker is
 // replayed as it is.
 func (h *Handler) replayEchoing(w http.ResponseWriter, resp *cache.Response, key string, dec *decodedBody) {
-	name := h.c.keyHeader
+	name := h.keyHeader
 	if vals := resp.Header[name]; len(vals) == 1 && vals[0] == "" {
 		c := *resp
 		c.Header = resp.Header.Clone()

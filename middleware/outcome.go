@@ -94,9 +94,9 @@ func (h *Handler) Resolve(ctx context.Context, storeKey string, res *Resolution)
 		for name, vals := range res.Header {
 			hdr[http.CanonicalHeaderKey(name)] = vals
 		}
-		hdr = storableHeader(hdr, h.c.ignored)
+		hdr = storableHeader(hdr, h.ignored)
 		delete(hdr, "Content-Length") // the replay writes the body's own
-		if _, ok := hdr[h.c.keyHeader]; ok {
+		if _, ok := hdr[h.keyHeader]; ok {
 			h.markKeyEcho(hdr) // the retry's own key, never the key itself in the store
 		}
 		resp = &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}

@@ -2,7 +2,7 @@ package middleware
 
 import "net/http"
 
-// passThrough calls next unprotected, noting the status for the observer.
+// passThrough calls next untracked, noting the status for the observer.
 func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, next Next, ev *Event) error {
 	sw := &statusWriter{ResponseWriter: w}
 	err := next.ServeHTTP(sw, r)
@@ -16,7 +16,7 @@ func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, next Next,
 	return err
 }
 
-// statusWriter notes the status of a response passed through unprotected.
+// statusWriter notes the status of a response passed through untracked.
 type statusWriter struct {
 	http.ResponseWriter
 	status int

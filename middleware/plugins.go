@@ -19,7 +19,7 @@ import (
 type KeySource interface {
 	// Key returns the key of r. body is its buffered body when NeedsBody
 	// reports true (nil otherwise). It fails with ErrNoKey when r carries no
-	// key (then require_key decides: 400, or passed through unprotected);
+	// key (then require_key decides: 400, or passed through untracked);
 	// with any other error the key is invalid and the error's text is the 400
 	// problem's detail.
 	Key(r *http.Request, body []byte) (string, error)
@@ -86,7 +86,7 @@ type Verifier interface {
 // Idempotency-Problem (the problem's type), Cache-Control: no-store, and the
 // request's key when it came in a key header; the format adds its own headers.
 // The core's default is ProblemJSON; package errformat has Stripe's shape and
-// JSON templates. A gRPC call (IsGRPC) is answered in gRPC's shape instead,
+// JSON templates. A gRPC call (isGRPC) is answered in gRPC's shape instead,
 // whatever the format: a client of gRPC reads no other (grpc.go).
 type ErrorFormat interface {
 	// Render returns p's Content-Type, extra headers (or nil) and body.

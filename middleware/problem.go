@@ -146,59 +146,53 @@ func RetrySeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// writeProblem writes p in format f; key, when not empty, is echoed in
-// keyHeader.
-func writeProblem(w http.ResponseWriter, f ErrorFormat, p Problem, retryAfter time.Duration, keyHeader, key string) {
-	ct, extra, b := f.Render(p, retryAfter)
-	h := w.Header()
-	for k, v := range extra {
-		h[k] = v
-	}
-	h.Set("Content-Type", ct)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
-	h.Set(ProblemHeader, p.Type)
-	h.Del("Transfer-Encoding")
-	if key != "" && keyHeader != "" {
-		h.Set(keyHeader, key)
-	}
-	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(RetrySeconds(retryAfter)))
-	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(b)
-}
-
-// WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
-// Retry-After header in whole seconds (at least 1).
-func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
-	writeProblem(w, ProblemJSON{}, p, retryAfter, "", "")
-}
-
 // WriteProblem writes p in the handler's error format, echoing the request's key
 // (when it came in a valid key header) as Stripe does; to a gRPC call
-// (IsGRPC), in gRPC's shape.
+// (isGRPC), in gRPC's shape.
 func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
-	h.writeProblem(w, p, retryAfter, h.echoKey(r), IsGRPC(r))
+	h.writeProblem(w, p, retryAfter, h.echoKey(r), isGRPC(r))
 }
 
-// writeProblem writes p in the handler's error format, echoing key; to a gRPC
-// call, in gRPC's shape (grpc.go).
+// writeProblem writes p, an answer the core makes itself: in the handler's
+// error format, or to a gRPC call in gRPC's shape (grpcProblem); key, when not
+// empty, is echoed in the key header. retryAfter > 0 adds a Retry-After in
+// whole seconds (at least 1).
 func (h *Handler) writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration, key string, grpc bool) {
+	hdr := w.Header()
+	status, body := http.StatusOK, []byte(nil)
 	if grpc {
-		writeGRPCProblem(w, p, retryAfter, h.c.keyHeader, key, false)
-		return
+		grpcProblem(hdr, p, retryAfter)
+	} else {
+		ct, extra, b := h.errorFormat.Render(p, retryAfter)
+		for k, v := range extra {
+			hdr[k] = v
+		}
+		hdr.Set("Content-Type", ct)
+		hdr.Set("Content-Length", strconv.Itoa(len(b)))
+		status, body = p.Status, b
 	}
-	writeProblem(w, h.c.errorFormat, p, retryAfter, h.c.keyHeader, key)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set(ProblemHeader, p.Type)
+	hdr.Del("Transfer-Encoding")
+	if key != "" && h.keyHeader != "" {
+		hdr.Set(h.keyHeader, key)
+	}
+	if retryAfter > 0 {
+		hdr.Set("Retry-After", strconv.Itoa(RetrySeconds(retryAfter)))
+	}
+	w.WriteHeader(status)
+	if len(body) > 0 {
+		_, _ = w.Write(body)
+	}
 }
 
 // echoKey is the key to echo on an answer to r: the key header's, when valid;
 // none for a key taken from elsewhere.
 func (h *Handler) echoKey(r *http.Request) string {
-	if h.c.keyHeader == "" {
+	if h.keyHeader == "" {
 		return ""
 	}
-	key, err := ParseKey(r.Header.Values(h.c.keyHeader))
+	key, err := ParseKey(r.Header.Values(h.keyHeader))
 	if err != nil {
 		return ""
 	}

@@ -317,7 +317,7 @@ func mustStatuses(t *testing.T, specs ...string) middleware.StatusSet {
 }
 
 func TestParseStatuses(t *testing.T) {
-	def := middleware.DefaultStoreStatuses()
+	def := middleware.DefaultSettings().StoreStatuses
 	for code, want := range map[int]bool{200: true, 201: true, 404: true, 499: true, 408: false, 425: false, 429: false, 500: false, 503: false, 101: false, 100: false} {
 		if def.Has(code) != want {
 			t.Errorf("default has %d = %v, want %v", code, !want, want)

@@ -72,18 +72,18 @@ func (rn *renewal) fire() {
 		case rn.store || rn.stopped:
 			// Completed by now, or lapsed during a store outage: the
 			// completion under way reports what it finds.
-		case rn.h.c.lapseHold > 0:
+		case rn.h.lapseHold > 0:
 			// Its Complete still replaces the held record when it lands.
-			rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
+			rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
 				slog.String("key_hash", rn.keyHash))
 		default:
 			// Its Complete still lands if nobody else claims the key meanwhile.
-			rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
+			rn.h.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
 				slog.String("key_hash", rn.keyHash))
 		}
 		return
 	case err != nil:
-		rn.h.c.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
+		rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
 			slog.String("key_hash", rn.keyHash), slog.Any("error", err))
 	}
 	if !rn.stopped {

@@ -37,7 +37,8 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			t.ev.Outcome = OutcomeReplayed
 		}
 		t.emit()
-		writeGRPCProblem(w, heldProblem(rec), 0, h.c.keyHeader, t.key, true)
+		w.Header().Set("Idempotent-Replayed", "true")
+		h.writeProblem(w, heldProblem(rec), 0, t.key, true)
 	default:
 		resp := h.storedAnswer(rec)
 		dec, err := needsDecoding(r, resp.Status, resp.Header, resp.Body, h.s.MaxBody) // encoding.go
@@ -52,7 +53,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 		}
 		// The body is held until the client took it: it counts in the
 		// budget, or a client that never reads could hold any number of them.
-		if !t.hold.grow(min(int64(len(resp.Body)), h.budget.size)) {
+		if !t.reserved.grow(min(int64(len(resp.Body)), h.budget.size)) {
 			t.problem(w, OutcomeOverloaded, errReplayOverloaded, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
 				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
 			return

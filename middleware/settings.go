@@ -2,10 +2,11 @@ package middleware
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // Settings are the core's settings. Each tagged field is a setting of every
@@ -130,7 +131,7 @@ func DefaultSettings() Settings {
 		MaxRequestBody:  10 << 20,
 		BodyBudget:      256 << 20,
 		MaxBody:         10 << 20,
-		StoreStatuses:   DefaultStoreStatuses(),
+		StoreStatuses:   defaultStoreStatuses(),
 		BodyReadTimeout: time.Minute,
 		TTL:             24 * time.Hour,
 		LockTTL:         30 * time.Second,
@@ -144,25 +145,13 @@ func DefaultSettings() Settings {
 	}
 }
 
-// SettingsError is a settings error that names the setting at fault by its
-// json name (lock_ttl), so each surface can name it in its own terms. It is the
-// one error type of a bad setting, the core's and its plug-ins' (key sources,
-// webhooks, error formats, reconcile) alike.
-type SettingsError struct {
-	Field string
-	Err   error
+// settingErr is the error of a bad setting: a *cache.FieldError naming it
+// by its json name (lock_ttl), so each surface can name it in its own terms.
+func settingErr(field, format string, args ...any) error {
+	return cache.FieldErrorf("", field, format, args...)
 }
 
-func (e *SettingsError) Error() string { return e.Field + ": " + e.Err.Error() }
-func (e *SettingsError) Unwrap() error { return e.Err }
-
-// SettingsErrorf returns a *SettingsError naming field, its text formatted as
-// by fmt.Errorf.
-func SettingsErrorf(field, format string, args ...any) error {
-	return &SettingsError{Field: field, Err: fmt.Errorf(format, args...)}
-}
-
-// Check reports the first setting that New would refuse, as a *SettingsError.
+// Check reports the first setting that New would refuse, as a *cache.FieldError.
 // It is the one place each rule is checked.
 func (s *Settings) Check() error {
 	_, err := compile(s)

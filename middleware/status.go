@@ -13,14 +13,14 @@ type StatusSet struct {
 	spec string // the specs, joined with commas
 }
 
-// DefaultStoreStatusSpec is the default of store_statuses as written in
+// defaultStoreStatusSpec is the default of store_statuses as written in
 // configuration: every final status below 500 except 408, 425 and 429, the
 // answers that mean "not executed, try later".
-func DefaultStoreStatusSpec() []string { return []string{"200-499", "!408", "!425", "!429"} }
+func defaultStoreStatusSpec() []string { return []string{"200-499", "!408", "!425", "!429"} }
 
-// DefaultStoreStatuses is the set DefaultStoreStatusSpec describes.
-func DefaultStoreStatuses() StatusSet {
-	s, _ := ParseStatuses(DefaultStoreStatusSpec()...)
+// defaultStoreStatuses is the set defaultStoreStatusSpec describes.
+func defaultStoreStatuses() StatusSet {
+	s, _ := ParseStatuses(defaultStoreStatusSpec()...)
 	return s
 }
 
@@ -58,7 +58,7 @@ func (s *StatusSet) set(code int, on bool) {
 
 // ParseStatuses builds a set from specs: a code ("201"), a class ("2xx"), a range
 // ("200-299"), each optionally prefixed by "!" to exclude it. Exclusions apply after
-// inclusions; specs with only exclusions start from DefaultStoreStatuses.
+// inclusions; specs with only exclusions start from defaultStoreStatuses.
 func ParseStatuses(specs ...string) (StatusSet, error) {
 	var s StatusSet
 	type span struct {
@@ -88,7 +88,7 @@ func ParseStatuses(specs ...string) (StatusSet, error) {
 	}
 
 	if !included {
-		s = DefaultStoreStatuses()
+		s = defaultStoreStatuses()
 	}
 	for _, excl := range []bool{false, true} {
 		for _, sp := range spans {

@@ -220,19 +220,19 @@ func TestResponseTooLargeForTheStore(t *testing.T) {
 	}
 }
 
-// holding counts the holds on a store that implements cache.Holder.
+// holding counts the holds on a store that implements cache.Pinned.
 type holding struct {
 	*flaky
 	holds atomic.Int64
 }
 
-func (s *holding) Hold() func() {
+func (s *holding) Pin() func() {
 	s.holds.Add(1)
 	var once sync.Once
 	return func() { once.Do(func() { s.holds.Add(-1) }) }
 }
 
-// A store that implements cache.Holder is held for every tracked request and for
+// A store that implements cache.Pinned is held for every tracked request and for
 // a completion retried in the background until that ends, so a pool that closes
 // stores on a reload never closes one under a request.
 func TestStoreHeldWhileUsed(t *testing.T) {

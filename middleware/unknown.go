@@ -36,14 +36,14 @@ var errLeaseLapsed = errors.New("the first execution's lease lapsed before its o
 // follow-up (Settings.OnHold: reconcile) is told, with this request, which is
 // the first execution's (the same fingerprint).
 func (h *Handler) lapsed(r *http.Request, c *claim, key string, body []byte, rec *cache.Record) {
-	h.c.logger.LogAttrs(r.Context(), slog.LevelWarn, "idempotency lease lapsed before the outcome was stored: the key is held, retries will not run again",
+	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "idempotency lease lapsed before the outcome was stored: the key is held, retries will not run again",
 		slog.String("key_hash", c.keyHash), slog.Time("claimed", rec.CreatedAt), slog.Duration("unknown_hold", h.s.UnknownHold))
 	if h.s.OnHold == nil {
 		return
 	}
 	held := Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body, Hold: h.s.UnknownHold, Sent: rec.CreatedAt}
 	if err := h.s.OnHold(context.WithoutCancel(r.Context()), held); err != nil {
-		h.c.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
+		h.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
 			slog.String("key_hash", c.keyHash), slog.Any("error", err))
 	}
 }
@@ -65,12 +65,12 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 		held := *c.held
 		held.Hold, held.Sent = h.s.UnknownHold, c.started
 		if err := h.s.OnHold(context.WithoutCancel(c.ctx), held); err != nil {
-			h.c.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
+			h.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency outcome unknown: the hold's follow-up failed; an operator settles the key",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 		}
 	}
 	status := unknownStatus(c.ev.Err)
-	h.c.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
+	h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", c.keyHash), slog.Duration("unknown_hold", h.s.UnknownHold), slog.Any("error", c.ev.Err))
 	err := c.store(h.unknownAnswer(status, c.trace), h.s.UnknownHold)
 	if errors.Is(err, cache.ErrFull) {
@@ -100,7 +100,7 @@ func (h *Handler) unknownAnswer(status int, trace []byte) *cache.Response {
 // render is the answer of held unknown outcome p.
 func (h *Handler) render(p Problem, trace []byte) *cache.Response {
 	status := p.Status
-	ct, hdr, body := h.c.errorFormat.Render(p, 0)
+	ct, hdr, body := h.errorFormat.Render(p, 0)
 	if hdr == nil {
 		hdr = http.Header{}
 	}

@@ -8,16 +8,17 @@ import (
 )
 
 // waitForFirst waits, up to the configured wait, for the in-flight request holding
-// key to finish. It returns the record as last read (loaded=true), or loaded=false
-// when this request claimed the key itself (the first one was released). seen is
-// when the lock the caller read was created.
+// c's key to finish. It returns the record as last read (loaded=true), or
+// loaded=false when c claimed the key itself (the first one was released). seen
+// is when the lock the caller read was created; owner is c's (Handler.owner).
 //
 // A store may announce only the changes of a lock that was in flight when
 // Subscribe ran (PostgreSQL and Redis mark it then). A lock the read finds that
 // was not the one read before Subscribe (another waiter claimed the key after a
 // release, or took over a lapsed lock) may be younger than the mark: it is
 // subscribed to and read once more before waiting for it.
-func (h *Handler) waitForFirst(r *http.Request, key string, lock cache.Lock, seen time.Time) (*cache.Record, bool, error) {
+func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*cache.Record, bool, error) {
+	h, key, lock := c.h, c.storeKey, c.lock(owner)
 	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)

@@ -210,7 +210,7 @@ type wrapped struct {
 
 func (w *wrapped) Unwrap() cache.Store { return w.Store }
 
-func (w *wrapped) Hold() func() {
+func (w *wrapped) Pin() func() {
 	w.holds.Add(1)
 	var once sync.Once
 	return func() { once.Do(func() { w.holds.Add(-1) }) }

@@ -6,14 +6,12 @@ import (
 	"net"
 	"reflect"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // Config is the proxy's whole configuration: flags, IDEMPROXY_* variables and the
@@ -26,7 +24,7 @@ import (
 // makes it its row in docs/settings.md.
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port of 0: a free one, named in the start-up line)"`
-	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API to protect: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
+	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API behind the proxy: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
 	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live (see docs/stores.md): ${stores}"`
 	Admin             string        `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off" help:"address of the admin listener: health, metrics, keys ('/healthz', '/readyz', '/metrics', '/keys/'); off when empty"`
 	AdminToken        string        `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off" help:"off when empty; else the bearer token the admin API requires on every endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows in 'ps'); 'idemproxy keys' sends it from the same variable"`
@@ -69,6 +67,9 @@ type Config struct {
 	// overrides are the file's settings a flag or variable replaced
 	// (ParseArgs sets them; the start-up line's notes say so).
 	overrides []override
+	// compiled are the top level's and the routes' settings as Validate
+	// compiled them; nil before.
+	compiled []compiledRoute
 }
 
 // override is a setting of the config file that a flag or variable replaced.
@@ -167,10 +168,12 @@ func (c *Config) source(field string) string {
 var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
 
 // Validate checks the whole configuration, naming the flag, variable or file key
-// at fault.
+// at fault, and compiles every route's settings (reading webhook secrets):
+// New and Reload build the routes from what it compiled, so a Config changed
+// after Validate (ParseArgs runs it) must be validated again.
 func (c *Config) Validate() error {
 	if c.Upstream == "" {
-		return errors.New("--upstream is required (the API to protect, e.g. http://127.0.0.1:3000)")
+		return errors.New("--upstream is required (the API behind the proxy, e.g. http://127.0.0.1:3000)")
 	}
 	if _, _, err := upstreamURL(c.Upstream); err != nil { // h2c.go
 		return fmt.Errorf("%s %q: %w", c.source("upstream"), c.Upstream, err)
@@ -234,36 +237,20 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s %q: want debug, info, warn or error", c.source("log_level"), c.LogLevel)
 	}
-	if err := c.Config.Validate(); err != nil {
-		return c.named(err, nil, 0)
+	routes, err := c.compileRoutes()
+	if err != nil {
+		return err
 	}
-	seen := map[string]string{}
-	for i := range c.Routes {
-		r := &c.Routes[i]
-		if !strings.HasPrefix(r.Path, "/") {
-			return fmt.Errorf("%s: path %q must start with /", r.where(i, "path"), r.Path)
-		}
-		_, match, err := middleware.CanonicalPath(r.Path)
-		if err != nil {
-			return fmt.Errorf("%s: path %q: %v", r.where(i, "path"), r.Path, err)
-		}
-		if prev, ok := seen[match]; ok {
-			return fmt.Errorf("%s: path %q appears twice (routes match in any case: %q is the same route)", r.where(i, "path"), r.Path, prev)
-		}
-		seen[match] = r.Path
-		if err := c.Config.Merged(r.Config).Validate(); err != nil {
-			return c.named(err, r, i)
-		}
-	}
-	return c.checkReconcile()
+	c.compiled = routes
+	return nil
 }
 
 // named puts the flag, variable or file key in front of a core configuration
 // error: of the top level, or of route i (r) and, when the route inherits the
 // setting at fault, where the top level set it.
 func (c *Config) named(err error, r *Route, i int) error {
-	var ce *middleware.SettingsError
-	if !errors.As(err, &ce) {
+	var ce *cache.FieldError
+	if !errors.As(err, &ce) || ce.Store != "" {
 		return err
 	}
 	if r == nil {
@@ -275,9 +262,6 @@ func (c *Config) named(err error, r *Route, i int) error {
 	}
 	return err
 }
-
-// route returns the core settings of route r: the top level with r's set fields.
-func (c *Config) route(r Route) config.Config { return c.Config.Merged(r.Config) }
 
 // storeError names the flag, variable or file key of a store setting at fault.
 func (c *Config) storeError(err error) error {

@@ -2,18 +2,10 @@ package proxy
 
 import (
 	"context"
-	crand "crypto/rand"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"strings"
-	"sync"
-
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -23,14 +15,6 @@ const (
 	UpstreamHostUpstream = "upstream" // the upstream URL's host (the default)
 	UpstreamHostClient   = "client"   // the Host the client sent
 )
-
-// maxHops bounds the addresses of an X-Forwarded-For chain and the elements of
-// a Forwarded header a trusted proxy may pass: a longer one is replaced, as a
-// malformed one is.
-const maxHops = 32
-
-// maxRequestID bounds a request id taken from a trusted proxy.
-const maxRequestID = 128
 
 // forwarding is how the proxy passes on who the client was: the
 // X-Forwarded-For, -Proto, -Host and Forwarded headers, the Host and the
@@ -51,62 +35,6 @@ func newForwarding(cfg *Config) (*forwarding, error) {
 		f.idHeader = http.CanonicalHeaderKey(cfg.RequestIDHeader)
 	}
 	return f, nil
-}
-
-// parsePrefixes reads trusted_proxies: CIDRs, or addresses (one host each).
-func parsePrefixes(list []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(list))
-	for _, s := range list {
-		if strings.Contains(s, "/") {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8, fd00::/8) or an address", s)
-			}
-			if p.Addr().Is4In6() {
-				return nil, fmt.Errorf("%q: write an IPv4 CIDR as such (10.0.0.0/8)", s)
-			}
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("%q: want a CIDR (10.0.0.0/8, fd00::/8) or an address", s)
-		}
-		a = a.Unmap()
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
-}
-
-// validUpstreamHost checks upstream_host: upstream, client, or host[:port].
-func validUpstreamHost(s string) error {
-	if s == UpstreamHostUpstream || s == UpstreamHostClient {
-		return nil
-	}
-	if !validHost(s) {
-		return errors.New("want upstream, client, or a host[:port] such as api.example.com")
-	}
-	return nil
-}
-
-// validHost reports whether s is a host name or IP address, with an optional
-// port: what a Host or X-Forwarded-Host may carry.
-func validHost(s string) bool {
-	host := s
-	if h, port, err := net.SplitHostPort(s); err == nil {
-		if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
-			return false
-		}
-		host = h
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Zone() == "" && (a.Is4() || host != s) // IPv6 with a port is [bracketed]
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		a, err := netip.ParseAddr(s[1 : len(s)-1])
-		return err == nil && a.Is6() && a.Zone() == ""
-	}
-	return len(host) <= 253 && hostName.MatchString(host)
 }
 
 func (f *forwarding) trusts(a netip.Addr) bool {
@@ -193,137 +121,6 @@ func (f *forwarding) inbound(r *http.Request) *reqInfo {
 		h[f.idHeader] = info.idValue[:]
 	}
 	return info
-}
-
-// A request id is 26 characters of the base32 alphabet (A–Z, 2–7), 130 random
-// bits: the form crypto/rand.Text gives, which the proxy used before. Drawn
-// from the operating system per request, those bits cost a getrandom call
-// each (0.1 µs or so through the vDSO of Linux 6.11 and later, 0.5 µs as the
-// system call of earlier kernels); they now come from a pool of ChaCha8
-// generators, each seeded with 32 bytes of crypto/rand when the pool makes it
-// (at start, and again when a garbage collection has emptied the pool): a
-// little less than the vDSO call, in user space (BENCHMARKS.md, issue 27).
-//
-// What a request id needs is that it cannot be predicted or counted (a
-// counter would tell the request volume, and a guessable id could be planted
-// in someone else's trail) and that it does not repeat, across processes and
-// restarts too. It is no secret: nothing is authorised by it. math/rand/v2's
-// ChaCha8 is documented as a cryptographically strong generator (the one the
-// Go runtime itself uses), rekeying itself from its own output every
-// kilobyte, so that a memory dump tells at most the last few dozen ids of a
-// generator (which the logs hold anyway): with a secret 256-bit seed per
-// generator, an id tells nothing of any other, and two ids repeat only by a
-// 130-bit coincidence. (The package as a whole warns against
-// security-sensitive use; ChaCha8 is the generator it documents as
-// cryptographically strong. Its top-level functions are not used: their
-// source is not documented as such, and is shared with the whole process.) A
-// generator serves one request at a time, without a lock; the pool keeps one
-// per busy goroutine rather than one per request.
-var idSources = sync.Pool{New: func() any {
-	var seed [32]byte
-	_, _ = crand.Read(seed[:]) // never fails (it aborts the process instead)
-	return rand.NewChaCha8(seed)
-}}
-
-const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-
-// requestIDLen characters of 5 bits: ⌈128/5⌉, as crypto/rand.Text.
-const requestIDLen = 26
-
-func newRequestID() string {
-	var b [requestIDLen]byte
-	src := idSources.Get().(*rand.ChaCha8)
-	_, _ = src.Read(b[:])
-	idSources.Put(src)
-	for i := range b {
-		b[i] = base32Alphabet[b[i]%32] // 256 is a multiple of 32: uniform
-	}
-	return string(b[:])
-}
-
-// single returns the one value of a header sent once.
-func single(vals []string) (string, bool) {
-	if len(vals) != 1 {
-		return "", false
-	}
-	return strings.TrimSpace(vals[0]), true
-}
-
-// forwardedFor parses an X-Forwarded-For chain, over every line of it: each
-// entry an IP address (IPv6 possibly in brackets), at most maxHops.
-func forwardedFor(lines []string) ([]netip.Addr, bool) {
-	if len(lines) == 0 {
-		return nil, true
-	}
-	var chain []netip.Addr
-	for _, line := range lines {
-		for e := range strings.SplitSeq(line, ",") {
-			e = strings.TrimSpace(e)
-			if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
-				e = e[1 : len(e)-1]
-			}
-			a, err := netip.ParseAddr(e)
-			if err != nil || a.Zone() != "" || len(chain) == maxHops {
-				return nil, false
-			}
-			chain = append(chain, a.Unmap())
-		}
-	}
-	return chain, true
-}
-
-// validForwarded checks a Forwarded header (RFC 7239) over every line: elements
-// of token=value pairs, a value a token or a quoted string, at most maxHops.
-func validForwarded(lines []string) bool {
-	n := 0
-	for _, line := range lines {
-		for elem := range strings.SplitSeq(line, ",") {
-			if n++; n > maxHops {
-				return false
-			}
-			for pair := range strings.SplitSeq(strings.TrimSpace(elem), ";") {
-				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if !ok || !isToken(name) || !(isToken(value) || isQuoted(value)) {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an RFC 9110 token.
-var isToken = httpguts.ValidHeaderFieldName
-
-// isQuoted reports whether s is a quoted string without escapes or control
-// characters (the form a node or host takes: "[2001:db8::1]:4711").
-func isQuoted(s string) bool {
-	return len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' && quotable(s[1:len(s)-1])
-}
-
-// quotable reports whether s can be put in quotes as it is: no quote,
-// backslash or control character.
-func quotable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// validRequestID: 1 to maxRequestID visible ASCII characters, none of which
-// would need quoting in a log line or a header list.
-func validRequestID(s string) bool {
-	if s == "" || len(s) > maxRequestID {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == ',' || c == ';' {
-			return false
-		}
-	}
-	return true
 }
 
 // rewrite sets the forwarding headers, X-Real-IP (the client, unless a

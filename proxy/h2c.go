@@ -1,13 +1,6 @@
 package proxy
 
-import (
-	"fmt"
-	"net/http"
-	"net/url"
-	"time"
-
-	"github.com/idemproxy/idemproxy/internal/forward"
-)
+import "net/http"
 
 // gRPC's transports (docs/grpc.md): the client listener serves HTTP/2 beside
 // HTTP/1.1, over TLS (ALPN h2) and without it (h2c with prior knowledge, what
@@ -30,37 +23,4 @@ func clientProtocols(tls bool) *http.Protocols {
 		p.SetUnencryptedHTTP2(true)
 	}
 	return &p
-}
-
-// upstreamURL parses the upstream URL: http://, https:// or h2c:// with a
-// host. An h2c:// URL is sent to as http://, over cleartext HTTP/2 (h2c).
-func upstreamURL(raw string) (u *url.URL, h2c bool, err error) {
-	u, err = url.Parse(raw)
-	if err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" && u.Scheme != h2cScheme {
-		return nil, false, fmt.Errorf("want an absolute http://, https:// or h2c:// URL")
-	}
-	if u.Scheme == h2cScheme {
-		c := *u
-		c.Scheme = "http"
-		return &c, true, nil
-	}
-	return u, false, nil
-}
-
-// newUpstreamTransport is the transport to the upstream URL raw (checked by
-// Validate): HTTP/1.1 or, over TLS, HTTP/2; only cleartext HTTP/2 to an h2c://
-// upstream.
-func newUpstreamTransport(raw string, responseHeaderTimeout time.Duration) *http.Transport {
-	if _, h2c, _ := upstreamURL(raw); h2c {
-		return forward.NewH2CTransport(responseHeaderTimeout)
-	}
-	return forward.NewTransport(responseHeaderTimeout)
-}
-
-// sameTransport reports whether a configuration with upstream URL b and
-// upstream_timeout tb can keep the transport of one with a and ta.
-func sameTransport(a string, ta time.Duration, b string, tb time.Duration) bool {
-	_, ha, _ := upstreamURL(a)
-	_, hb, _ := upstreamURL(b)
-	return ta == tb && ha == hb
 }

@@ -13,8 +13,8 @@ import (
 // method's case, the path's case, dot segments and ;parameters, the Host's
 // spelling and the key's source. Each case here was seen failing on 0c84ea5.
 
-// hostileConfig protects /charges (a key is required), leaves /internal
-// unprotected, verifies GitHub and Standard Webhooks deliveries, and has a plain
+// hostileConfig tracks /charges (a key is required), leaves /internal
+// untracked, verifies GitHub and Standard Webhooks deliveries, and has a plain
 // /notes route.
 func hostileConfig(t *testing.T, upstream string) string {
 	cfg := testutil.TempFile(t, "idemproxy.yaml", `upstream: `+upstream+`

@@ -12,22 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
-	"github.com/idemproxy/idemproxy/config"
-	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/idemproxy/idemproxy/tracing"
-)
-
-// Problem types the proxy answers itself.
-const (
-	// ProblemUpstream: a 502/504 when the upstream fails.
-	ProblemUpstream = middleware.ProblemTypeBase + "upstream-unavailable"
-	// ProblemPath: a 400 for a path that is not in canonical form (the core's
-	// problem type; see middleware.CanonicalPath).
-	ProblemPath = middleware.ProblemNonCanonicalPath
 )
 
 // Proxy serves clients: it routes each request to its route's idempotency handler
@@ -66,37 +53,23 @@ func New(ctx context.Context, cfg *Config, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-func (p *Proxy) buildRoute(st *state, path string, enabled bool, cc config.Config) (*route, error) {
-	match := ""
-	if path != "" {
-		var err error
-		if _, match, err = middleware.CanonicalPath(path); err != nil {
-			return nil, err // Validate names the route
-		}
-	}
-	s, err := cc.Compile()
-	if err != nil {
-		return nil, err
-	}
-	if s.Verifier != nil && !cc.IsSet("key_namespace") && match != "" {
-		// A webhook route's keys are its own: two routes with the same
-		// preset (two accounts of one provider) never share a record.
-		s.KeyNamespace = match
-	}
-	name := (&route{path: path}).name()
+// buildRoute builds the handler of the compiled route cr over st's store.
+func (p *Proxy) buildRoute(st *state, cr compiledRoute) (*route, error) {
+	s := cr.settings
+	name := (&route{path: cr.path}).name()
 	counts := p.metrics.requests.Route(name)
 	s.Logger, s.Observer = p.log, func(ev middleware.Event) { p.observe(counts, ev) }
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
-	if err := p.reconcileRoute(st, path, cc, &s); err != nil {
+	if err := p.reconcileRoute(st, cr.path, cr.rules, &s); err != nil {
 		return nil, err
 	}
 	h, err := middleware.New(st.cache, middleware.From(s))
 	if err != nil {
 		return nil, err
 	}
-	return &route{path: path, match: match, enabled: enabled, h: h, methods: s.Methods, counts: counts}, nil
+	return &route{path: cr.path, match: cr.match, enabled: cr.enabled, h: h, methods: s.Methods, counts: counts}, nil
 }
 
 // Wait waits for responses whose storing is being retried (see
@@ -151,28 +124,35 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer st.release()
 	info := st.fwd.inbound(r)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
-	if !st.guarded[strings.ToUpper(r.Method)] { // "post" is POST
+	if !st.tracked[strings.ToUpper(r.Method)] { // "post" is POST
 		p.passUntracked(st, p.metrics.requests.Any(), w, r, st.rp)
 		return
 	}
-	// Routes match the path as the core reads it (middleware.CanonicalPath):
-	// decoded, without ;parameters, in any case. A path that cannot be read one
-	// way only ("..", "..;", an encoded slash) could pick one route here and
-	// reach another upstream (/internal/..;/charges): it is refused.
-	_, route, err := middleware.CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
+	// The request is read into its canonical form once, here: routes match
+	// the path as the core reads it (decoded, without ;parameters, in any
+	// case), and the core takes the same reading (HandleCanonical). A path
+	// that cannot be read one way only ("..", "..;", an encoded slash) could
+	// pick one route here and reach another upstream (/internal/..;/charges):
+	// it is refused.
+	c, err := middleware.Canonicalize(r)
+	if errors.Is(err, middleware.ErrNonCanonicalPath) {
 		p.passUntracked(st, p.metrics.requests.Any(), w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			st.def.h.WriteProblem(w, r, middleware.NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
 		}))
 		return
 	}
-	rt := st.match(route)
+	rt := st.match(c.Route)
 	info.route = rt.name()
 	if !rt.enabled || !rt.h.Tracked(r.Method) {
 		p.passUntracked(st, rt.counts, w, r, st.rp)
 		return
 	}
-	if err := rt.h.Handle(w, r, st.next); err != nil {
+	if err != nil { // a Host with no canonical form: the core answers it
+		err = rt.h.Handle(w, r, st.next)
+	} else {
+		err = rt.h.HandleCanonical(w, r, c, st.next)
+	}
+	if err != nil {
 		// The upstream failed and the key was released (the request never left,
 		// or the unknown_outcome policy is release): nothing was answered yet.
 		p.upstreamProblem(w, r, rt.h, err)
@@ -214,53 +194,4 @@ func (p *Proxy) observe(counts *prommetrics.RouteRequests, ev middleware.Event) 
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
 	p.log.LogAttrs(r.Context(), level, "request", attrs...)
-}
-
-// upstreamTransport is the transport to the upstream; with tracing, each call is
-// a client span and carries its traceparent upstream.
-func upstreamTransport(cfg *Config) http.RoundTripper {
-	t := newUpstreamTransport(cfg.Upstream, cfg.UpstreamTimeout) // h2c.go
-	if !cfg.tracing {
-		return t
-	}
-	return otelhttp.NewTransport(t)
-}
-
-// attempt is a first execution's upstream call (forward.Attempt: it sees whether
-// the request was written, and guards it against a re-send), with the error
-// ReverseProxy's error handler left for the core's classification.
-type attempt struct {
-	forward.Attempt
-	err error
-}
-
-type attemptKey struct{}
-
-func (p *Proxy) upstreamError(st *state, w http.ResponseWriter, r *http.Request, err error) {
-	level := slog.LevelWarn
-	if errors.Is(err, context.Canceled) {
-		level = slog.LevelDebug // the client went away
-	}
-	p.log.LogAttrs(r.Context(), level, "upstream error", slog.String("path", r.URL.Path), slog.Any("error", err))
-	if a, ok := r.Context().Value(attemptKey{}).(*attempt); ok {
-		a.err = err // the core answers
-		return
-	}
-	p.upstreamProblem(w, r, st.routeOf(r).h, err)
-}
-
-// upstreamProblem answers, in the route's error format, a failed upstream call
-// whose key (if any) was released.
-func (p *Proxy) upstreamProblem(w http.ResponseWriter, r *http.Request, h *middleware.Handler, err error) {
-	status := http.StatusBadGateway
-	if errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusGatewayTimeout
-	}
-	h.WriteProblem(w, r, middleware.Problem{
-		Type:      ProblemUpstream,
-		Title:     "Upstream unavailable",
-		Status:    status,
-		Detail:    "the upstream could not be reached or did not answer; the request may be retried with the same key",
-		Retryable: true, // it never left, or its key was released
-	}, 0)
 }

@@ -46,7 +46,7 @@ func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*recon
 		rules.Running = s.HandlerTimeout
 	}
 	if rules.Running <= 0 {
-		return nil, middleware.SettingsErrorf("reconcile",
+		return nil, cache.FieldErrorf("", "reconcile",
 			"a not-found answer releases a key only once the original can no longer be running upstream, and nothing bounds how long it runs: "+
 				"set upstream_timeout or handler_timeout (both are 0)")
 	}
@@ -56,39 +56,16 @@ func (c *Config) reconcileRules(cc config.Config, s middleware.Settings) (*recon
 	return rules, nil
 }
 
-// checkReconcile checks the reconcile rules of the top level and each route
-// with what the proxy adds to them (reconcileRules).
-func (c *Config) checkReconcile() error {
-	check := func(cc config.Config) error {
-		s, err := cc.Compile()
-		if err != nil {
-			return err
-		}
-		_, err = c.reconcileRules(cc, s)
-		return err
-	}
-	if err := check(c.Config); err != nil {
-		return c.named(err, nil, 0)
-	}
-	for i := range c.Routes {
-		if err := check(c.route(c.Routes[i])); err != nil {
-			return c.named(err, &c.Routes[i], i)
-		}
-	}
-	return nil
-}
-
-// reconcileRoute sets s.OnHold to schedule the route's held keys when cc names
-// a reconcile request.
-func (p *Proxy) reconcileRoute(st *state, path string, cc config.Config, s *middleware.Settings) error {
-	rules, err := st.cfg.reconcileRules(cc, *s)
-	if err != nil || rules == nil {
-		return err
+// reconcileRoute sets s.OnHold to schedule the route's held keys when it
+// reconciles (rules).
+func (p *Proxy) reconcileRoute(st *state, path string, rules *reconcile.Rules, s *middleware.Settings) error {
+	if rules == nil {
+		return nil
 	}
 	jobs, ok := st.cache.(cache.Reconciler)
 	if !ok {
 		kind, _ := stores.KindOf(st.cfg.Store)
-		return middleware.SettingsErrorf("reconcile", "the %s store keeps no reconcile jobs", kind)
+		return cache.FieldErrorf("", "reconcile", "the %s store keeps no reconcile jobs", kind)
 	}
 	if st.rc == nil {
 		upstream, _, _ := upstreamURL(st.cfg.Upstream) // checked by Validate

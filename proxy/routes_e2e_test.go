@@ -120,7 +120,7 @@ func TestE2ERouteWaitZero(t *testing.T) {
 
 // A path with "..", "." or an empty segment cannot pick one route and reach
 // another: /internal/../charges used to match the disabled /internal route and
-// reach /charges unprotected, without its required key.
+// reach /charges untracked, without its required key.
 func TestE2ENonCanonicalPaths(t *testing.T) {
 	skipShort(t)
 	up := testutil.NewUpstream(t)

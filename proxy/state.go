@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"sort"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/conf"
-	"github.com/idemproxy/idemproxy/internal/forward"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -36,7 +34,7 @@ type state struct {
 	next      middleware.Next
 	def       *route
 	routes    []*route        // longest path first
-	guarded   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
+	tracked   map[string]bool // methods tracked by some route, canonical: their paths must be canonical
 	users     atomic.Int64    // requests being served with this state
 	rc        *reconciler     // nil: no route reconciles (reconcile.go)
 }
@@ -105,8 +103,10 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 // the TLS certificate, the forwarding rules. `idemproxy validate` runs it too.
 func (p *Proxy) prepareState(cfg *Config) (*state, error) {
 	cfg.tracing = p.tracing
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if cfg.compiled == nil { // not validated yet (ParseArgs validates)
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	st := &state{cfg: cfg}
 	if cfg.TLSCert != "" {
@@ -126,53 +126,25 @@ func (p *Proxy) prepareState(cfg *Config) (*state, error) {
 // buildRoutes builds st's reverse proxy and its routes' handlers.
 func (p *Proxy) buildRoutes(st *state) error {
 	cfg := st.cfg
-	target, _, _ := upstreamURL(cfg.Upstream) // checked by Validate
-	st.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			st.fwd.rewrite(pr)
-			// The core read the body into memory (GetBody is set only then).
-			// ReverseProxy wraps the outbound body in a type the transport
-			// does not know, so it would write the headers and the body
-			// upstream apart: two writes, two wake-ups of the upstream. A
-			// fresh reader over the same bytes goes out in one write.
-			if pr.In.GetBody != nil && pr.Out.ContentLength > 0 {
-				if b, err := pr.In.GetBody(); err == nil {
-					pr.Out.Body = b
-				}
-			}
-			if a, ok := pr.In.Context().Value(attemptKey{}).(*attempt); ok { // a first execution under the core
-				pr.Out = a.Guard(pr.Out, pr.In.GetBody)
-			}
-		},
-		Transport:    st.transport,
-		BufferPool:   forward.BufferPool{},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { p.upstreamError(st, w, r, err) },
-		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
-	}
-	st.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error {
-		// A failed upstream call is classified for the core rather than answered
-		// here: upstreamError leaves it in the attempt.
-		var a attempt
-		defer p.metrics.upstream.Done(p.metrics.upstream.Start())
-		st.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, &a)))
-		return a.Classify(a.err)
-	})
-	var err error
-	if st.def, err = p.buildRoute(st, "", true, cfg.Config); err != nil {
-		return cfg.named(err, nil, 0)
-	}
-	for i, rc := range cfg.Routes {
-		rt, err := p.buildRoute(st, rc.Path, rc.Enabled, cfg.route(rc))
-		if err != nil {
-			return cfg.named(err, &cfg.Routes[i], i)
+	st.rp = p.reverseProxy(st)
+	st.next = middleware.NextFunc(func(w http.ResponseWriter, r *http.Request) error { return p.attempt(st, w, r) })
+	for i, cr := range cfg.compiled {
+		rt, err := p.buildRoute(st, cr)
+		switch {
+		case err != nil && i == 0:
+			return cfg.named(err, nil, 0)
+		case err != nil:
+			return cfg.named(err, &cfg.Routes[i-1], i-1)
+		case i == 0:
+			st.def = rt
+		default:
+			st.routes = append(st.routes, rt)
 		}
-		st.routes = append(st.routes, rt)
 	}
-	st.guarded = map[string]bool{}
+	st.tracked = map[string]bool{}
 	for _, rt := range append([]*route{st.def}, st.routes...) {
 		for _, m := range rt.methods {
-			st.guarded[m] = true // upper case (Validate)
+			st.tracked[m] = true // upper case (Validate)
 		}
 	}
 	sort.SliceStable(st.routes, func(i, j int) bool { return len(st.routes[i].match) > len(st.routes[j].match) })

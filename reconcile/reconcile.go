@@ -45,10 +45,10 @@ type Rules struct {
 	TTL     time.Duration // how long a "done" answer is kept (the route's ttl)
 }
 
-// Check reports what is wrong with r: a *middleware.SettingsError naming the
+// Check reports what is wrong with r: a *cache.FieldError naming the
 // setting.
 func (r *Rules) Check() error {
-	bad := middleware.SettingsErrorf
+	bad := func(field, format string, args ...any) error { return cache.FieldErrorf("", field, format, args...) }
 	switch {
 	case r.Request == nil:
 		return bad("reconcile", "no request")

@@ -243,7 +243,7 @@ func TestRulesCheckNamesTheSetting(t *testing.T) {
 	} {
 		r := *f.rules
 		tc.change(&r)
-		var se *middleware.SettingsError
+		var se *cache.FieldError
 		if err := r.Check(); !errors.As(err, &se) || se.Field != tc.field {
 			t.Errorf("%s: Check() = %v", tc.field, err)
 		}

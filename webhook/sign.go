@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemproxy/idemproxy/middleware"
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // Sign returns the headers a provider would send with body, signed with the
@@ -50,13 +50,13 @@ func LoadSecrets(refs []string) ([]string, error) {
 		case kind == "env" && arg != "":
 			v, ok := os.LookupEnv(arg)
 			if v = strings.TrimSpace(v); !ok || v == "" {
-				return nil, middleware.SettingsErrorf("webhook_secrets", "%s: the variable is not set or empty", ref)
+				return nil, cache.FieldErrorf("", "webhook_secrets", "%s: the variable is not set or empty", ref)
 			}
 			out = append(out, v)
 		case kind == "file" && arg != "":
 			b, err := os.ReadFile(arg)
 			if err != nil {
-				return nil, middleware.SettingsErrorf("webhook_secrets", "%s: %v", ref, errors.Unwrap(err))
+				return nil, cache.FieldErrorf("", "webhook_secrets", "%s: %v", ref, errors.Unwrap(err))
 			}
 			n := 0
 			for _, line := range bytes.Split(b, []byte("\n")) {
@@ -66,10 +66,10 @@ func LoadSecrets(refs []string) ([]string, error) {
 				}
 			}
 			if n == 0 {
-				return nil, middleware.SettingsErrorf("webhook_secrets", "%s: no secret in the file", ref)
+				return nil, cache.FieldErrorf("", "webhook_secrets", "%s: no secret in the file", ref)
 			}
 		default:
-			return nil, middleware.SettingsErrorf("webhook_secrets", "an entry is neither env:NAME nor file:PATH (a secret itself never goes in the configuration)")
+			return nil, cache.FieldErrorf("", "webhook_secrets", "an entry is neither env:NAME nor file:PATH (a secret itself never goes in the configuration)")
 		}
 	}
 	return out, nil

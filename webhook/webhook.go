@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/middleware"
 )
@@ -91,41 +92,41 @@ var (
 	errSigBadTime  = errors.New("the signed timestamp is not a Unix time")
 )
 
-// New checks w and compiles it; a bad setting is a *middleware.SettingsError
+// New checks w and compiles it; a bad setting is a *cache.FieldError
 // naming it (webhook, webhook_secrets, …).
 func New(w Webhook) (*Verifier, error) {
 	w.Secrets = append([]string(nil), w.Secrets...)
 	p, ok := lookup(w.Preset)
 	if !ok {
-		return nil, middleware.SettingsErrorf("webhook", "%q: want %s", w.Preset, conf.OrList(Names()))
+		return nil, cache.FieldErrorf("", "webhook", "%q: want %s", w.Preset, conf.OrList(Names()))
 	}
 	v := &Verifier{Webhook: w, preset: p, header: p.Header, now: time.Now}
 	if len(v.Secrets) == 0 {
-		return nil, middleware.SettingsErrorf("webhook_secrets", "the %s preset needs at least one secret", v.Preset)
+		return nil, cache.FieldErrorf("", "webhook_secrets", "the %s preset needs at least one secret", v.Preset)
 	}
 	if p.Custom {
 		if err := v.custom(); err != nil {
 			return nil, err
 		}
 	} else if v.Header != "" || v.Prefix != "" {
-		return nil, middleware.SettingsErrorf("webhook_header", "webhook_header and webhook_prefix apply to the %s preset only; %s has its own header",
+		return nil, cache.FieldErrorf("", "webhook_header", "webhook_header and webhook_prefix apply to the %s preset only; %s has its own header",
 			conf.OrList(names(func(p Preset) bool { return p.Custom })), v.Preset)
 	}
 	for i, s := range v.Secrets {
 		if s == "" {
-			return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d is empty", i+1)
+			return nil, cache.FieldErrorf("", "webhook_secrets", "secret %d is empty", i+1)
 		}
 		key := []byte(s)
 		if p.secret != nil {
 			var err error
 			if key, err = p.secret(s); err != nil {
-				return nil, middleware.SettingsErrorf("webhook_secrets", "secret %d %v", i+1, err)
+				return nil, cache.FieldErrorf("", "webhook_secrets", "secret %d %v", i+1, err)
 			}
 		}
 		v.keys = append(v.keys, key)
 	}
 	if v.Tolerance < 0 || v.Tolerance == 0 && p.Timestamp {
-		return nil, middleware.SettingsErrorf("webhook_tolerance", "must be positive, got %v", v.Tolerance)
+		return nil, cache.FieldErrorf("", "webhook_tolerance", "must be positive, got %v", v.Tolerance)
 	}
 	return v, nil
 }
@@ -133,14 +134,14 @@ func New(w Webhook) (*Verifier, error) {
 // custom checks and compiles the settings of a Custom preset's signature.
 func (v *Verifier) custom() error {
 	if !validHeaderName(v.Header) {
-		return middleware.SettingsErrorf("webhook_header", "the %s preset needs the header that carries the signature, got %q", v.Preset, v.Header)
+		return cache.FieldErrorf("", "webhook_header", "the %s preset needs the header that carries the signature, got %q", v.Preset, v.Header)
 	}
 	if v.Encoding == "" {
 		v.Encoding = encodings[0].name
 	}
 	i := slices.IndexFunc(encodings, func(e encoding) bool { return e.name == v.Encoding })
 	if i < 0 {
-		return middleware.SettingsErrorf("webhook_encoding", "%q: want %s", v.Encoding, conf.OrList(Encodings()))
+		return cache.FieldErrorf("", "webhook_encoding", "%q: want %s", v.Encoding, conf.OrList(Encodings()))
 	}
 	v.encoding = encodings[i]
 	v.header = http.CanonicalHeaderKey(v.Header)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
-	"github.com/idemproxy/idemproxy/middleware"
 )
 
 // The published vectors verify, and Sign reproduces them.
@@ -156,7 +156,7 @@ func (v *Verifier) verifyHeader(h http.Header, body []byte) error {
 
 // fieldOf is the setting named in err.
 func fieldOf(err error) (string, bool) {
-	var se *middleware.SettingsError
+	var se *cache.FieldError
 	if errors.As(err, &se) {
 		return se.Field, true
 	}

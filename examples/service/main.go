@@ -1,4 +1,4 @@
-// Command service is a Go HTTP service protected by the idempotency middleware
+// Command service is a Go HTTP service whose requests the idempotency middleware tracks
 // directly, with the in-memory store: no proxy in between. SIGTERM or Ctrl-C
 // drains it: requests in flight finish and their responses are stored.
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/idemproxy/idemproxy/internal/webhooktest"
 )
 
-// routes protects /charges (a key is required), leaves /internal unprotected,
+// routes tracks /charges (a key is required), leaves /internal untracked,
 // and verifies GitHub and Standard Webhooks deliveries.
 const routes = `routes:
   - path: /charges
