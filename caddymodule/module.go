@@ -150,10 +150,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// compile compiles a handler's Config over the defaults into the core's
+// settings. Provision calls it once per handler; a test counts its calls.
+var compile = func(c config.Config) (middleware.Settings, error) {
+	return config.Default().Merged(c).Compile()
+}
+
 // settings are the core's settings for this handler: the defaults with its
 // Config's set settings, compiled, and the scope.
 func (h *Handler) settings() (middleware.Settings, error) {
-	s, err := config.Default().Merged(h.Config).Compile()
+	s, err := compile(h.Config)
 	if err != nil {
 		return s, fmt.Errorf("idempotency: %w", err)
 	}
@@ -179,8 +185,13 @@ func (h *Handler) settings() (middleware.Settings, error) {
 	return s, nil
 }
 
-// Validate checks the configuration; it changes nothing.
+// Validate checks the configuration; it changes nothing. Provision compiled
+// and checked it already, so a provisioned handler has nothing left to check;
+// an unprovisioned one is compiled to be checked.
 func (h *Handler) Validate() error {
+	if h.core != nil {
+		return nil
+	}
 	_, err := h.settings()
 	return err
 }
