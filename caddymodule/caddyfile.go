@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    store <module> [<args…>] [{ <module options> }]
 //	    store <url>
 //	    scope <placeholder...>
+//	    start_unreachable [true|false]
 //	    <setting> <value...>
 //	}
 //
@@ -64,6 +65,15 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "scope":
 			if m.Scope = d.RemainingArgs(); len(m.Scope) == 0 {
 				return d.ArgErr()
+			}
+		case "start_unreachable":
+			switch args := d.RemainingArgs(); {
+			case len(args) == 0:
+				m.StartUnreachable = true
+			case len(args) == 1 && (args[0] == "true" || args[0] == "false"):
+				m.StartUnreachable = args[0] == "true"
+			default:
+				return d.Errf("start_unreachable: want no value, true or false")
 			}
 		default:
 			f, ok := conf.Lookup(coreFields, name)

@@ -124,6 +124,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "setting with a block", input: "idempotency {\nttl 1h {\nx\n}\n}", wantErr: "takes no block"},
 
 		{name: "scope without values", input: "idempotency {\nscope\n}", wantErr: "wrong argument count"},
+		{name: "start_unreachable", input: "idempotency {\nstart_unreachable\n}", want: `{"start_unreachable":true}`},
+		{name: "start_unreachable false", input: "idempotency {\nstart_unreachable false\n}", want: `{}`},
+		{name: "start_unreachable with a word", input: "idempotency {\nstart_unreachable yes\n}", wantErr: "start_unreachable: want no value, true or false"},
 		{name: "require_key with a bad value", input: "idempotency {\nrequire_key yes\n}", wantErr: `require_key: "yes" is not a boolean`},
 		{name: "require_key with two values", input: "idempotency {\nrequire_key true false\n}", wantErr: "wrong argument count"},
 		{name: "old name of key_header", input: "idempotency {\nheader X-Key\n}", wantErr: `unknown subdirective "header"`},

@@ -59,6 +59,17 @@ type Handler struct {
 	// Host and scope_headers).
 	Scope []string `json:"scope,omitempty" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
 
+	// Start with a store that does not answer: requests get 503
+	// store-unavailable until it does. By default a store that does not
+	// answer when it is opened fails provisioning, so Caddy does not start
+	// and a reload (caddy reload, the admin API's /load) keeps the running
+	// config, as idemproxy refuses it at start-up and on a reload. Only Redis
+	// can start so; PostgreSQL and DynamoDB are checked (their table) when
+	// opened, and the memory store always answers. A store a running config
+	// already opened is not opened again, so a reload that keeps it is not
+	// refused for it. Default: false.
+	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
+
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile
 	// subdirectives. The ones not set take their defaults.
@@ -83,7 +94,12 @@ func (h *Handler) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("scope: %w", err)
 		}
 	}
-	return h.Config.SetJSON(obj, func(name string) bool { return name == "store" || name == "scope" || name == "handler" })
+	if raw, ok := obj["start_unreachable"]; ok {
+		if err := json.Unmarshal(raw, &h.StartUnreachable); err != nil {
+			return fmt.Errorf("start_unreachable: %w", err)
+		}
+	}
+	return h.Config.SetJSON(obj, func(name string) bool { return ownMembers[name] })
 }
 
 // MarshalJSON writes the handler's JSON: store, scope, and the core's settings
@@ -96,8 +112,14 @@ func (h Handler) MarshalJSON() ([]byte, error) {
 	if len(h.Scope) > 0 {
 		obj["scope"] = h.Scope
 	}
+	if h.StartUnreachable {
+		obj["start_unreachable"] = true
+	}
 	return json.Marshal(obj)
 }
+
+// ownMembers are the handler's JSON members that are not the core's settings.
+var ownMembers = map[string]bool{"handler": true, "store": true, "scope": true, "start_unreachable": true}
 
 // StoreModule is implemented by the store guest modules.
 type StoreModule interface {
@@ -122,7 +144,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.StoreRaw == nil {
 		h.StoreRaw = json.RawMessage(`{"type":"memory"}`)
 	}
-	mod, err := ctx.LoadModule(h, "StoreRaw")
+	// The store module learns start_unreachable from the context it is
+	// provisioned with.
+	sctx := ctx
+	sctx.Context = context.WithValue(ctx.Context, startUnreachableKey{}, h.StartUnreachable)
+	mod, err := sctx.LoadModule(h, "StoreRaw")
 	if err != nil {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
