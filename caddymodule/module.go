@@ -155,7 +155,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	store := mod.(StoreModule).IdempotencyStore()
 	h.requests = registerMetrics(ctx, store)
 	counts := h.requests
-	s.Logger = ctx.Slogger()
+	s.Logger = moduleLogger(ctx)
 	// With Caddy's tracing directive on, its span is in the request's
 	// context: the first execution's span context is kept with the claim,
 	// and the outcome and the link to it go on that span. Off, both find
