@@ -80,8 +80,8 @@ func TestCaddyEndToEnd(t *testing.T) {
 	if r1.Status != 201 || r2.Status != 201 || b1 != b2 || r2.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
 		t.Fatalf("replay through Caddy: %d %q / %d %q replayed=%q calls=%d", r1.Status, b1, r2.Status, b2, r2.Header.Get("Idempotent-Replayed"), calls.Load())
 	}
-	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "executing,replayed" {
-		t.Fatalf("result placeholder: %q, want executing,replayed", got)
+	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "stored,replayed" {
+		t.Fatalf("result placeholder: %q, want stored,replayed", got)
 	}
 	if r := post("/pay", "e2e", "other"); r.Status != 422 {
 		t.Fatalf("mismatch through Caddy: %d", r.Status)

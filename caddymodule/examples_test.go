@@ -128,7 +128,7 @@ func TestCaddyExampleResultHeader(t *testing.T) {
 		{testutil.Request{Method: "GET", Target: "/charges"}, "untracked"},
 		{testutil.Request{Method: "GET", Target: "/"}, ""},
 		{testutil.Request{Target: "/refunds", Key: "r1", Body: "{}"}, ""},
-		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "executing"},
+		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "stored"},
 		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "replayed"},
 	} {
 		r := p.Send(t, c.q)
