@@ -35,6 +35,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    store <url>
 //	    scope <placeholder...>
 //	    start_unreachable [true|false]
+//	    name <name>
 //	    <setting> <value...>
 //	}
 //
@@ -64,6 +65,13 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "scope":
 			if m.Scope = d.RemainingArgs(); len(m.Scope) == 0 {
+				return d.ArgErr()
+			}
+		case "name":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if m.Name = d.Val(); d.NextArg() {
 				return d.ArgErr()
 			}
 		case "start_unreachable":

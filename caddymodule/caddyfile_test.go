@@ -124,6 +124,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "setting with a block", input: "idempotency {\nttl 1h {\nx\n}\n}", wantErr: "takes no block"},
 
 		{name: "scope without values", input: "idempotency {\nscope\n}", wantErr: "wrong argument count"},
+		{name: "name", input: "idempotency {\nname charges\n}", want: `{"name":"charges"}`},
+		{name: "name without a value", input: "idempotency {\nname\n}", wantErr: "wrong argument count"},
+		{name: "name with two", input: "idempotency {\nname a b\n}", wantErr: "wrong argument count"},
 		{name: "start_unreachable", input: "idempotency {\nstart_unreachable\n}", want: `{"start_unreachable":true}`},
 		{name: "start_unreachable false", input: "idempotency {\nstart_unreachable false\n}", want: `{}`},
 		{name: "start_unreachable with a word", input: "idempotency {\nstart_unreachable yes\n}", wantErr: "start_unreachable: want no value, true or false"},

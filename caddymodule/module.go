@@ -77,13 +77,19 @@ type Handler struct {
 	// refused for it. Default: false.
 	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
 
+	// Names this handler in its metrics: the route label of
+	// idemproxy_requests_total (the proxy's label, which names its route), so
+	// that two idempotency blocks, in one site or in two, are told apart.
+	// Handlers with the same name count together. Default: empty.
+	Name string `json:"name,omitempty" caddy:"'name <name>'" default:"empty"`
+
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile
 	// subdirectives. The ones not set take their defaults.
 	config.Config
 
 	core     *middleware.Handler
-	requests *prommetrics.Requests // nil when the config has no metrics registry
+	requests *prommetrics.RouteRequests // nil when the config has no metrics registry
 }
 
 // UnmarshalJSON reads the handler's JSON: store, scope, and the core's settings
@@ -99,6 +105,11 @@ func (h *Handler) UnmarshalJSON(b []byte) error {
 	if raw, ok := obj["scope"]; ok {
 		if err := json.Unmarshal(raw, &h.Scope); err != nil {
 			return fmt.Errorf("scope: %w", err)
+		}
+	}
+	if raw, ok := obj["name"]; ok {
+		if err := json.Unmarshal(raw, &h.Name); err != nil {
+			return fmt.Errorf("name: %w", err)
 		}
 	}
 	if raw, ok := obj["start_unreachable"]; ok {
@@ -122,11 +133,14 @@ func (h Handler) MarshalJSON() ([]byte, error) {
 	if h.StartUnreachable {
 		obj["start_unreachable"] = true
 	}
+	if h.Name != "" {
+		obj["name"] = h.Name
+	}
 	return json.Marshal(obj)
 }
 
 // ownMembers are the handler's JSON members that are not the core's settings.
-var ownMembers = map[string]bool{"handler": true, "store": true, "scope": true, "start_unreachable": true}
+var ownMembers = map[string]bool{"handler": true, "store": true, "scope": true, "start_unreachable": true, "name": true}
 
 // StoreModule is implemented by the store guest modules.
 type StoreModule interface {
@@ -160,7 +174,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
 	store := mod.(StoreModule).IdempotencyStore()
-	h.requests = registerMetrics(ctx, store)
+	if all := registerMetrics(ctx, store); all != nil {
+		h.requests = all.Route(h.Name)
+	}
 	counts := h.requests
 	s.Logger = moduleLogger(ctx)
 	// With Caddy's tracing directive on, its span is in the request's
@@ -359,7 +375,7 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 }
 
 // requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
-// label, which Caddy leaves empty) and the claim latency
+// label; under Caddy the handler's name) and the claim latency
 // idemproxy_store_duration_seconds: the proxy's metrics (package prommetrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector
