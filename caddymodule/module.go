@@ -88,8 +88,10 @@ type Handler struct {
 	// subdirectives. The ones not set take their defaults.
 	config.Config
 
-	core     *middleware.Handler
-	requests *prommetrics.RouteRequests // nil when the config has no metrics registry
+	core      *middleware.Handler
+	store     cache.Store                // for the admin API (registry)
+	storeName string                     // the store's kind and where it is (redacted)
+	requests  *prommetrics.RouteRequests // nil when the config has no metrics registry
 }
 
 // UnmarshalJSON reads the handler's JSON: store, scope, and the core's settings
@@ -174,6 +176,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
 	store := mod.(StoreModule).IdempotencyStore()
+	h.store = store
+	if sm, ok := mod.(*Store); ok {
+		h.storeName = sm.kind.Name
+		if sm.kind.Locator != "" {
+			h.storeName += " " + cache.RedactURL(sm.url())
+		}
+	}
 	if all := registerMetrics(ctx, store); all != nil {
 		h.requests = all.Route(h.Name)
 	}
@@ -196,6 +205,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.core, err = middleware.New(store, middleware.From(s)); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	registry.add(h)
 	return nil
 }
 
@@ -252,6 +262,7 @@ func (h *Handler) Cleanup() error {
 	if h.core == nil {
 		return nil
 	}
+	registry.remove(h)
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
 	defer cancel()
 	if err := h.core.Wait(ctx); err != nil {
