@@ -148,6 +148,16 @@ func storeForms() string {
 	return strings.Join(forms, ", ") + ", or a " + conf.OrList(urls) + " URL"
 }
 
+// ownSubdirectives are the handler's subdirectives that are not the core's
+// settings, with the form of their arguments, in the order docs/caddy.md's
+// syntax block lists them (TestCaddyfileSyntaxBlock).
+var ownSubdirectives = []struct{ name, args string }{
+	{"store", "<store> [<locator>] [{ <store options> }]"},
+	{"scope", "<placeholders…>"},
+	{"name", "<name>"},
+	{"start_unreachable", "[true|false]"},
+}
+
 // coreFields are the core's settings: the handler's subdirectives.
 var coreFields = conf.Fields(reflect.TypeFor[config.Config]())
 

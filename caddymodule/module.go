@@ -224,7 +224,7 @@ func (h *Handler) settings() (middleware.Settings, error) {
 	}
 	if h.Config.Reconcile.Request != "" {
 		// It asks the upstream, which a handler in a Caddy route does not know.
-		return s, errors.New("idempotency: reconcile is the standalone proxy's (idemproxy); in Caddy, settle held keys with idemproxy keys release/resolve")
+		return s, errors.New("idempotency: reconcile is the standalone proxy's (idemproxy); in Caddy, settle held keys through Caddy's admin API (/idempotency/release, /idempotency/resolve)")
 	}
 	if len(h.Scope) > 0 {
 		scope := append([]string(nil), h.Scope...)
