@@ -50,14 +50,24 @@ func startCaddyEnv(t *testing.T, bin, dir, cfg string, env ...string) *testutil.
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return runCaddy(t, bin, dir, path, env...)
+}
+
+// runCaddy runs `caddy run` on the Caddyfile at path (its home dir, its
+// global options globalOptions(dir), its site ":0"), env added to its
+// environment, until the test ends, as startCaddy does.
+func runCaddy(t *testing.T, bin, dir, path string, env ...string) *testutil.Proc {
+	t.Helper()
 	p := testutil.Start(t, bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
 		append([]string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}, env...)...)
 	p.Admin = adminAddress(dir)
 	relisten(t, p, 0)
-	testutil.Eventually(t, 15*time.Second, "Caddy's admin socket", func() bool {
-		_, err := os.Stat(adminSocket(dir))
-		return err == nil
-	})
+	if cfg, err := os.ReadFile(path); err == nil && strings.Contains(string(cfg), adminAddress(dir)) {
+		testutil.Eventually(t, 15*time.Second, "Caddy's admin socket", func() bool {
+			_, err := os.Stat(adminSocket(dir))
+			return err == nil
+		})
+	}
 	return p
 }
 
@@ -99,6 +109,19 @@ func loadOK(t *testing.T, p *testutil.Proc, dir, cfg string) {
 	seen := len(listeners(p))
 	if code, body := load(t, dir, cfg); code != 200 {
 		t.Fatalf("/load: %d %s", code, body)
+	}
+	relisten(t, p, seen)
+}
+
+// reload runs `caddy reload` with the Caddyfile at path (and its flags)
+// against the admin socket of the Caddy p whose home is dir, and points p at
+// the new config's listener.
+func reload(t *testing.T, p *testutil.Proc, bin, dir, path string, flags ...string) {
+	t.Helper()
+	seen := len(listeners(p))
+	args := append([]string{"reload"}, flags...)
+	if code, out := testutil.Run(t, bin, append(args, "--config", path, "--adapter", "caddyfile", "--address", adminAddress(dir))); code != 0 {
+		t.Fatalf("caddy reload: exit %d\n%s", code, out)
 	}
 	relisten(t, p, seen)
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // During a Redis outage inside real Caddy, everything goes through Caddy's
@@ -31,6 +33,10 @@ func TestCaddyStoreOutageLogs(t *testing.T) {
 			t.Fatalf("during the outage: %d %s; want 503 store-unavailable", r.Status, r.Body)
 		}
 	}
+	// Caddy's log reaches p.Logs through a pipe: wait for the third line.
+	testutil.Eventually(t, 10*time.Second, "three store unavailable lines", func() bool {
+		return strings.Count(p.Logs.String(), `"msg":"idempotency store unavailable"`) >= 3
+	})
 	unavailable := 0
 	for _, line := range strings.Split(strings.TrimSpace(p.Logs.String()), "\n") {
 		var entry map[string]any

@@ -385,8 +385,8 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
-// label; under Caddy the handler's name) and the claim latency
+// requests is idemproxy_requests_total{outcome,route} (route: the proxy's
+// label, the handler's name under Caddy) and the claim latency
 // idemproxy_store_duration_seconds: the proxy's metrics (package prommetrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector
