@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,6 +55,15 @@ func TestCaddyReloadToAnUnreachableStoreIsRefused(t *testing.T) {
 			t.Errorf("%s with start_unreachable: /load accepted (%s); want it refused", c.title, body)
 		}
 		serving("first")
+	}
+	// Nor does Caddy start on it: caddy validate provisions as caddy run does.
+	other := t.TempDir()
+	path := filepath.Join(other, "Caddyfile")
+	if err := os.WriteFile(path, []byte(config("second", "redis://127.0.0.1:1", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := testutil.Run(t, bin, []string{"validate", "--config", path, "--adapter", "caddyfile"}); code == 0 || !strings.Contains(out, "Redis unreachable") {
+		t.Errorf("caddy validate on an unreachable Redis: exit %d\n%s", code, out)
 	}
 	loadOK(t, p, dir, config("degraded", "redis://127.0.0.1:1", "\t\tstart_unreachable\n"))
 	r := p.Post(t, "/charges", "k1", "x")
