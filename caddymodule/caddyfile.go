@@ -34,6 +34,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    store <module> [<args…>] [{ <module options> }]
 //	    store <url>
 //	    scope <placeholder...>
+//	    start_unreachable [true|false]
+//	    name <name>
 //	    <setting> <value...>
 //	}
 //
@@ -64,6 +66,22 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "scope":
 			if m.Scope = d.RemainingArgs(); len(m.Scope) == 0 {
 				return d.ArgErr()
+			}
+		case "name":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if m.Name = d.Val(); d.NextArg() {
+				return d.ArgErr()
+			}
+		case "start_unreachable":
+			switch args := d.RemainingArgs(); {
+			case len(args) == 0:
+				m.StartUnreachable = true
+			case len(args) == 1 && (args[0] == "true" || args[0] == "false"):
+				m.StartUnreachable = args[0] == "true"
+			default:
+				return d.Errf("start_unreachable: want no value, true or false")
 			}
 		default:
 			f, ok := conf.Lookup(coreFields, name)
@@ -128,6 +146,16 @@ func storeForms() string {
 		urls = append(urls, k.Schemes[0]+"://")
 	}
 	return strings.Join(forms, ", ") + ", or a " + conf.OrList(urls) + " URL"
+}
+
+// ownSubdirectives are the handler's subdirectives that are not the core's
+// settings, with the form of their arguments, in the order docs/caddy.md's
+// syntax block lists them (TestCaddyfileSyntaxBlock).
+var ownSubdirectives = []struct{ name, args string }{
+	{"store", "<store> [<locator>] [{ <store options> }]"},
+	{"scope", "<placeholders…>"},
+	{"name", "<name>"},
+	{"start_unreachable", "[true|false]"},
 }
 
 // coreFields are the core's settings: the handler's subdirectives.

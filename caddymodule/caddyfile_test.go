@@ -124,6 +124,12 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "setting with a block", input: "idempotency {\nttl 1h {\nx\n}\n}", wantErr: "takes no block"},
 
 		{name: "scope without values", input: "idempotency {\nscope\n}", wantErr: "wrong argument count"},
+		{name: "name", input: "idempotency {\nname charges\n}", want: `{"name":"charges"}`},
+		{name: "name without a value", input: "idempotency {\nname\n}", wantErr: "wrong argument count"},
+		{name: "name with two", input: "idempotency {\nname a b\n}", wantErr: "wrong argument count"},
+		{name: "start_unreachable", input: "idempotency {\nstart_unreachable\n}", want: `{"start_unreachable":true}`},
+		{name: "start_unreachable false", input: "idempotency {\nstart_unreachable false\n}", want: `{}`},
+		{name: "start_unreachable with a word", input: "idempotency {\nstart_unreachable yes\n}", wantErr: "start_unreachable: want no value, true or false"},
 		{name: "require_key with a bad value", input: "idempotency {\nrequire_key yes\n}", wantErr: `require_key: "yes" is not a boolean`},
 		{name: "require_key with two values", input: "idempotency {\nrequire_key true false\n}", wantErr: "wrong argument count"},
 		{name: "old name of key_header", input: "idempotency {\nheader X-Key\n}", wantErr: `unknown subdirective "header"`},

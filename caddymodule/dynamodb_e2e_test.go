@@ -45,22 +45,20 @@ func TestCaddyDynamoDB(t *testing.T) {
 		fmt.Fprintf(w, `{"charge":%d}`, n)
 	}))
 	defer upstream.Close()
-	// caddy writes a Caddyfile with the store and returns its path and the
-	// site's base URL.
-	caddy := func(store string) (string, string, string) {
+	// caddy writes a Caddyfile with the store and returns its path.
+	caddy := func(store string) string {
 		dir := t.TempDir()
-		site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-		cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\trespond /healthz 200\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 10s\n\t}\n\treverse_proxy %s\n}\n",
-			admin, site, store, strings.TrimPrefix(upstream.URL, "http://"))
+		cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\trespond /healthz 200\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 10s\n\t}\n\treverse_proxy %s\n}\n",
+			store, strings.TrimPrefix(upstream.URL, "http://"))
 		path := filepath.Join(dir, "Caddyfile")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return path, "http://127.0.0.1:" + site, site
+		return path
 	}
 
 	// With creation off, a missing table fails provisioning with one reason.
-	missing, _, _ := caddy("dynamodb caddy_missing {\n\t\t\tcreate_table false\n\t\t}")
+	missing := caddy("dynamodb caddy_missing {\n\t\t\tcreate_table false\n\t\t}")
 	code, out := testutil.Run(t, bin, []string{"validate", "--config", missing, "--adapter", "caddyfile"})
 	if code == 0 || !strings.Contains(out, "idemproxy migrate") {
 		t.Fatalf("caddy validate with a missing table: exit %d\n%s", code, out)
@@ -68,9 +66,8 @@ func TestCaddyDynamoDB(t *testing.T) {
 
 	var bases []string
 	for _, store := range []string{"dynamodb caddy_idem {\n\t\t\tinline_limit 1KiB\n\t\t}", "dynamodb://caddy_idem {\n\t\t\tinline_limit 1KiB\n\t\t}"} {
-		path, base, site := caddy(store)
-		runCaddy(t, bin, filepath.Dir(path), path, site, "/healthz")
-		bases = append(bases, base)
+		path := caddy(store)
+		bases = append(bases, "http://"+runCaddy(t, bin, filepath.Dir(path), path).Addr)
 	}
 	a, b := bases[0], bases[1]
 	// One Host for both instances, as behind a load balancer: the Host is part

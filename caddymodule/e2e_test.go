@@ -49,14 +49,8 @@ func TestCaddyEndToEnd(t *testing.T) {
 		fmt.Fprintf(w, `{"charge":%d}`, n)
 	}))
 	defer upstream.Close()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	caddyfile := func(extra string) string {
-		return fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	persist_config off
-}
-:%s {
+		return fmt.Sprintf(globalOptions(dir)+`:0 {
 	idempotency {
 		store memory
 		lock_ttl 10s
@@ -65,14 +59,14 @@ func TestCaddyEndToEnd(t *testing.T) {
 	%s
 	reverse_proxy %s
 }
-`, admin, site, extra, strings.TrimPrefix(upstream.URL, "http://"))
+`, extra, strings.TrimPrefix(upstream.URL, "http://"))
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
-	p := runCaddy(t, bin, dir, cfgPath, site, "/")
+	p := runCaddy(t, bin, dir, cfgPath)
 
 	post := func(path, key, body string) testutil.Response {
-		return p.Send(t, testutil.Request{Target: path, Key: key, Body: body})
+		return p.Send(t, testutil.Request{Target: path, Key: key, Body: body, Host: testutil.LoadBalancedHost})
 	}
 	r1 := post("/pay", "e2e", "x")
 	r2 := post("/pay", "e2e", "x")
@@ -80,8 +74,8 @@ func TestCaddyEndToEnd(t *testing.T) {
 	if r1.Status != 201 || r2.Status != 201 || b1 != b2 || r2.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
 		t.Fatalf("replay through Caddy: %d %q / %d %q replayed=%q calls=%d", r1.Status, b1, r2.Status, b2, r2.Header.Get("Idempotent-Replayed"), calls.Load())
 	}
-	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "executing,replayed" {
-		t.Fatalf("result placeholder: %q, want executing,replayed", got)
+	if got := r1.Header.Get("X-Idempotency-Result") + "," + r2.Header.Get("X-Idempotency-Result"); got != "stored,replayed" {
+		t.Fatalf("result placeholder: %q, want stored,replayed", got)
 	}
 	if r := post("/pay", "e2e", "other"); r.Status != 422 {
 		t.Fatalf("mismatch through Caddy: %d", r.Status)
@@ -101,7 +95,7 @@ func TestCaddyEndToEnd(t *testing.T) {
 	// store), so the stored response is still replayed.
 	reloaded := strings.Replace(caddyfile("header X-Reloaded yes"), "store memory", "store memory {\n\t\t\tmax_records 5000\n\t\t}", 1)
 	os.WriteFile(cfgPath, []byte(reloaded), 0o644)
-	reload(t, bin, cfgPath, admin)
+	reload(t, p, bin, dir, cfgPath)
 	r3 := post("/pay", "e2e", "x")
 	b3 := r3.Body
 	if r3.Header.Get("X-Reloaded") != "yes" {
@@ -119,28 +113,6 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func caddyBinary(t *testing.T) string {
 	t.Helper()
 	return testutil.Build(t, "../examples/caddy")
-}
-
-// runCaddy runs `caddy run` on the Caddyfile at path (its home in dir) until the
-// test ends, and returns once the page wait on its site (port site) answers;
-// the Proc's Post and Send go to that site.
-func runCaddy(t *testing.T, bin, dir, path, site, wait string) *testutil.Proc {
-	t.Helper()
-	p := testutil.Start(t, bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
-		"HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	p.Addr = "127.0.0.1:" + site
-	p.WaitHTTP(t, "http://"+p.Addr+wait)
-	return p
-}
-
-// reload runs `caddy reload` with the Caddyfile at path (and its flags), against
-// the admin endpoint admin.
-func reload(t *testing.T, bin, path, admin string, flags ...string) {
-	t.Helper()
-	args := append([]string{"reload"}, flags...)
-	if code, out := testutil.Run(t, bin, append(args, "--config", path, "--adapter", "caddyfile", "--address", admin)); code != 0 {
-		t.Fatalf("caddy reload: exit %d\n%s", code, out)
-	}
 }
 
 // A reload while a first execution runs on a shared store (Redis, PostgreSQL):
@@ -172,23 +144,26 @@ func reloadWhileRunning(t *testing.T, bin, store string) {
 		fmt.Fprintf(w, `{"charge":%d}`, n)
 	}))
 	defer upstream.Close()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	caddyfile := func(extra string) string {
-		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 2s\n\t}\n\t%s\n\treverse_proxy %s\n}\n",
-			admin, site, store, extra, strings.TrimPrefix(upstream.URL, "http://"))
+		return fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 2s\n\t}\n\t%s\n\treverse_proxy %s\n}\n",
+			store, extra, strings.TrimPrefix(upstream.URL, "http://"))
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(caddyfile("")), 0o644)
-	p := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	p := runCaddy(t, bin, dir, cfgPath)
 	post := func() testutil.Response {
-		return p.Send(t, testutil.Request{Target: "/charge", Key: "reload-1", Body: "x"})
+		return p.Send(t, testutil.Request{Target: "/charge", Key: "reload-1", Body: "x", Host: testutil.LoadBalancedHost})
 	}
 	first := make(chan string, 1)
-	go func() { r := post(); first <- fmt.Sprint(r.Status, " ", r.Body) }()
+	addr := p.Addr // a reload moves p to the new config's listener
+	go func() {
+		r, err := testutil.Do(context.Background(), addr, testutil.Request{Target: "/charge", Key: "reload-1", Body: "x", Host: testutil.LoadBalancedHost})
+		first <- fmt.Sprint(r.Status, " ", r.Body, err)
+	}()
 	<-started
 	os.WriteFile(cfgPath, []byte(caddyfile("header X-Reloaded yes")), 0o644)
-	reload(t, bin, cfgPath, admin)
-	if got := <-first; got != `201 {"charge":1}` {
+	reload(t, p, bin, dir, cfgPath)
+	if got := <-first; got != `201 {"charge":1}<nil>` {
 		t.Fatalf("first: %s", got)
 	}
 	time.Sleep(2500 * time.Millisecond) // past the 2s lease: a lock left behind would have lapsed
@@ -200,12 +175,6 @@ func reloadWhileRunning(t *testing.T, bin, store string) {
 	if r.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect")
 	}
-}
-
-// freePort is a free loopback port, as Caddyfile sites want it.
-func freePort(t *testing.T) string {
-	_, port, _ := strings.Cut(testutil.FreeAddr(t), ":")
-	return port
 }
 
 // reverse_proxy's failures classified inside real Caddy: an upstream that resets
@@ -267,14 +236,13 @@ func caddySite(t *testing.T, routes string) *testutil.Proc {
 	t.Helper()
 	bin := caddyBinary(t)
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n%s\trespond /healthz 200\n}\n",
-		admin, site, routes)
+	cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency\n%s\trespond /healthz 200\n}\n",
+		routes)
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runCaddy(t, bin, dir, path, site, "/healthz")
+	return runCaddy(t, bin, dir, path)
 }
 
 // Caddy SIGKILLed while a first execution runs on Redis: once its lease lapses,
@@ -302,15 +270,14 @@ func TestCaddySigkillHoldsTheKey(t *testing.T) {
 	}))
 	defer upstream.Close()
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	cfgPath := filepath.Join(dir, "Caddyfile")
-	os.WriteFile(cfgPath, []byte(fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 1500ms\n\t}\n\trespond /healthz 200\n\treverse_proxy %s\n}\n",
-		admin, site, store, strings.TrimPrefix(upstream.URL, "http://"))), 0o644)
-	p := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency {\n\t\tstore %s\n\t\tlock_ttl 1500ms\n\t}\n\trespond /healthz 200\n\treverse_proxy %s\n}\n",
+		store, strings.TrimPrefix(upstream.URL, "http://"))), 0o644)
+	p := runCaddy(t, bin, dir, cfgPath)
 	go func() { _, _ = testutil.Do(context.Background(), p.Addr, testutil.KeyedPost("/charge", "kill", "x")) }()
 	<-started
 	p.Kill()
-	q := runCaddy(t, bin, dir, cfgPath, site, "/healthz")
+	q := runCaddy(t, bin, dir, cfgPath)
 	saw409 := false
 	var r testutil.Response
 	deadline := time.Now().Add(10 * time.Second)

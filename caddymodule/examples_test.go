@@ -112,15 +112,14 @@ func TestCaddyExampleResultHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	site := freePort(t)
-	cfg := strings.NewReplacer(":8443", ":"+site, "127.0.0.1:2019", "127.0.0.1:"+freePort(t),
-		"127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://")).Replace(string(src))
 	dir := t.TempDir()
+	cfg := strings.NewReplacer(":8443", ":0", "127.0.0.1:2019", adminAddress(dir),
+		"127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://")).Replace(string(src))
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := runCaddy(t, caddyBinary(t), dir, path, site, "/healthz")
+	p := runCaddy(t, caddyBinary(t), dir, path)
 	for _, c := range []struct {
 		q    testutil.Request
 		want string // the header's value; "" for none
@@ -128,7 +127,7 @@ func TestCaddyExampleResultHeader(t *testing.T) {
 		{testutil.Request{Method: "GET", Target: "/charges"}, "untracked"},
 		{testutil.Request{Method: "GET", Target: "/"}, ""},
 		{testutil.Request{Target: "/refunds", Key: "r1", Body: "{}"}, ""},
-		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "executing"},
+		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "stored"},
 		{testutil.Request{Target: "/charges", Key: "c1", Body: "{}"}, "replayed"},
 	} {
 		r := p.Send(t, c.q)

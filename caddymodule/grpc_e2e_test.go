@@ -26,7 +26,6 @@ import (
 func grpcCaddy(t *testing.T, upstream, settings string) *testutil.Proc {
 	t.Helper()
 	dir := t.TempDir()
-	site := freePort(t)
 	cfg := fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -35,19 +34,19 @@ func grpcCaddy(t *testing.T, upstream, settings string) *testutil.Proc {
 		protocols h1 h2 h2c
 	}
 }
-:%s {
+:0 {
 	idempotency {
 		store memory
 		%s
 	}
 	reverse_proxy h2c://%s
 }
-`, site, settings, upstream)
+`, settings, upstream)
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runCaddy(t, caddyBinary(t), dir, path, site, "/")
+	return runCaddy(t, caddyBinary(t), dir, path)
 }
 
 func grpcMeta(md metadata.MD, name string) string {

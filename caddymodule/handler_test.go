@@ -17,9 +17,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/idemproxy/idemproxy/config"
 	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
+	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -348,5 +350,19 @@ func TestHandlerTimeoutZeroMeansNoBound(t *testing.T) {
 		if has != wantDeadline {
 			t.Errorf("%s: the first execution has a deadline: %v, want %v", cfg, has, wantDeadline)
 		}
+	}
+}
+
+// Caddy provisions, then validates: the handler's settings are compiled once,
+// in Provision, and Validate reuses them (before, Validate compiled them a
+// second time, reading webhook secrets again).
+func TestProvisionAndValidateCompileOnce(t *testing.T) {
+	var n atomic.Int64
+	prev := compile
+	compile = func(c config.Config) (middleware.Settings, error) { n.Add(1); return prev(c) }
+	t.Cleanup(func() { compile = prev })
+	provision(t, `{"lock_ttl":"10s"}`)
+	if got := n.Load(); got != 1 {
+		t.Fatalf("Provision and Validate compiled the settings %d times, want 1", got)
 	}
 }

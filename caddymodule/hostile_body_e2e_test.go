@@ -18,14 +18,13 @@ func caddyIdempotencySite(t *testing.T, block, upstream string) string {
 	t.Helper()
 	bin := caddyBinary(t)
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\trespond /healthz 200\n\tidempotency {\n%s\t}\n\treverse_proxy %s\n}\n",
-		admin, site, block, upstream)
+	cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\trespond /healthz 200\n\tidempotency {\n%s\t}\n\treverse_proxy %s\n}\n",
+		block, upstream)
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runCaddy(t, bin, dir, path, site, "/healthz").Addr
+	return runCaddy(t, bin, dir, path).Addr
 }
 
 // A client that declares a body and stalls, inside real Caddy: answered at

@@ -26,24 +26,18 @@ func startHostileCaddy(t *testing.T) (*testutil.Proc, *testutil.Upstream) {
 	t.Setenv("HOSTILE_STD_SECRET", webhooktest.StandardSecret)
 	t.Setenv("HOSTILE_GH_SECRET", "gh-secret")
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	persist_config off
-}
-:%s {
+	cfg := fmt.Sprintf(globalOptions(dir)+`:0 {
 	route /charges* {
 		idempotency {
 			require_key
 		}
-		reverse_proxy %[3]s
+		reverse_proxy %[1]s
 	}
 	route /notes* {
 		idempotency {
 			scope_headers
 		}
-		reverse_proxy %[3]s
+		reverse_proxy %[1]s
 	}
 	route /webhooks/standard* {
 		idempotency {
@@ -52,7 +46,7 @@ func startHostileCaddy(t *testing.T) (*testutil.Proc, *testutil.Upstream) {
 			require_key
 			scope_headers
 		}
-		reverse_proxy %[3]s
+		reverse_proxy %[1]s
 	}
 	route /webhooks/github* {
 		idempotency {
@@ -61,16 +55,16 @@ func startHostileCaddy(t *testing.T) (*testutil.Proc, *testutil.Upstream) {
 			require_key
 			scope_headers
 		}
-		reverse_proxy %[3]s
+		reverse_proxy %[1]s
 	}
 	respond /healthz 200
 }
-`, admin, site, strings.TrimPrefix(up.URL, "http://"))
+`, strings.TrimPrefix(up.URL, "http://"))
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runCaddy(t, caddyBinary(t), dir, path, site, "/healthz"), up
+	return runCaddy(t, caddyBinary(t), dir, path), up
 }
 
 func TestCaddyHostileRequests(t *testing.T) {

@@ -22,14 +22,13 @@ func TestCaddyStalledReaderIsCut(t *testing.T) {
 	}
 	up := testutil.NewUpstream(t)
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tbody_read_timeout 2s\n\t}\n\treverse_proxy %s\n}\n",
-		admin, site, strings.TrimPrefix(up.URL, "http://"))
+	cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency {\n\t\tbody_read_timeout 2s\n\t}\n\treverse_proxy %s\n}\n",
+		strings.TrimPrefix(up.URL, "http://"))
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := runCaddy(t, caddyBinary(t), dir, path, site, "/healthz")
+	p := runCaddy(t, caddyBinary(t), dir, path)
 	req := "POST /big?kib=8192 HTTP/1.1\r\nHost: api.example\r\nIdempotency-Key: stall\r\nContent-Length: 2\r\n\r\n{}"
 	testutil.RawConn(t, p.Addr, req) // never read
 	testutil.Eventually(t, 10*time.Second, "the first execution upstream", func() bool { return up.Count("stall") == 1 })

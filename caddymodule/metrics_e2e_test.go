@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/metricstest"
-	"github.com/idemproxy/idemproxy/internal/testutil"
 	"github.com/idemproxy/idemproxy/prommetrics"
 )
 
@@ -24,25 +23,23 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	}
 	bin := caddyBinary(t)
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	caddyfile := func(extra string) string {
-		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency\n\t%s\n\trespond /healthz 200\n\trespond /charges* `{\"id\":1}` 201\n}\n",
-			admin, site, extra)
+		return fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency\n\t%s\n\trespond /healthz 200\n\trespond /charges* `{\"id\":1}` 201\n}\n",
+			extra)
 	}
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile("")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := runCaddy(t, bin, dir, path, site, "/healthz")
-	base := "http://" + p.Addr
+	p := runCaddy(t, bin, dir, path)
 
 	scrape := func() *metricstest.Surface {
 		t.Helper()
-		r := testutil.Send(t, admin, testutil.Request{Method: "GET", Target: "/metrics"})
-		if r.Status != 200 {
-			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", r.Status, r.Body)
+		code, body := admin(t, dir, "GET", "/metrics", "", "")
+		if code != 200 {
+			t.Fatalf("GET /metrics on Caddy's admin endpoint: %d %s", code, body)
 		}
-		return metricstest.Read(t, "Caddy", r.Body)
+		return metricstest.Read(t, "Caddy", body)
 	}
 	s := scrape()
 	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
@@ -52,7 +49,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	p.Post(t, "/charges", "m1", "x")
 	p.Post(t, "/charges", "m1", "x")
 	p.Post(t, "/charges", "m1", "other")
-	if resp, err := http.Get(base + "/charges"); err == nil {
+	if resp, err := http.Get("http://" + p.Addr + "/charges"); err == nil {
 		resp.Body.Close()
 	}
 	want := func(s *metricstest.Surface, when string) {
@@ -84,8 +81,8 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	if err := os.WriteFile(path, []byte(caddyfile("header X-Reloaded yes")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload(t, bin, path, admin)
-	if resp, err := http.Get(base + "/healthz"); err != nil || resp.Header.Get("X-Reloaded") != "yes" {
+	reload(t, p, bin, dir, path)
+	if resp, err := http.Get("http://" + p.Addr + "/healthz"); err != nil || resp.Header.Get("X-Reloaded") != "yes" {
 		t.Fatalf("the reload did not take effect: %v", err)
 	}
 	s = scrape()

@@ -35,9 +35,16 @@ func init() {
 	}
 }
 
-// ResultPlaceholder holds the outcome of the request (stored, replayed, conflict,
-// mismatch, …; "executing" while the first request runs; "untracked" for a
-// method the handler does not track) for access logs and the header directive.
+// ResultPlaceholder says what the handler did with the request, for access
+// logs (log_append) and the header directive: "executing" while a first
+// execution runs, until its response's headers go out; then "stored" or
+// "not_stored" (its status is not stored: the key is released), which the
+// request's final outcome replaces when it ends (stored, not_stored, unknown,
+// not_replayable, store_error); "replayed", "conflict", "mismatch",
+// "invalid", "overloaded", … for an answer of the core's; "bypass" (no key)
+// and "store_error" (fail_open) for a request passed through; "untracked"
+// for a method the handler does not track: the outcomes of
+// middleware.Outcomes.
 const ResultPlaceholder = "http.idempotency.result"
 
 // Handler makes POST and PATCH requests that carry an Idempotency-Key run once:
@@ -59,13 +66,32 @@ type Handler struct {
 	// Host and scope_headers).
 	Scope []string `json:"scope,omitempty" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
 
+	// Start with a store that does not answer: requests get 503
+	// store-unavailable until it does. By default a store that does not
+	// answer when it is opened fails provisioning, so Caddy does not start
+	// and a reload (caddy reload, the admin API's /load) keeps the running
+	// config, as idemproxy refuses it at start-up and on a reload. Only Redis
+	// can start so; PostgreSQL and DynamoDB are checked (their table) when
+	// opened, and the memory store always answers. A store a running config
+	// already opened is not opened again, so a reload that keeps it is not
+	// refused for it. Default: false.
+	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
+
+	// Names this handler in its metrics: the route label of
+	// idemproxy_requests_total (the proxy's label, which names its route), so
+	// that two idempotency blocks, in one site or in two, are told apart.
+	// Handlers with the same name count together. Default: empty.
+	Name string `json:"name,omitempty" caddy:"'name <name>'" default:"empty"`
+
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile
 	// subdirectives. The ones not set take their defaults.
 	config.Config
 
-	core     *middleware.Handler
-	requests *prommetrics.Requests // nil when the config has no metrics registry
+	core      *middleware.Handler
+	store     cache.Store                // for the admin API (registry)
+	storeName string                     // the store's kind and where it is (redacted)
+	requests  *prommetrics.RouteRequests // nil when the config has no metrics registry
 }
 
 // UnmarshalJSON reads the handler's JSON: store, scope, and the core's settings
@@ -83,7 +109,17 @@ func (h *Handler) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("scope: %w", err)
 		}
 	}
-	return h.Config.SetJSON(obj, func(name string) bool { return name == "store" || name == "scope" || name == "handler" })
+	if raw, ok := obj["name"]; ok {
+		if err := json.Unmarshal(raw, &h.Name); err != nil {
+			return fmt.Errorf("name: %w", err)
+		}
+	}
+	if raw, ok := obj["start_unreachable"]; ok {
+		if err := json.Unmarshal(raw, &h.StartUnreachable); err != nil {
+			return fmt.Errorf("start_unreachable: %w", err)
+		}
+	}
+	return h.Config.SetJSON(obj, func(name string) bool { return ownMembers[name] })
 }
 
 // MarshalJSON writes the handler's JSON: store, scope, and the core's settings
@@ -96,8 +132,17 @@ func (h Handler) MarshalJSON() ([]byte, error) {
 	if len(h.Scope) > 0 {
 		obj["scope"] = h.Scope
 	}
+	if h.StartUnreachable {
+		obj["start_unreachable"] = true
+	}
+	if h.Name != "" {
+		obj["name"] = h.Name
+	}
 	return json.Marshal(obj)
 }
+
+// ownMembers are the handler's JSON members that are not the core's settings.
+var ownMembers = map[string]bool{"handler": true, "store": true, "scope": true, "start_unreachable": true, "name": true}
 
 // StoreModule is implemented by the store guest modules.
 type StoreModule interface {
@@ -122,14 +167,27 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.StoreRaw == nil {
 		h.StoreRaw = json.RawMessage(`{"type":"memory"}`)
 	}
-	mod, err := ctx.LoadModule(h, "StoreRaw")
+	// The store module learns start_unreachable from the context it is
+	// provisioned with.
+	sctx := ctx
+	sctx.Context = context.WithValue(ctx.Context, startUnreachableKey{}, h.StartUnreachable)
+	mod, err := sctx.LoadModule(h, "StoreRaw")
 	if err != nil {
 		return fmt.Errorf("loading idempotency store: %w", err)
 	}
 	store := mod.(StoreModule).IdempotencyStore()
-	h.requests = registerMetrics(ctx, store)
+	h.store = store
+	if sm, ok := mod.(*Store); ok {
+		h.storeName = sm.kind.Name
+		if sm.kind.Locator != "" {
+			h.storeName += " " + cache.RedactURL(sm.url())
+		}
+	}
+	if all := registerMetrics(ctx, store); all != nil {
+		h.requests = all.Route(h.Name)
+	}
 	counts := h.requests
-	s.Logger = ctx.Slogger()
+	s.Logger = moduleLogger(ctx)
 	// With Caddy's tracing directive on, its span is in the request's
 	// context: the first execution's span context is kept with the claim,
 	// and the outcome and the link to it go on that span. Off, both find
@@ -147,19 +205,26 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.core, err = middleware.New(store, middleware.From(s)); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	registry.add(h)
 	return nil
+}
+
+// compile compiles a handler's Config over the defaults into the core's
+// settings. Provision calls it once per handler; a test counts its calls.
+var compile = func(c config.Config) (middleware.Settings, error) {
+	return config.Default().Merged(c).Compile()
 }
 
 // settings are the core's settings for this handler: the defaults with its
 // Config's set settings, compiled, and the scope.
 func (h *Handler) settings() (middleware.Settings, error) {
-	s, err := config.Default().Merged(h.Config).Compile()
+	s, err := compile(h.Config)
 	if err != nil {
 		return s, fmt.Errorf("idempotency: %w", err)
 	}
 	if h.Config.Reconcile.Request != "" {
 		// It asks the upstream, which a handler in a Caddy route does not know.
-		return s, errors.New("idempotency: reconcile is the standalone proxy's (idemproxy); in Caddy, settle held keys with idemproxy keys release/resolve")
+		return s, errors.New("idempotency: reconcile is the standalone proxy's (idemproxy); in Caddy, settle held keys through Caddy's admin API (/idempotency/release, /idempotency/resolve)")
 	}
 	if len(h.Scope) > 0 {
 		scope := append([]string(nil), h.Scope...)
@@ -179,8 +244,13 @@ func (h *Handler) settings() (middleware.Settings, error) {
 	return s, nil
 }
 
-// Validate checks the configuration; it changes nothing.
+// Validate checks the configuration; it changes nothing. Provision compiled
+// and checked it already, so a provisioned handler has nothing left to check;
+// an unprovisioned one is compiled to be checked.
 func (h *Handler) Validate() error {
+	if h.core != nil {
+		return nil
+	}
 	_, err := h.settings()
 	return err
 }
@@ -192,6 +262,7 @@ func (h *Handler) Cleanup() error {
 	if h.core == nil {
 		return nil
 	}
+	registry.remove(h)
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
 	defer cancel()
 	if err := h.core.Wait(ctx); err != nil {
@@ -220,7 +291,61 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			h.requests.Untracked()
 		}
 	}
-	return h.core.Handle(w, r, classified{next: next, guard: tracked})
+	return h.core.Handle(w, r, classified{next: next, guard: tracked, h: h})
+}
+
+// resultWriter sets the result placeholder as the response's headers go out
+// (so the header directive reads it): for a first execution, whether the core
+// stores a response of that status (stored, or not_stored: the key is
+// released); for a request passed through, why it was (bypass, store_error).
+// The core's event sets the final outcome when the request ends, for the
+// access log (log_append).
+type resultWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	result func(status int) string
+	repl   *caddy.Replacer
+	set    bool
+}
+
+func (w *resultWriter) WriteHeader(code int) {
+	if !w.set && code >= 200 {
+		w.set = true
+		w.repl.Set(ResultPlaceholder, w.result(code))
+	}
+	w.ResponseWriterWrapper.WriteHeader(code)
+}
+
+func (w *resultWriter) Write(p []byte) (int, error) {
+	if !w.set {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriterWrapper.Write(p)
+}
+
+// withResult wraps w in a resultWriter for r, when r has a replacer and is a
+// first execution or a pass-through of the core.
+func (h *Handler) withResult(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return w
+	}
+	first, pass := middleware.Running(r)
+	var result func(int) string
+	switch {
+	case first && !middleware.IsGRPC(r): // a gRPC call's status comes in its trailers
+		s := h.core.Settings()
+		result = func(code int) string {
+			if s.InFlightOnly || !s.StoreStatuses.Has(code) {
+				return string(middleware.OutcomeNotStored)
+			}
+			return string(middleware.OutcomeStored)
+		}
+	case pass != "":
+		result = func(int) string { return string(pass) }
+	default:
+		return w
+	}
+	return &resultWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, result: result, repl: repl}
 }
 
 // classified tells the core how a failed reverse_proxy call ended, as the proxy
@@ -236,12 +361,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 type classified struct {
 	next  caddyhttp.Handler
 	guard bool // a tracked method: never let the transport re-send it
+	h     *Handler
 }
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	if !c.guard {
 		return c.next.ServeHTTP(w, r)
 	}
+	w = c.h.withResult(w, r)
 	// reverse_proxy copies the request it sends upstream from r, context and
 	// GetBody included: the attempt sees its writes and keeps Go's transport
 	// from re-sending it once the upstream read it.
@@ -258,8 +385,8 @@ func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// requests is idemproxy_requests_total{outcome,route} (route "": the proxy's
-// label, which Caddy leaves empty) and the claim latency
+// requests is idemproxy_requests_total{outcome,route} (route: the proxy's
+// label, the handler's name under Caddy) and the claim latency
 // idemproxy_store_duration_seconds: the proxy's metrics (package prommetrics), so one
 // dashboard and one alert file serve both. It lives as long as the process, so
 // its counts survive config reloads: each config registers this same collector

@@ -41,23 +41,22 @@ func TestCaddyReloadKeepsTheMemoryStore(t *testing.T) {
 	bin := caddyBinary(t)
 	dir := t.TempDir()
 	up := testutil.NewUpstream(t)
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
 	var settings []string
 	caddyfile := func() string {
 		block := ""
 		if len(settings) > 0 {
 			block = " {\n\t\t\t" + strings.Join(settings, "\n\t\t\t") + "\n\t\t}"
 		}
-		return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\tstore memory%s\n\t\tlock_ttl 10s\n\t}\n\treverse_proxy %s\n}\n",
-			admin, site, block, strings.TrimPrefix(up.URL, "http://"))
+		return fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency {\n\t\tstore memory%s\n\t\tlock_ttl 10s\n\t}\n\treverse_proxy %s\n}\n",
+			block, strings.TrimPrefix(up.URL, "http://"))
 	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(caddyfile()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := runCaddy(t, bin, dir, cfgPath, site, "/")
+	p := runCaddy(t, bin, dir, cfgPath)
 	post := func(path, key string) testutil.Response {
-		return p.Send(t, testutil.Request{Target: path, Key: key, Body: "x"})
+		return p.Send(t, testutil.Request{Target: path, Key: key, Body: "x", Host: testutil.LoadBalancedHost})
 	}
 	type answer struct {
 		testutil.Response
@@ -65,10 +64,11 @@ func TestCaddyReloadKeepsTheMemoryStore(t *testing.T) {
 	}
 	inflight := func(key string) <-chan answer {
 		done := make(chan answer, 1)
+		addr := p.Addr // a reload moves p to the new config's listener
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := testutil.Do(ctx, p.Addr, testutil.Request{Target: "/block", Key: key, Body: "x"})
+			r, err := testutil.Do(ctx, addr, testutil.Request{Target: "/block", Key: key, Body: "x", Host: testutil.LoadBalancedHost})
 			done <- answer{r, err}
 		}()
 		return done
@@ -85,7 +85,7 @@ func TestCaddyReloadKeepsTheMemoryStore(t *testing.T) {
 		if err := os.WriteFile(cfgPath, []byte(caddyfile()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		reload(t, bin, cfgPath, admin)
+		reload(t, p, bin, dir, cfgPath)
 		if r := post("/charges", done); !r.Replayed || up.Count(done) != 1 {
 			t.Errorf("%s: a key completed before the reload: %d replayed=%v, executions %d; want a replay", c.name, r.Status, r.Replayed, up.Count(done))
 		}

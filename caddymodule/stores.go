@@ -174,20 +174,21 @@ func (s *Store) Provision(ctx caddy.Context) error {
 	url := s.url()
 	s.key = stores.Key(s.kind, s.Settings, url)
 	v, _, err := pool.LoadOrNew(s.key, func() (caddy.Destructor, error) {
-		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: true})
+		start, _ := ctx.Value(startUnreachableKey{}).(bool)
+		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: start})
 		if err != nil {
 			return nil, err
 		}
 		return &pooledStore{Store: o.Store, pooled: &pooled{close: o.Close}}, nil
 	})
 	if err != nil {
+		s.key = "" // nothing of the pool's to let go (Cleanup)
 		return fmt.Errorf("%s store: %w", s.kind.Name, err)
 	}
 	s.store = v.(*pooledStore)
 	changed, err := stores.ApplyLive(s.Settings, s.store.Store)
 	if err != nil {
-		_, _ = pool.Delete(s.key)
-		return fmt.Errorf("%s store: %w", s.kind.Name, err)
+		return fmt.Errorf("%s store: %w", s.kind.Name, err) // Cleanup lets the store go
 	}
 	if len(changed) > 0 {
 		args := []any{"store", s.kind.Name, "settings", strings.Join(changed, ", ")}
@@ -212,9 +213,17 @@ func (s *Store) Validate() error {
 // Cleanup releases this config's use of the store; it closes when no config and
 // no request uses it.
 func (s *Store) Cleanup() error {
+	if s.key == "" {
+		return nil
+	}
 	_, err := pool.Delete(s.key)
+	s.key = ""
 	return err
 }
+
+// startUnreachableKey is the context key of the handler's start_unreachable,
+// in the context its store module is provisioned with.
+type startUnreachableKey struct{}
 
 // IdempotencyStore implements StoreModule.
 func (s *Store) IdempotencyStore() cache.Store { return s.store }

@@ -34,12 +34,11 @@ func TestCaddyTracingDirective(t *testing.T) {
 	}))
 	defer up.Close()
 	dir := t.TempDir()
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\ttracing {\n\t\tspan idem-site\n\t}\n\tidempotency\n\trespond /healthz 200\n\treverse_proxy %s\n}\n",
-		admin, site, strings.TrimPrefix(up.URL, "http://"))
+	cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\ttracing {\n\t\tspan idem-site\n\t}\n\tidempotency\n\trespond /healthz 200\n\treverse_proxy %s\n}\n",
+		strings.TrimPrefix(up.URL, "http://"))
 	path := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(path, []byte(cfg), 0o644)
-	p := runCaddy(t, caddyBinary(t), dir, path, site, "/healthz")
+	p := runCaddy(t, caddyBinary(t), dir, path)
 
 	a, b := p.Post(t, "/pay", "k1", "a"), p.Post(t, "/pay", "k1", "a")
 	code, first, code2, again, replayed := a.Status, a.Body, b.Status, b.Body, b.Replayed

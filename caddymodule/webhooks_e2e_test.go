@@ -23,16 +23,15 @@ func TestCaddyWebhookExamples(t *testing.T) {
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "acme")
 	os.WriteFile(secrets, []byte("acme-secret\n"), 0o600)
-	site := freePort(t)
 	for k, v := range map[string]string{
-		"WEBHOOKS_SITE": ":" + site, "WEBHOOKS_ADMIN": "127.0.0.1:" + freePort(t),
+		"WEBHOOKS_SITE": ":0", "WEBHOOKS_ADMIN": adminAddress(dir),
 		"WEBHOOKS_UPSTREAM":       strings.TrimPrefix(up.URL, "http://"),
 		"STANDARD_WEBHOOK_SECRET": webhooktest.StandardSecret, "STRIPE_WEBHOOK_SECRET": "whsec_stripe",
 		"GITHUB_WEBHOOK_SECRET": "gh", "ACME_WEBHOOK_SECRETS_FILE": secrets,
 	} {
 		t.Setenv(k, v)
 	}
-	p := runCaddy(t, caddyBinary(t), dir, "../examples/webhooks/Caddyfile", site, "/webhooks/standard")
+	p := runCaddy(t, caddyBinary(t), dir, "../examples/webhooks/Caddyfile")
 
 	post := func(path, body string, h map[string]string) (int, string, bool) {
 		t.Helper()
@@ -113,13 +112,12 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "secrets")
 	os.WriteFile(secrets, []byte("old-secret\n"), 0o600)
-	site, admin := freePort(t), "127.0.0.1:"+freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n}\n:%s {\n\tidempotency {\n\t\twebhook github\n\t\twebhook_secrets file:%s\n\t}\n\treverse_proxy %s\n}\n",
-		admin, site, secrets, strings.TrimPrefix(up.URL, "http://"))
+	cfg := fmt.Sprintf(globalOptions(dir)+":0 {\n\tidempotency {\n\t\twebhook github\n\t\twebhook_secrets file:%s\n\t}\n\treverse_proxy %s\n}\n",
+		secrets, strings.TrimPrefix(up.URL, "http://"))
 	path := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(path, []byte(cfg), 0o644)
 	bin := caddyBinary(t)
-	p := runCaddy(t, bin, dir, path, site, "/hook")
+	p := runCaddy(t, bin, dir, path)
 	deliver := func(secret, body string) testutil.Response {
 		return p.Send(t, testutil.Delivery("/hook", body, webhooktest.GitHub(secret, "d", body)))
 	}
@@ -127,7 +125,7 @@ func TestCaddyWebhookSecretRotationOnReload(t *testing.T) {
 		t.Fatalf("before the rotation: %+v", a)
 	}
 	os.WriteFile(secrets, []byte("new-secret\n"), 0o600)
-	reload(t, bin, path, admin, "--force")
+	reload(t, p, bin, dir, path, "--force")
 	if a := deliver("new-secret", `{"n":2}`); a.Status != 200 || a.Replayed {
 		t.Fatalf("signed with the new secret: %+v", a)
 	}

@@ -80,7 +80,7 @@ func (c *claim) stopRenewal() {
 func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err error) {
 	h := c.h
 	c.started = time.Now()
-	ctx, cancel := context.WithoutCancel(r.Context()), context.CancelFunc(func() {})
+	ctx, cancel := context.WithValue(context.WithoutCancel(r.Context()), runningKey{}, outcomeFirst), context.CancelFunc(func() {})
 	if h.s.HandlerTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, h.s.HandlerTimeout)
 	}

@@ -3,7 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
+	"github.com/idemproxy/idemproxy/internal/adminkeys"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -125,21 +125,6 @@ func (p *Proxy) metricsHandler() http.Handler {
 	return mux
 }
 
-type adminError struct {
-	Error   string `json:"error"`
-	KeyHash string `json:"key_hash,omitempty"`
-	// Scope is what the key was looked up under, on a miss: a key is scoped by
-	// the Host and the scope headers the client sent.
-	Scope *lookupScope `json:"scope,omitempty"`
-}
+type adminError = adminkeys.Error
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { adminkeys.WriteJSON(w, status, v) }

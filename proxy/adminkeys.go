@@ -4,57 +4,26 @@ package proxy
 // purging, releasing and resolving its record.
 
 import (
-	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/adminkeys"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// KeyRecord is the JSON shape of GET /keys/{key}. Field order is stable.
-type KeyRecord struct {
-	KeyHash     string       `json:"key_hash"`
-	State       string       `json:"state"`
-	Fingerprint string       `json:"fingerprint"`
-	CreatedAt   time.Time    `json:"created_at"`
-	ExpiresAt   time.Time    `json:"expires_at"`
-	Response    *KeyResponse `json:"response,omitempty"`
-	// Reconcile is the key's reconcile job, while it has one (a held
-	// unknown outcome of a route that reconciles).
-	Reconcile *KeyReconcile `json:"reconcile,omitempty"`
-}
-
-// KeyReconcile is a held key's reconcile schedule in a KeyRecord.
-type KeyReconcile struct {
-	State       string    `json:"state"` // scheduled, or exhausted (held for an operator)
-	Request     string    `json:"request"`
-	Attempts    int       `json:"attempts"`
-	NextAttempt time.Time `json:"next_attempt,omitzero"` // when scheduled
-	Deadline    time.Time `json:"deadline"`              // no attempt starts after it
-	LastStatus  int       `json:"last_status,omitempty"` // the last answer's status
-	LastError   string    `json:"last_error,omitempty"`  // why the last attempt got no answer
-}
-
-// KeyResponse is the stored response in a KeyRecord.
-type KeyResponse struct {
-	Status     int                 `json:"status"`
-	Headers    map[string][]string `json:"headers"`
-	BodySize   int64               `json:"body_size"`
-	BodyBase64 string              `json:"body_base64"`
-	Oversize   bool                `json:"oversize"`
-	// Unknown: a held unknown outcome (the first execution was sent and no
-	// complete answer came back); release it to let the next retry run.
-	Unknown bool `json:"unknown_outcome"`
-}
+// The admin API's JSON shapes (package adminkeys, shared with Caddy's admin
+// API).
+type (
+	KeyRecord      = adminkeys.KeyRecord
+	KeyReconcile   = adminkeys.KeyReconcile
+	KeyResponse    = adminkeys.KeyResponse
+	ResolveRequest = adminkeys.ResolveRequest
+	HeldKey        = adminkeys.HeldKey
+	HeldPage       = adminkeys.HeldPage
+)
 
 // lookupScope names the scope of a lookup; header values are never shown.
 type lookupScope struct {
@@ -147,59 +116,14 @@ func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
 
 // keyRecordOp reads (GET) or purges (DELETE) the record l names.
 func (p *Proxy) keyRecordOp(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if r.Method == http.MethodDelete {
-		err := st.cache.Delete(ctx, l.storeKey)
-		switch {
-		case errors.Is(err, cache.ErrNotFound):
-			writeJSON(w, http.StatusNotFound, l.notFound)
-		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
-		default:
-			p.log.Info("record purged through the admin API", "key_hash", l.keyHash)
-			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "key_hash": l.keyHash})
-		}
-		return
+	if adminkeys.GetOrDelete(w, r, st.cache, l.key()) {
+		p.log.Info("record purged through the admin API", "key_hash", l.keyHash)
 	}
-	rec, err := st.cache.Get(ctx, l.storeKey)
-	switch {
-	case errors.Is(err, cache.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, l.notFound)
-		return
-	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
-		return
-	}
-	out := keyRecord(l.keyHash, rec)
-	if jobs, ok := st.cache.(cache.Reconciler); ok {
-		if job, err := jobs.GetReconcile(ctx, l.storeKey); err == nil {
-			out.Reconcile = keyReconcile(job)
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
-// keyReconcile shows a reconcile job; the path is shown without its query,
-// which may carry the key.
-func keyReconcile(job *cache.Job) *KeyReconcile {
-	path, _, _ := strings.Cut(job.URL, "?")
-	out := &KeyReconcile{State: job.State.String(), Request: job.Method + " " + path, Attempts: job.Attempts,
-		Deadline: job.Deadline.UTC(), LastStatus: job.LastStatus, LastError: job.LastError}
-	if job.State == cache.JobScheduled {
-		out.NextAttempt = job.Due.UTC()
-	}
-	return out
-}
-
-// ResolveRequest is the JSON body of POST /resolve/{key}: the response every
-// retry of the held request is answered with. Body is text; BodyBase64, when
-// set, is the body as base64 instead.
-type ResolveRequest struct {
-	Status     int                 `json:"status"`
-	Headers    map[string][]string `json:"headers"`
-	Body       string              `json:"body"`
-	BodyBase64 string              `json:"body_base64"`
+// key is the record l names, for package adminkeys.
+func (l *keyLookup) key() adminkeys.Key {
+	return adminkeys.Key{StoreKey: l.storeKey, KeyHash: l.keyHash, NotFound: l.notFound}
 }
 
 // adminSettle serves POST /release/{key} and POST /resolve/{key}: it settles a
@@ -217,75 +141,18 @@ func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
 
 // settle releases or resolves (by the request's path) the record l names.
 func (p *Proxy) settle(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
-	var err error
 	var res *middleware.Resolution
-	resolving := strings.HasPrefix(r.URL.Path, "/resolve")
-	if resolving {
-		var req ResolveRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: " + err.Error() +
-				` (want {"status":201,"headers":{"Content-Type":["application/json"]},"body":"…"} or "body_base64")`, KeyHash: l.keyHash})
-			return
-		}
-		body := []byte(req.Body)
-		if req.BodyBase64 != "" {
-			if req.Body != "" {
-				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: give body or body_base64, not both", KeyHash: l.keyHash})
-				return
-			}
-			if body, err = base64.StdEncoding.DecodeString(req.BodyBase64); err != nil {
-				writeJSON(w, http.StatusBadRequest, adminError{Error: "resolve body: body_base64: " + err.Error(), KeyHash: l.keyHash})
-				return
-			}
-		}
-		res = &middleware.Resolution{Status: req.Status, Header: req.Headers, Body: body}
-		if err := res.Validate(); err != nil {
-			writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error(), KeyHash: l.keyHash})
+	if strings.HasPrefix(r.URL.Path, "/resolve") {
+		if res = adminkeys.ReadResolve(w, r, l.keyHash); res == nil {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	err = l.rt.h.Resolve(ctx, l.storeKey, res)
-	switch {
-	case errors.Is(err, cache.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, l.notFound)
-	case errors.Is(err, cache.ErrNotUnknown):
-		writeJSON(w, http.StatusConflict, adminError{Error: "not an unknown outcome: release and resolve apply to held unknown outcomes (DELETE purges any record)", KeyHash: l.keyHash})
-	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, adminError{Error: err.Error(), KeyHash: l.keyHash})
-	case resolving:
+	switch adminkeys.Settle(w, r, l.rt.h, st.cache, l.key(), res) {
+	case adminkeys.Resolved:
 		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
 		p.metrics.settled.Resolved()
-		out := map[string]any{"resolved": true, "key_hash": l.keyHash}
-		if rec, err := st.cache.Get(ctx, l.storeKey); err == nil {
-			out["record"] = keyRecord(l.keyHash, rec)
-		}
-		writeJSON(w, http.StatusOK, out)
-	default:
+	case adminkeys.Released:
 		p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
 		p.metrics.settled.Released()
-		writeJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": l.keyHash})
 	}
-}
-
-func keyRecord(keyHash string, rec *cache.Record) KeyRecord {
-	out := KeyRecord{
-		KeyHash:     keyHash,
-		State:       rec.State.String(),
-		Fingerprint: hex.EncodeToString([]byte(rec.Fingerprint)),
-		CreatedAt:   rec.CreatedAt.UTC(),
-		ExpiresAt:   rec.ExpiresAt.UTC(),
-	}
-	if resp := rec.Response; resp != nil {
-		headers := map[string][]string(resp.Header)
-		if headers == nil {
-			headers = map[string][]string{}
-		}
-		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
-			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize, Unknown: resp.Unknown}
-	}
-	return out
 }

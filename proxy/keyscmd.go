@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/idemproxy/idemproxy/internal/adminkeys"
 	"io"
 	"net/http"
 	"net/url"
@@ -197,7 +198,7 @@ func adminCall(req *http.Request, admin string, getenv func(string) string, stde
 	if token := getenv(EnvName("admin-token")); token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 2 * hashLookupTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: 2 * adminkeys.ListTimeout}).Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", admin, err)
 		return 0, nil, false

@@ -1,0 +1,174 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/middleware"
+)
+
+func init() { caddy.RegisterModule(Admin{}) }
+
+// Admin is admin.api.idempotency: the idempotency keys of the running
+// config's handlers under Caddy's admin API, as idemproxy's admin API has
+// them (package adminkeys serves both), by the key hash the logs print:
+//
+//	GET    /idempotency/handlers            the handlers: name, store
+//	GET    /idempotency/keys?hash=H         the record whose key hash begins with H
+//	DELETE /idempotency/keys?hash=H         purge it (an in-flight key may then run again)
+//	POST   /idempotency/release?hash=H      release a held unknown outcome: the next retry runs
+//	POST   /idempotency/resolve?hash=H      resolve it with the response its retries get
+//	                                        (JSON body: {"status":201,"headers":{…},"body":"…"})
+//	GET    /idempotency/keys?state=held     the held unknown outcomes, a page at a time
+//	                                        (?limit=, ?cursor=)
+//
+// H is 12 to 64 hex digits (the key_hash of the logs, or a listing's hash).
+// With handlers on more than one store, ?handler=NAME picks the one (its
+// name subdirective); with one store, any of its handlers serves.
+type Admin struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "admin.api.idempotency", New: func() caddy.Module { return Admin{} }}
+}
+
+// Routes implements caddy.AdminRouter.
+func (a Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
+	path := strings.TrimPrefix(r.URL.Path, "/idempotency")
+	if r.Method == http.MethodGet && path == "/handlers" {
+		adminkeys.WriteJSON(w, http.StatusOK, registry.list())
+		return nil
+	}
+	op := r.Method + " " + path
+	switch op {
+	case "GET /keys", "DELETE /keys", "POST /release", "POST /resolve":
+	default:
+		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
+		return nil
+	}
+	h, err := registry.pick(r.URL.Query().Get("handler"))
+	if err != nil {
+		adminkeys.WriteJSON(w, http.StatusBadRequest, adminkeys.Error{Error: err.Error()})
+		return nil
+	}
+	store, _ := cache.Unwrap(h.store)
+	q := r.URL.Query()
+	if op == "GET /keys" && q.Has("state") {
+		hold := h.core.Settings().UnknownHold
+		adminkeys.Held(w, r, store, func(string) time.Duration { return hold })
+		return nil
+	}
+	if !q.Has("hash") {
+		adminkeys.WriteJSON(w, http.StatusBadRequest, adminkeys.Error{Error: "give ?hash=KEY_HASH (the key_hash the logs print), or ?state=held"})
+		return nil
+	}
+	storeKey, status, body := adminkeys.FindHash(r.Context(), store, q.Get("hash"))
+	if storeKey == "" {
+		adminkeys.WriteJSON(w, status, body)
+		return nil
+	}
+	k := adminkeys.Key{StoreKey: storeKey, KeyHash: storeKey[:12]}
+	k.NotFound = adminkeys.Error{Error: "not found: settled or expired since it was looked up", KeyHash: k.KeyHash}
+	log := caddy.Log().Named("admin.api.idempotency")
+	switch op {
+	case "POST /release", "POST /resolve":
+		var res *middleware.Resolution
+		if op == "POST /resolve" {
+			if res = adminkeys.ReadResolve(w, r, k.KeyHash); res == nil {
+				return nil
+			}
+		}
+		switch adminkeys.Settle(w, r, h.core, store, k, res) {
+		case adminkeys.Resolved:
+			log.Warn("unknown outcome resolved through the admin API; retries get the given response")
+		case adminkeys.Released:
+			log.Warn("unknown outcome released through the admin API; the next retry runs")
+		}
+	default:
+		if adminkeys.GetOrDelete(w, r, store, k) {
+			log.Info("record purged through the admin API")
+		}
+	}
+	return nil
+}
+
+// registry is the provisioned handlers, for the admin API: a handler joins
+// it when provisioned and leaves at its cleanup, so that after a reload it
+// holds the new config's.
+var registry handlerRegistry
+
+type handlerRegistry struct {
+	mu       sync.Mutex
+	handlers []*Handler // in the order provisioned
+}
+
+func (g *handlerRegistry) add(h *Handler) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handlers = append(g.handlers, h)
+}
+
+func (g *handlerRegistry) remove(h *Handler) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handlers = slices.DeleteFunc(g.handlers, func(x *Handler) bool { return x == h })
+}
+
+// handlerInfo is a handler in GET /idempotency/handlers.
+type handlerInfo struct {
+	Name  string `json:"name"`
+	Store string `json:"store"`
+}
+
+func (g *handlerRegistry) list() []handlerInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := []handlerInfo{}
+	for _, h := range g.handlers {
+		out = append(out, handlerInfo{Name: h.Name, Store: h.storeName})
+	}
+	return out
+}
+
+// pick is the handler named name (the last provisioned: the newest
+// config's), or, when name is empty, the last provisioned if every handler
+// uses one store.
+func (g *handlerRegistry) pick(name string) (*Handler, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.handlers) == 0 {
+		return nil, fmt.Errorf("no idempotency handler in the running config")
+	}
+	var names []string
+	storesSeen := map[string]bool{}
+	for i := len(g.handlers) - 1; i >= 0; i-- {
+		h := g.handlers[i]
+		if name != "" && h.Name == name {
+			return h, nil
+		}
+		names = append(names, fmt.Sprintf("%q (%s)", h.Name, h.storeName))
+		storesSeen[h.storeName] = true
+	}
+	if name == "" && len(storesSeen) == 1 {
+		return g.handlers[len(g.handlers)-1], nil
+	}
+	if name != "" {
+		return nil, fmt.Errorf("handler: no handler named %q; the handlers: %s", name, strings.Join(names, ", "))
+	}
+	return nil, fmt.Errorf("handler: the handlers use more than one store: pick one with ?handler=NAME (its name subdirective): %s", strings.Join(names, ", "))
+}
+
+// Interface guards.
+var _ caddy.AdminRouter = Admin{}
