@@ -146,16 +146,16 @@ func grpcCodeOf(p Problem) grpcCode {
 	return grpcUnknown
 }
 
-// isGRPC reports whether r is a gRPC call: one Content-Type, application/grpc
+// IsGRPC reports whether r is a gRPC call: one Content-Type, application/grpc
 // or application/grpc+<codec> (with parameters or not, in any case).
 // gRPC-Web (application/grpc-web…) and Connect (application/proto, …) are
 // not: their clients read HTTP statuses, and get the route's error format.
-func isGRPC(r *http.Request) bool {
+func IsGRPC(r *http.Request) bool {
 	ct := r.Header["Content-Type"]
 	return len(ct) == 1 && isGRPCType(ct[0])
 }
 
-// isGRPCType reports whether a Content-Type is gRPC's (see isGRPC).
+// isGRPCType reports whether a Content-Type is gRPC's (see IsGRPC).
 func isGRPCType(ct string) bool {
 	const grpc = "application/grpc"
 	mt, _, _ := strings.Cut(ct, ";")

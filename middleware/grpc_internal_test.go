@@ -99,7 +99,7 @@ func TestIsGRPCType(t *testing.T) {
 	}
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header["Content-Type"] = []string{"application/grpc", "application/json"}
-	if isGRPC(r) {
+	if IsGRPC(r) {
 		t.Error("two Content-Types: a gRPC call")
 	}
 }

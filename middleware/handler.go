@@ -127,7 +127,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	if h.pinned != nil {
 		defer h.pinned.Pin()()
 	}
-	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: isGRPC(r)}
+	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: IsGRPC(r)}
 	defer t.finish()
 
 	if canon.Path == "" { // not read yet

@@ -150,7 +150,7 @@ func RetrySeconds(d time.Duration) int {
 // (when it came in a valid key header) as Stripe does; to a gRPC call
 // (isGRPC), in gRPC's shape.
 func (h *Handler) WriteProblem(w http.ResponseWriter, r *http.Request, p Problem, retryAfter time.Duration) {
-	h.writeProblem(w, p, retryAfter, h.echoKey(r), isGRPC(r))
+	h.writeProblem(w, p, retryAfter, h.echoKey(r), IsGRPC(r))
 }
 
 // writeProblem writes p, an answer the core makes itself: in the handler's
