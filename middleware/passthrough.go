@@ -3,45 +3,23 @@ package middleware
 import (
 	"context"
 	"net/http"
+
+	"github.com/idemproxy/idemproxy/internal/status"
 )
 
 // passThrough calls next untracked, noting the status for the observer.
 func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, next Next, ev *Event) error {
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &status.Writer{ResponseWriter: w}
 	err := next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), runningKey{}, ev.Outcome)))
-	ev.Status = sw.status
-	if ev.Status == 0 && err == nil {
-		ev.Status = http.StatusOK
+	ev.Status = sw.Status
+	if err == nil {
+		ev.Status = sw.Final()
 	}
 	if err != nil && ev.Err == nil {
 		ev.Err = err
 	}
 	return err
 }
-
-// statusWriter notes the status of a response passed through untracked.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (sw *statusWriter) WriteHeader(code int) {
-	if sw.status == 0 && code >= 200 {
-		sw.status = code
-	}
-	sw.ResponseWriter.WriteHeader(code)
-}
-
-func (sw *statusWriter) Write(p []byte) (int, error) {
-	if sw.status == 0 {
-		sw.status = http.StatusOK
-	}
-	return sw.ResponseWriter.Write(p)
-}
-
-func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
-
-func (sw *statusWriter) Flush() { _ = http.NewResponseController(sw.ResponseWriter).Flush() }
 
 // runningKey marks the context of a request the core passed to next with
 // how it did (Running): outcomeFirst, or the outcome of a pass-through.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/status"
 	"github.com/idemproxy/idemproxy/prommetrics"
 )
 
@@ -20,39 +21,12 @@ func (p *Proxy) passUntracked(st *state, counts *prommetrics.RouteRequests, w ht
 		return
 	}
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &status.Writer{ResponseWriter: w}
 	next.ServeHTTP(sw, r)
-	if sw.status == 0 {
-		sw.status = http.StatusOK // nothing written: net/http sends 200
-	}
 	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("outcome", prommetrics.Untracked),
-		slog.Int("status", sw.status),
+		slog.Int("status", sw.Final()),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 }
-
-// statusWriter notes the final status a handler answered.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection (Flush, Hijack,
-// deadlines) as ReverseProxy needs it.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
