@@ -174,7 +174,7 @@ func (s *Store) Provision(ctx caddy.Context) error {
 	url := s.url()
 	s.key = stores.Key(s.kind, s.Settings, url)
 	v, _, err := pool.LoadOrNew(s.key, func() (caddy.Destructor, error) {
-		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: true})
+		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, Info: ctx.Slogger().Info, StartUnreachable: true})
 		if err != nil {
 			return nil, err
 		}

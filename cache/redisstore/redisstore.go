@@ -41,8 +41,9 @@ type Store struct {
 }
 
 var (
-	_ cache.Store    = (*Store)(nil)
-	_ cache.Notifier = (*Store)(nil)
+	_ cache.Store       = (*Store)(nil)
+	_ cache.Notifier    = (*Store)(nil)
+	_ cache.LocalCacher = (*Store)(nil)
 )
 
 // New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
@@ -69,10 +70,14 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
 	case s.waitReplicas > 0 && s.waitTimeout < time.Millisecond:
 		return nil, fmt.Errorf("redisstore: the wait for replicas needs a timeout of at least 1ms, got %v", s.waitTimeout)
-	case s.localBytes < 0:
-		return nil, fmt.Errorf("redisstore: the local cache must not be negative, got %d", s.localBytes)
 	}
 	_, cluster := c.(*redis.ClusterClient)
+	switch {
+	case s.localBytes < 0:
+		s.localBytes = 0
+	case s.localBytes == 0 && !cluster && opts.Now == nil:
+		s.localBytes, _ = DefaultLocalCache()
+	}
 	if cluster && s.localBytes > 0 {
 		return nil, errors.New("redisstore: the local cache needs one pub/sub order, which Redis Cluster does not keep across nodes: turn it off")
 	}
@@ -88,6 +93,20 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		s.sub.mu.Unlock()
 	}
 	return s, nil
+}
+
+// DefaultLocalCache is the size of the local cache Options.LocalCache 0
+// means (but with Redis Cluster), and what it was taken from: a sixteenth of
+// the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit),
+// at least 8MiB and at most 256MiB; 64MiB when there is no budget.
+func DefaultLocalCache() (int64, string) { return localcache.DefaultSize() }
+
+// LocalCacheStats implements cache.LocalCacher.
+func (s *Store) LocalCacheStats() (cache.LocalCacheStats, bool) {
+	if s.local == nil {
+		return cache.LocalCacheStats{}, false
+	}
+	return s.local.Stats(), true
 }
 
 // run sends one script call, through a pipeline when the store batches.
