@@ -40,6 +40,10 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
 
+// SetReadDeadline is a connection's, as net/http's writer has it (the core
+// sets the body's read deadline through http.ResponseController).
+func (d *discard) SetReadDeadline(time.Time) error { return nil }
+
 func run(b *testing.B, h http.Handler, key func(i int) string, body string) {
 	b.ReportAllocs()
 	var n atomic.Int64

@@ -113,28 +113,34 @@ func (p *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 	if sweep == 0 {
 		sweep = -1 // the setting's 0: never by this instance
 	}
-	ps, err := New(pctx, pool, Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema, SweepInterval: sweep, LocalCache: p.localCache(env)})
+	local, note := p.localCache(env)
+	ps, err := New(pctx, pool, Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema, SweepInterval: sweep, LocalCache: local})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
+	note()
 	return ps, func() error { err := ps.Close(); pool.Close(); return err }, nil
 }
 
 // localCache is the Options.LocalCache of the setting, and says at start-up
-// what it is: on, with its size and what the size came from, or off.
-func (p *Settings) localCache(env cache.Env) int64 {
+// what it is, once the store opened (note): on, with its size and what the
+// size came from, or off.
+func (p *Settings) localCache(env cache.Env) (int64, func()) {
 	switch {
 	case p.LocalCache == 0:
-		env.Note("idempotency: local cache of completed records off (postgres_local_cache off): every replay is a round trip to PostgreSQL")
-		return -1
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off (postgres_local_cache off): every replay is a round trip to PostgreSQL")
+		}
 	case p.LocalCache > 0:
-		env.Note("idempotency: local cache of completed records on", "bytes", p.LocalCache, "from", "postgres_local_cache")
-		return p.LocalCache
+		return p.LocalCache, func() {
+			env.Note("idempotency: local cache of completed records on", "bytes", p.LocalCache, "from", "postgres_local_cache")
+		}
 	}
 	size, from := DefaultLocalCache()
-	env.Note("idempotency: local cache of completed records on (postgres_local_cache auto; set a size, or off)", "bytes", size, "from", from)
-	return size
+	return size, func() {
+		env.Note("idempotency: local cache of completed records on (postgres_local_cache auto; set a size, or off)", "bytes", size, "from", from)
+	}
 }
 
 // Schema implements cache.SchemaSettings: the DDL of p.Table (Schema).

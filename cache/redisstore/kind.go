@@ -100,32 +100,38 @@ func (r *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 		}
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	local := r.localCache(cluster, env)
+	local, note := r.localCache(cluster, env)
 	rs, err := New(client, Options{Prefix: r.Prefix, WaitReplicas: int(r.WaitReplicas), WaitTimeout: r.WaitTimeout, LocalCache: local})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
+	note()
 	return rs, func() error { return errors.Join(rs.Close(), client.Close()) }, nil
 }
 
 // localCache is the Options.LocalCache of the setting, and says at start-up
-// what it is: on, with its size and what the size came from, or off and why.
-func (r *Settings) localCache(cluster bool, env cache.Env) int64 {
+// what it is, once the store opened (note): on, with its size and what the size
+// came from, or off and why.
+func (r *Settings) localCache(cluster bool, env cache.Env) (int64, func()) {
 	switch {
 	case r.LocalCache == 0:
-		env.Note("idempotency: local cache of completed records off (redis_local_cache off): every replay is a round trip to Redis")
-		return -1
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off (redis_local_cache off): every replay is a round trip to Redis")
+		}
 	case r.LocalCache > 0:
-		env.Note("idempotency: local cache of completed records on", "bytes", r.LocalCache, "from", "redis_local_cache")
-		return r.LocalCache
+		return r.LocalCache, func() {
+			env.Note("idempotency: local cache of completed records on", "bytes", r.LocalCache, "from", "redis_local_cache")
+		}
 	case cluster:
-		env.Note("idempotency: local cache of completed records off: Redis Cluster's pub/sub keeps no single order across nodes, so a delete or resolve could not reach every instance's cache in time; every replay is a round trip to Redis")
-		return -1
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off: Redis Cluster's pub/sub keeps no single order across nodes, so a delete or resolve could not reach every instance's cache in time; every replay is a round trip to Redis")
+		}
 	}
 	size, from := DefaultLocalCache()
-	env.Note("idempotency: local cache of completed records on (redis_local_cache auto; set a size, or off)", "bytes", size, "from", from)
-	return size
+	return size, func() {
+		env.Note("idempotency: local cache of completed records on (redis_local_cache auto; set a size, or off)", "bytes", size, "from", from)
+	}
 }
 
 var _ cache.Settings = (*Settings)(nil)

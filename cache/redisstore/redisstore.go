@@ -356,7 +356,7 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 			rec.Trace = []byte(t)
 		}
 	case cache.StateCompleted:
-		resp, err := cache.DecodeResponse([]byte(str(6)))
+		resp, err := cache.DecodeResponseString(str(6)) // no copy of the reply
 		if err != nil {
 			return nil, false, err
 		}
