@@ -38,6 +38,8 @@ type Store struct {
 
 	localBytes int64
 	local      *localcache.Cache // nil: no local cache
+
+	notifyArg any // channel(), boxed once (channelArg)
 }
 
 var (
@@ -65,6 +67,7 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		waitTimeout:  cmp.Or(opts.WaitTimeout, DefaultWaitTimeout),
 		localBytes:   opts.LocalCache,
 	}
+	s.notifyArg = s.channel()
 	switch {
 	case s.waitReplicas < 0:
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
@@ -162,7 +165,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		// it, so it cannot hold the key against the pending Complete of an
 		// earlier execution. Not waited: the lock is gone from the primary
 		// either way, and a replica that has it lets it lapse.
-		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channel()).Err()
+		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channelArg()).Err()
 	}
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("redisstore: claiming key: %w", err)
@@ -191,7 +194,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	if created.IsZero() {
 		created = s.clock()
 	}
-	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel(),
+	return s.fenced(ctx, completeScript, "completing", key, token, token, blob, ms(ttl), s.nowArg(), s.channelArg(),
 		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
 }
 
@@ -222,7 +225,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 			return err
 		}
 	}
-	n, err := s.run(ctx, resolveScript, key, blob, ms(ttl), s.nowArg(), s.channel()).Int()
+	n, err := s.run(ctx, resolveScript, key, blob, ms(ttl), s.nowArg(), s.channelArg()).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: resolving key: %w", err)
@@ -239,19 +242,21 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 
 // Release implements cache.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	return s.fenced(ctx, releaseScript, "releasing", key, token, s.nowArg(), s.channel())
+	return s.fenced(ctx, releaseScript, "releasing", key, token, token, s.nowArg(), s.channelArg())
 }
 
 // Extend implements cache.Store.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	return s.fenced(ctx, extendScript, "extending lease", key, token, ms(lease), s.nowArg())
+	return s.fenced(ctx, extendScript, "extending lease", key, token, token, ms(lease), s.nowArg())
 }
 
+// fenced runs script with token and then args as its arguments; the token
+// leads args, so that the call makes no second slice of them.
 func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, token string, args ...any) error {
 	if token == "" {
 		return cache.ErrLockLost
 	}
-	n, err := s.run(ctx, script, key, append([]any{token}, args...)...).Int()
+	n, err := s.run(ctx, script, key, args...).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", what, err)
 	}
@@ -279,7 +284,7 @@ func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 
 // Delete implements cache.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	n, err := s.run(ctx, deleteScript, key, s.nowArg(), s.channel()).Int()
+	n, err := s.run(ctx, deleteScript, key, s.nowArg(), s.channelArg()).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: deleting key: %w", err)
 	}
