@@ -4,8 +4,9 @@
 //
 // It starts, each as its own process: a trivial upstream, a bare
 // httputil.ReverseProxy with idemproxy's transport settings (the ceiling for a Go
-// proxy), idemproxy on the memory store, on Redis and on PostgreSQL (each also
-// with its local cache of completed records, for replays), on DynamoDB Local
+// proxy), idemproxy on the memory store, on Redis and on PostgreSQL (at their
+// defaults, so with the local cache of completed records; and for replays also
+// with it off), on DynamoDB Local
 // when its jar is installed (internal/dynamotest finds it;
 // IDEMPROXY_DYNAMODB_LOCAL_JAR), and Caddy with and without the idempotency
 // module. The server under test runs on core 1; the load generator

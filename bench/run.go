@@ -227,21 +227,22 @@ func run(cfg benchConfig) error {
 		}
 		scenarios = append(scenarios, &scenario{name: "idemproxy " + c.name + ": first executions", target: u, store: "postgres", group: "proxy", server: c.server})
 	}
-	// The local cache of completed records (redis_local_cache,
-	// postgres_local_cache): its own instances, replays only (a first
-	// execution is what it was).
+	// The stores above run every setting at its default, so their local cache
+	// of completed records is on (redis_local_cache, postgres_local_cache:
+	// auto). The same stores with it off: their own instances, replays only
+	// (a first execution is the same either way).
 	for _, c := range []struct{ name, store, url string }{
 		{"Redis", "redis", "redis://" + redisAddr + "/0?pool_size=64"},
 		{"PostgreSQL", "postgres", pg.URL() + "&pool_max_conns=32"},
 	} {
 		addr := procinfo.FreeAddr()
-		server := "idemproxy-" + c.store + "-cache"
+		server := "idemproxy-" + c.store + "-nocache"
 		u, err := launch(coreTest, server, addr, idemproxy, "--listen", addr, "--upstream", upURL,
-			"--store", c.url, "--"+c.store+"-local-cache", "64MiB", "--log-level", "warn")
+			"--store", c.url, "--"+c.store+"-local-cache", "off", "--log-level", "warn")
 		if err != nil {
 			return err
 		}
-		scenarios = append(scenarios, &scenario{name: "idemproxy " + c.name + " + local cache: replays", target: u, replay: true,
+		scenarios = append(scenarios, &scenario{name: "idemproxy " + c.name + ", local cache off: replays", target: u, replay: true,
 			redis: c.store == "redis", store: c.store, group: "proxy", server: server})
 	}
 	// DynamoDB Local, when its jar is installed (internal/dynamotest finds

@@ -146,6 +146,29 @@ type Notifier interface {
 	Subscribe(key string) (changed <-chan struct{}, cancel func())
 }
 
+// LocalCacher is implemented by the stores that may keep completed records in
+// the process's memory (Redis, PostgreSQL: their local cache).
+type LocalCacher interface {
+	// LocalCacheStats reports the local cache's use; false when the store
+	// keeps none.
+	LocalCacheStats() (LocalCacheStats, bool)
+}
+
+// LocalCacheStats is a local cache's use since the store opened.
+type LocalCacheStats struct {
+	MaxBytes, Bytes, Records int64 // its bound, and what it holds
+	// Hits are claims answered from it, Misses those sent to the store.
+	Hits, Misses int64
+	// Invalidations are records it dropped because their change was
+	// announced (a delete or resolve through any instance).
+	Invalidations int64
+	// Flushes count the times its subscription broke, which emptied it.
+	Flushes int64
+	// Untrusted is how long it answered nothing because no ping of its own
+	// had come back recently (start-up, a broken or slow subscription).
+	Untrusted time.Duration
+}
+
 // InProcess is implemented by stores whose operations never block on I/O (the
 // memory store). The middleware then skips per-call timeouts, which would only
 // cost allocations.

@@ -90,6 +90,9 @@ type Env struct {
 	// Warn receives what Open tolerates but an operator should know.
 	// Optional.
 	Warn func(msg string, args ...any)
+	// Info receives what Open decided that an operator may want to know
+	// (a default it picked). Optional.
+	Info func(msg string, args ...any)
 	// Instrument, when set, is given the client Open builds, before its
 	// first use, to trace its calls; each store says what it gives (a
 	// redis.UniversalClient, a *pgx.ConnConfig, …). An error fails Open.
@@ -107,6 +110,13 @@ type Env struct {
 func (e Env) Warning(msg string, args ...any) {
 	if e.Warn != nil {
 		e.Warn(msg, args...)
+	}
+}
+
+// Note passes msg to e.Info, when set.
+func (e Env) Note(msg string, args ...any) {
+	if e.Info != nil {
+		e.Info(msg, args...)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -123,8 +124,24 @@ func WriteResponse(buf *bytes.Buffer, resp *Response) error {
 // DecodeResponse is the inverse of EncodeResponse; bad input wraps ErrCorrupt.
 // The result shares no memory with b.
 func DecodeResponse(b []byte) (*Response, error) {
-	resp, ok := decodeResponseFast(b)
+	return decodeResponseFrom(b, "")
+}
+
+// DecodeResponseString is DecodeResponse of s, a reply a store client
+// already made a string of (Redis): the header names and values are cut from
+// s itself instead of a copy of it.
+func DecodeResponseString(s string) (*Response, error) {
+	return decodeResponseFrom(unsafe.Slice(unsafe.StringData(s), len(s)), s)
+}
+
+// decodeResponseFrom decodes b; s, when not empty, is b as a string (b is
+// then read only, never written nor kept).
+func decodeResponseFrom(b []byte, s string) (*Response, error) {
+	resp, ok := decodeResponseFast(b, s)
 	if !ok { // not the canonical shape: the library decides
+		if s != "" {
+			b = []byte(s) // the library may keep what it is given
+		}
 		resp = new(Response)
 		if err := decodeResponse(b, resp); err != nil {
 			return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)

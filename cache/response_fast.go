@@ -12,14 +12,17 @@ import (
 // (unknown keys, extension types, floats, a truncated input, …), and the caller
 // then decodes with the msgpack library, whose answer (a value or an error) is
 // authoritative. FuzzFastDecoderAgrees holds the two to the same results.
-func decodeResponseFast(b []byte) (resp *Response, ok bool) {
+//
+// all, when not empty, is b as a string already (b is then only read): the
+// names and values are cut from it, with no copy.
+func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 	p := fastReader{b: b}
 	n, ok := p.mapLen()
 	if !ok {
 		return nil, false
 	}
 	r := &Response{}
-	var all string // b as one string, made on the first string that needs it
+	// b as one string, made on the first string that needs it
 	str := func(off, l int) string {
 		if all == "" {
 			all = string(b)

@@ -36,7 +36,11 @@ func FuzzFastDecoderAgrees(f *testing.F) {
 	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'x', 0xc4, 0x02, 0x07, 0x08})
 	f.Add([]byte{0x82, 0xa1, 's', 0xcc, 200, 0xa1, 'x', 0xc0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fast, ok := decodeResponseFast(b)
+		fast, ok := decodeResponseFast(b, "")
+		fromString, sok := decodeResponseFast(b, string(b)) // DecodeResponseString's path
+		if ok != sok || ok && !reflect.DeepEqual(fast, fromString) {
+			t.Fatalf("from bytes and from a string disagree on %x: %v %#v, %v %#v", b, ok, fast, sok, fromString)
+		}
 		if !ok {
 			return
 		}
@@ -61,8 +65,17 @@ func BenchmarkDecodeResponsePaths(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := decodeResponseFast(enc); !ok {
+			if _, ok := decodeResponseFast(enc, ""); !ok {
 				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("string", func(b *testing.B) { // a Redis reply: DecodeResponseString
+		s := string(enc)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeResponseString(s); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

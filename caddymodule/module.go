@@ -414,6 +414,13 @@ func registerMetrics(ctx caddy.Context, store cache.Store) *prommetrics.Requests
 			ctx.Slogger().Warn("idempotency: memory store metrics not registered", "error", err)
 		}
 	}
+	if lc := prommetrics.NewLocalCache(base); lc != nil {
+		// Several shared stores in one config would describe the same
+		// metrics: the first registered is exported.
+		if err := prommetrics.Register(reg, lc); err != nil {
+			ctx.Slogger().Warn("idempotency: local cache metrics not registered", "error", err)
+		}
+	}
 	return requests
 }
 

@@ -175,7 +175,7 @@ func (s *Store) Provision(ctx caddy.Context) error {
 	s.key = stores.Key(s.kind, s.Settings, url)
 	v, _, err := pool.LoadOrNew(s.key, func() (caddy.Destructor, error) {
 		start, _ := ctx.Value(startUnreachableKey{}).(bool)
-		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, StartUnreachable: start})
+		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, Info: ctx.Slogger().Info, StartUnreachable: start})
 		if err != nil {
 			return nil, err
 		}

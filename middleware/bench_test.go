@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -38,6 +39,10 @@ type discard struct{ h http.Header }
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
+
+// SetReadDeadline is a connection's, as net/http's writer has it (the core
+// sets the body's read deadline through http.ResponseController).
+func (d *discard) SetReadDeadline(time.Time) error { return nil }
 
 func run(b *testing.B, h http.Handler, key func(i int) string, body string) {
 	b.ReportAllocs()
@@ -161,5 +166,52 @@ func BenchmarkWebhook(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkReplay: one replay at a time through the core on the memory store,
+// against the floor: a plain net/http handler that reads the request body and
+// writes a stored response (its status, header map and body, as a replay
+// does), with no idempotency at all. Both include httptest.NewRequest.
+func BenchmarkReplay(b *testing.B) {
+	stored := &cache.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{"id":"ch_1","status":"succeeded"}`)}
+	plain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		for k, v := range stored.Header {
+			h[k] = v
+		}
+		h.Set("Content-Length", strconv.Itoa(len(stored.Body)))
+		w.WriteHeader(stored.Status)
+		_, _ = w.Write(stored.Body)
+	})
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"Plain", plain}, {"Memory", benchHandler(b, newMem(b))}} {
+		b.Run(bc.name, func(b *testing.B) {
+			prepare(bc.h)
+			replayLoop(b, bc.h)
+		})
+	}
+}
+
+// replayLoop sends replays of the 64 keys prepare stored, one at a time.
+func replayLoop(b *testing.B, h http.Handler) {
+	w := &discard{h: http.Header{}}
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(benchBody))
+		r.Header.Set("Idempotency-Key", keys[i%64])
+		r.Header.Set("Authorization", "Bearer sk_test_123")
+		clear(w.h)
+		h.ServeHTTP(w, r)
+		i++
 	}
 }

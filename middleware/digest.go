@@ -30,9 +30,10 @@ func (h *Handler) storeKey(r *http.Request, host, key string) string {
 	defer digests.Put(d)
 	h.writeScope(d, r, host)
 	d.field(key)
-	var sum [sha256.Size]byte
+	// The sum goes into the digest's own buffer, as in owner: a local array
+	// would escape through the hash.Hash interface.
 	var out [2 * sha256.Size]byte
-	hex.Encode(out[:], d.sum(sum[:0]))
+	hex.Encode(out[:], d.sum(d.buf[:0]))
 	return string(out[:]) // one allocation, where EncodeToString makes two
 }
 

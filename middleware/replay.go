@@ -89,15 +89,20 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 	// show), and unless it is trailers-only, its headers sent before the
 	// message, without a Content-Length.
 	grpc := isGRPCType(resp.Header.Get("Content-Type"))
+	// The two values this writes share one allocation; each is a slice of
+	// its own capacity, so that appending to one never touches the other.
+	vals := make([]string, 2)
+	vals[0] = "true"
+	h["Idempotent-Replayed"] = vals[0:1:1]
 	if bodyAllowed(resp.Status) && len(resp.Trailer) == 0 && !grpc {
-		h.Set("Content-Length", strconv.FormatInt(size, 10)) // trailers need chunked encoding
+		vals[1] = strconv.FormatInt(size, 10) // trailers need chunked encoding
+		h["Content-Length"] = vals[1:2:2]
 	}
 	if !grpc {
 		for name := range resp.Trailer {
 			h.Add("Trailer", name)
 		}
 	}
-	h.Set("Idempotent-Replayed", "true")
 	w.WriteHeader(resp.Status)
 	if grpc && (len(resp.Body) > 0 || len(resp.Trailer) > 0) {
 		_ = http.NewResponseController(w).Flush()

@@ -20,7 +20,8 @@
 // only: count the others with Untracked where you see them, or the dashboard's
 // untracked series stays at zero. Memory is the memory store's use and bounds
 // (idemproxy_memory_*), read at each scrape: NewMemory(store) for a
-// *memstore.Store.
+// *memstore.Store. LocalCache is the Redis or PostgreSQL store's local cache
+// of completed records (idemproxy_local_cache_*): NewLocalCache(store).
 //
 // The rest is what the proxy adds, and a Go program that does the same may use
 // them too: Upstream (first executions forwarded upstream), Settled (held
@@ -36,6 +37,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -52,6 +54,15 @@ const (
 	MemoryBytes      = "idemproxy_memory_bytes"
 	MemoryMaxRecords = "idemproxy_memory_max_records"
 	MemoryMaxBytes   = "idemproxy_memory_max_bytes"
+
+	LocalCacheHits          = "idemproxy_local_cache_hits_total"
+	LocalCacheMisses        = "idemproxy_local_cache_misses_total"
+	LocalCacheRecords       = "idemproxy_local_cache_records"
+	LocalCacheBytes         = "idemproxy_local_cache_bytes"
+	LocalCacheMaxBytes      = "idemproxy_local_cache_max_bytes"
+	LocalCacheInvalidations = "idemproxy_local_cache_invalidations_total"
+	LocalCacheFlushes       = "idemproxy_local_cache_flushes_total"
+	LocalCacheUntrusted     = "idemproxy_local_cache_untrusted_seconds_total"
 )
 
 // ProxyOnly are the metrics the proxy exports and the Caddy module does not
@@ -261,6 +272,56 @@ func (m *Memory) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(memBytes, prometheus.GaugeValue, float64(m.s.Bytes()))
 	ch <- prometheus.MustNewConstMetric(memMaxRecords, prometheus.GaugeValue, float64(maxRecords))
 	ch <- prometheus.MustNewConstMetric(memMaxBytes, prometheus.GaugeValue, float64(maxBytes))
+}
+
+var (
+	lcHits      = prometheus.NewDesc(LocalCacheHits, "Claims the store's local cache of completed records answered, with no round trip.", nil, nil)
+	lcMisses    = prometheus.NewDesc(LocalCacheMisses, "Claims the store's local cache could not answer (not held, expired, or the cache not trusted), sent to the store.", nil, nil)
+	lcRecords   = prometheus.NewDesc(LocalCacheRecords, "Completed records held by the store's local cache.", nil, nil)
+	lcBytes     = prometheus.NewDesc(LocalCacheBytes, "Approximate bytes held by the store's local cache.", nil, nil)
+	lcMaxBytes  = prometheus.NewDesc(LocalCacheMaxBytes, "The bound of the store's local cache (redis_local_cache, postgres_local_cache).", nil, nil)
+	lcInval     = prometheus.NewDesc(LocalCacheInvalidations, "Records the local cache dropped because a delete or resolve through any instance announced them.", nil, nil)
+	lcFlushes   = prometheus.NewDesc(LocalCacheFlushes, "Times the local cache's subscription broke (lost, reconnected), which emptied it.", nil, nil)
+	lcUntrusted = prometheus.NewDesc(LocalCacheUntrusted, "Seconds the local cache answered nothing because none of its pings had come back within 200ms (start-up, a broken or slow subscription).", nil, nil)
+)
+
+// LocalCache is the use of a shared store's local cache of completed records
+// (idemproxy_local_cache_*), read at each scrape. It is a
+// prometheus.Collector; two of them describe the same metrics, so a registry
+// takes one (see Register).
+type LocalCache struct{ s cache.LocalCacher }
+
+// NewLocalCache returns the metrics of s's local cache, or nil when s keeps
+// none (a memory or DynamoDB store, or one with the cache off).
+func NewLocalCache(s cache.Store) *LocalCache {
+	lc, ok := s.(cache.LocalCacher)
+	if !ok {
+		return nil
+	}
+	if _, on := lc.LocalCacheStats(); !on {
+		return nil
+	}
+	return &LocalCache{s: lc}
+}
+
+// Describe implements prometheus.Collector.
+func (l *LocalCache) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{lcHits, lcMisses, lcRecords, lcBytes, lcMaxBytes, lcInval, lcFlushes, lcUntrusted} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (l *LocalCache) Collect(ch chan<- prometheus.Metric) {
+	st, _ := l.s.LocalCacheStats()
+	ch <- prometheus.MustNewConstMetric(lcHits, prometheus.CounterValue, float64(st.Hits))
+	ch <- prometheus.MustNewConstMetric(lcMisses, prometheus.CounterValue, float64(st.Misses))
+	ch <- prometheus.MustNewConstMetric(lcRecords, prometheus.GaugeValue, float64(st.Records))
+	ch <- prometheus.MustNewConstMetric(lcBytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(lcMaxBytes, prometheus.GaugeValue, float64(st.MaxBytes))
+	ch <- prometheus.MustNewConstMetric(lcInval, prometheus.CounterValue, float64(st.Invalidations))
+	ch <- prometheus.MustNewConstMetric(lcFlushes, prometheus.CounterValue, float64(st.Flushes))
+	ch <- prometheus.MustNewConstMetric(lcUntrusted, prometheus.CounterValue, st.Untrusted.Seconds())
 }
 
 // Register registers each collector in reg. One whose metrics reg already has

@@ -1,6 +1,8 @@
 package prommetrics_test
 
 import (
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/memstore"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,4 +165,40 @@ func TestRequestsByRoute(t *testing.T) {
 	want(t, s, "0", prommetrics.RequestsTotal, "outcome", "stored", "route", "/orders")
 	want(t, s, "1", prommetrics.RequestsTotal, "outcome", "stored", "route", "")
 	want(t, s, "2", prommetrics.RequestsTotal, "outcome", "stored") // summed over the routes
+}
+
+// cached is a store with a local cache (cache.LocalCacher); on false: none.
+type cached struct {
+	cache.Store
+	on bool
+	st cache.LocalCacheStats
+}
+
+func (c *cached) LocalCacheStats() (cache.LocalCacheStats, bool) { return c.st, c.on }
+
+func TestLocalCacheReadsTheStoreAtEachScrape(t *testing.T) {
+	if prommetrics.NewLocalCache(&cached{}) != nil {
+		t.Fatal("metrics for a store whose local cache is off")
+	}
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if prommetrics.NewLocalCache(mem) != nil {
+		t.Fatal("local cache metrics for the memory store")
+	}
+	s := &cached{on: true, st: cache.LocalCacheStats{MaxBytes: 64 << 20, Bytes: 4096, Records: 3, Hits: 7, Misses: 2,
+		Invalidations: 1, Flushes: 1, Untrusted: 1500 * time.Millisecond}}
+	lc := prommetrics.NewLocalCache(s)
+	got := scrape(t, lc)
+	for name, value := range map[string]string{
+		prommetrics.LocalCacheHits: "7", prommetrics.LocalCacheMisses: "2", prommetrics.LocalCacheRecords: "3",
+		prommetrics.LocalCacheBytes: "4096", prommetrics.LocalCacheMaxBytes: "6.7108864e+07",
+		prommetrics.LocalCacheInvalidations: "1", prommetrics.LocalCacheFlushes: "1", prommetrics.LocalCacheUntrusted: "1.5",
+	} {
+		want(t, got, value, name)
+	}
+	s.st.Hits = 9
+	want(t, scrape(t, lc), "9", prommetrics.LocalCacheHits)
 }

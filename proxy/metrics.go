@@ -22,6 +22,7 @@ type metrics struct {
 	reconcile *prommetrics.Reconcile
 	handler   http.Handler // /metrics
 	mem       prometheus.Collector
+	local     prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -39,7 +40,8 @@ func newMetrics() *metrics {
 }
 
 // memory serves the gauges (idemproxy_memory_*) of the store s when it is the
-// memory store (imetrics.MemoryStats), in place of the store's a reload
+// memory store (imetrics.MemoryStats), and its local cache's
+// (idemproxy_local_cache_*) when it has one, in place of the store's a reload
 // replaced.
 func (m *metrics) memory(s cache.Store) {
 	if m.mem != nil {
@@ -49,5 +51,13 @@ func (m *metrics) memory(s cache.Store) {
 	if mem, ok := s.(prommetrics.MemoryStats); ok {
 		m.mem = prommetrics.NewMemory(mem)
 		m.reg.MustRegister(m.mem)
+	}
+	if m.local != nil {
+		m.reg.Unregister(m.local)
+		m.local = nil
+	}
+	if lc := prommetrics.NewLocalCache(s); lc != nil {
+		m.local = lc
+		m.reg.MustRegister(m.local)
 	}
 }

@@ -62,7 +62,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 	if st, err = p.prepareState(cfg); err != nil {
 		return nil, false, err
 	}
-	env := stores.Env{Warn: p.log.Warn, Trace: cfg.tracing, StoreTimeout: cfg.StoreTimeout}
+	env := stores.Env{Warn: p.log.Warn, Info: p.log.Info, Trace: cfg.tracing, StoreTimeout: cfg.StoreTimeout}
 	if prev != nil && prev.store.opened.Serves(cfg.Stores.Key(cfg.Store), env) {
 		prev.store.refs.Add(1)
 		st.store = prev.store

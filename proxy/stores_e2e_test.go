@@ -123,19 +123,23 @@ func TestE2EEvictingRedisRefused(t *testing.T) {
 	}
 }
 
-// Two instances on one shared store, each with its local cache: A answers
-// replays from its cache, and a purge through B's admin API reaches A's cache
-// before B answers it, so the next request through A runs again.
+// Two instances on one shared store, each with its local cache at its default
+// (on): A answers replays from its cache, and a purge through B's admin API
+// reaches A's cache before B answers it, so the next request through A runs
+// again.
 func TestE2ELocalCacheAcrossInstances(t *testing.T) {
 	skipShort(t)
-	t.Run("redis", func(t *testing.T) { localCacheAcross(t, redistest.Start(t).URL(), "--redis-local-cache") })
-	t.Run("postgres", func(t *testing.T) { localCacheAcross(t, pgtest.Start(t).URL(), "--postgres-local-cache") })
+	t.Run("redis", func(t *testing.T) { localCacheAcross(t, redistest.Start(t).URL()) })
+	t.Run("postgres", func(t *testing.T) { localCacheAcross(t, pgtest.Start(t).URL()) })
 }
 
-func localCacheAcross(t *testing.T, store, flag string) {
+func localCacheAcross(t *testing.T, store string) {
 	up := testutil.NewUpstream(t)
-	a := start(t, "--upstream", up.URL, "--store", store, flag, "1MiB")
-	admin := start(t, "--upstream", up.URL, "--store", store, flag, "1MiB").Admin
+	a := start(t, "--upstream", up.URL, "--store", store)
+	admin := start(t, "--upstream", up.URL, "--store", store).Admin
+	if !strings.Contains(a.Logs.String(), "local cache of completed records on") {
+		t.Fatalf("no start-up line about the local cache:\n%s", a.Logs)
+	}
 	if r := a.Post(t, "/charge", "k", "x"); r.Status != 201 || r.Replayed {
 		t.Fatalf("first: %+v", r)
 	}
@@ -160,5 +164,9 @@ func localCacheAcross(t *testing.T, store, flag string) {
 	}
 	if r := a.Post(t, "/charge", "k", "x"); r.Replayed || up.Count("k") != 2 {
 		t.Fatalf("after the purge through B, A answered %+v (upstream ran %d times); want a second execution", r, up.Count("k"))
+	}
+	// A's replays came from its cache: its metrics say so.
+	if m := metricsOf(t, a.Admin); !strings.Contains(m, "idemproxy_local_cache_hits_total ") || strings.Contains(m, "idemproxy_local_cache_hits_total 0\n") {
+		t.Fatalf("no local cache hits in A's metrics:\n%s", m)
 	}
 }

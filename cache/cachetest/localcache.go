@@ -2,6 +2,7 @@ package cachetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,13 +10,17 @@ import (
 )
 
 // Instances are two instances of a store sharing one backend, each with a
-// local cache of completed records (Options.LocalCache), on the backend's own
-// clock: the cache's expiry is real time.
+// local cache of completed records (Options.LocalCache; run them at its
+// default), on the backend's own clock: the cache's expiry is real time.
 type Instances struct {
 	A, B cache.Store
 	// Drop deletes key in the backend behind the stores' backs (no
 	// announcement), so that an answer for it can only come from a cache.
 	Drop func(t *testing.T, key string)
+	// Cut breaks the instances' subscriptions to the channel that announces
+	// changes (Redis: CLIENT KILL TYPE pubsub; PostgreSQL:
+	// pg_terminate_backend of the LISTEN connections).
+	Cut func(t *testing.T)
 }
 
 // cacheWarm is how long a new cache takes to trust its subscription (its
@@ -24,7 +29,7 @@ const cacheWarm = 500 * time.Millisecond
 
 // RunLocalCache runs the local cache's promises across two instances: a
 // delete or a resolve through one reaches the other's cache before it answers
-// again; unknown outcomes and in-flight locks are never cached; an entry
+// again, also when the channel that announces it was just cut; unknown outcomes and in-flight locks are never cached; an entry
 // expires with its record; a retry with another fingerprint still sees the
 // first one's (the middleware answers 422).
 func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
@@ -37,6 +42,7 @@ func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
 		{"InFlightNotCached", testCacheInFlight},
 		{"ExpiresWithRecord", testCacheExpiry},
 		{"MismatchStillSeen", testCacheMismatch},
+		{"ChannelCut", testCacheChannelCut},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,5 +174,42 @@ func testCacheMismatch(t *testing.T, in Instances) {
 	rec.Fingerprint, rec.Response.Body[0] = "changed", 'X'
 	if rec, _ := lockOrGet(t, in.A, key, "fp"); rec.Fingerprint != "fp" || string(rec.Response.Body) != "first" {
 		t.Fatalf("the cache kept a caller's change: %+v", rec)
+	}
+}
+
+// The channel that announces changes is cut, then a record A holds in its
+// cache is deleted through B, whose announcement A may never hear: A answers
+// it no more once the delete returned. Once subscribed again, A answers from
+// its cache again.
+func testCacheChannelCut(t *testing.T, in Instances) {
+	key := Key(t, "k")
+	cached(t, in, key, completed(201, "first"), ttl)
+	in.Cut(t)
+	if err := in.B.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded && rec.State == cache.StateCompleted {
+			t.Fatalf("after the channel was cut and B deleted the record, A answered it: %d %q", rec.Response.Status, rec.Response.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Back: a record is answered from the cache again, within a few seconds.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		k := Key(t, fmt.Sprint("again", i))
+		tok := claim(t, in.A, k, "fp")
+		if err := in.A.Complete(context.Background(), k, tok, completed(201, "again"), ttl); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // past the completion's own announcement, if any
+		lockOrGet(t, in.A, k, "fp")        // kept, when the cache is trusted again
+		in.Drop(t, k)
+		if _, loaded := lockOrGet(t, in.A, k, "fp"); loaded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's cache answered nothing for 10s after its subscription was cut")
+		}
 	}
 }

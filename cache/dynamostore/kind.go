@@ -103,6 +103,7 @@ func (d *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 	if err != nil {
 		return nil, nil, err
 	}
+	env.Note("idempotency: no local cache of completed records with DynamoDB: a table announces no changes, so a delete or resolve could not reach every instance's cache; every replay is a read of the table")
 	return s, s.Close, nil
 }
 

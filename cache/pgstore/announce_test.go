@@ -59,6 +59,9 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		n, err := listen.WaitForNotification(wctx)
+		for err == nil && strings.HasPrefix(n.Payload, "\x01idemproxy-ping ") { // the local cache's own
+			n, err = listen.WaitForNotification(wctx)
+		}
 		if err != nil {
 			t.Fatalf("waiting for the announcement of %s: %v", want, err)
 		}

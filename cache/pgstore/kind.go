@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 )
 
 // Kind describes the PostgreSQL store to the programs that open stores from
@@ -32,7 +33,7 @@ type Settings struct {
 	Table             string        `json:"table" schema:"" help:"the PostgreSQL store's table; 'schema.name' allowed"`
 	CreateSchema      bool          `json:"create_schema" go:"'pgstore.Options.SkipCreateSchema', inverted" help:"create the table and its index at start-up when missing; 'false': they must exist ('idemproxy migrate' prints or applies the DDL)"`
 	SweepInterval     time.Duration `json:"sweep_interval" go:"'pgstore.Options.SweepInterval' (off: negative)" help:"how often expired rows are deleted, in batches of 1000; '0': never by this instance (reads ignore expired rows anyway)"`
-	LocalCache        int64         `json:"local_cache" unit:"bytes" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through LISTEN/NOTIFY (see docs/stores.md#local-cache-of-completed-records)"`
+	LocalCache        int64         `json:"local_cache" unit:"bytes" size:"auto" go:"'pgstore.Options.LocalCache' (auto: 0, off: negative)" help:"bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through LISTEN/NOTIFY, and a delete or resolve waits 200ms for every instance's cache (see docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit), between 8MiB and 256MiB, 64MiB without a budget. 'off' (or '0B'): none"`
 	SynchronousCommit string        `json:"synchronous_commit" go:"the pool's 'ConnConfig.RuntimeParams' ('synchronous_commit')" help:"PostgreSQL's synchronous_commit for the store's connections ('on', 'off', 'local', 'remote_write', 'remote_apply'); empty: the server's ('on' unless configured). 'off' answers before a commit is flushed: a database crash may lose the last moments' claims and completions, and a retry of one then runs again (see docs/stores.md#durability-trade-offs)"`
 }
 
@@ -41,7 +42,7 @@ var synchronousCommit = []string{"on", "off", "local", "remote_write", "remote_a
 
 // DefaultSettings are the PostgreSQL store's defaults.
 func DefaultSettings() Settings {
-	return Settings{Table: DefaultTable, CreateSchema: true, SweepInterval: DefaultSweepInterval}
+	return Settings{Table: DefaultTable, CreateSchema: true, SweepInterval: DefaultSweepInterval, LocalCache: localcache.Auto}
 }
 
 // Check implements cache.Settings.
@@ -52,7 +53,7 @@ func (p *Settings) Check() error {
 	if p.SweepInterval < 0 {
 		return cache.FieldErrorf(Kind.Name, "sweep_interval", "must not be negative, got %v", p.SweepInterval)
 	}
-	if p.LocalCache < 0 {
+	if p.LocalCache < 0 && p.LocalCache != localcache.Auto {
 		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", p.LocalCache)
 	}
 	if p.SynchronousCommit != "" && !slices.Contains(synchronousCommit, p.SynchronousCommit) {
@@ -112,12 +113,34 @@ func (p *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 	if sweep == 0 {
 		sweep = -1 // the setting's 0: never by this instance
 	}
-	ps, err := New(pctx, pool, Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema, SweepInterval: sweep, LocalCache: p.LocalCache})
+	local, note := p.localCache(env)
+	ps, err := New(pctx, pool, Options{Table: p.Table, SkipCreateSchema: !p.CreateSchema, SweepInterval: sweep, LocalCache: local})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
+	note()
 	return ps, func() error { err := ps.Close(); pool.Close(); return err }, nil
+}
+
+// localCache is the Options.LocalCache of the setting, and says at start-up
+// what it is, once the store opened (note): on, with its size and what the
+// size came from, or off.
+func (p *Settings) localCache(env cache.Env) (int64, func()) {
+	switch {
+	case p.LocalCache == 0:
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off (postgres_local_cache off): every replay is a round trip to PostgreSQL")
+		}
+	case p.LocalCache > 0:
+		return p.LocalCache, func() {
+			env.Note("idempotency: local cache of completed records on", "bytes", p.LocalCache, "from", "postgres_local_cache")
+		}
+	}
+	size, from := DefaultLocalCache()
+	return size, func() {
+		env.Note("idempotency: local cache of completed records on (postgres_local_cache auto; set a size, or off)", "bytes", size, "from", from)
+	}
 }
 
 // Schema implements cache.SchemaSettings: the DDL of p.Table (Schema).

@@ -58,10 +58,12 @@ type Options struct {
 	// DefaultSweepBatch.
 	SweepBatch int
 	// LocalCache keeps up to this many bytes of completed records in this
-	// process's memory, so a replay is answered without a round trip; 0
-	// keeps none. Deletes and resolves through any instance reach every
-	// instance's cache before it answers again (how:
-	// cache/internal/localcache).
+	// process's memory, so a replay is answered without a round trip.
+	// Deletes and resolves through any instance reach every instance's
+	// cache before it answers again (how: cache/internal/localcache).
+	// Negative keeps none. 0 means the default, DefaultLocalCache: a share
+	// of the process's memory budget, and none with Now set (the cache's
+	// expiry runs on real time).
 	LocalCache int64
 	// Batches is how many batches the store keeps in flight: the request
 	// path's statements from concurrent requests are sent together, one
@@ -102,9 +104,24 @@ type Store struct {
 }
 
 var (
-	_ cache.Store    = (*Store)(nil)
-	_ cache.Notifier = (*Store)(nil)
+	_ cache.Store       = (*Store)(nil)
+	_ cache.Notifier    = (*Store)(nil)
+	_ cache.LocalCacher = (*Store)(nil)
 )
+
+// DefaultLocalCache is the size of the local cache Options.LocalCache 0
+// means, and what it was taken from: a sixteenth of the process's memory
+// budget (GOMEMLIMIT, else its cgroup's memory limit), at least 8MiB and at
+// most 256MiB; 64MiB when there is no budget.
+func DefaultLocalCache() (int64, string) { return localcache.DefaultSize() }
+
+// LocalCacheStats implements cache.LocalCacher.
+func (s *Store) LocalCacheStats() (cache.LocalCacheStats, bool) {
+	if s.local == nil {
+		return cache.LocalCacheStats{}, false
+	}
+	return s.local.Stats(), true
+}
 
 var tableName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -124,8 +141,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if err := CheckTable(opts.Table); err != nil {
 		return nil, err
 	}
-	if opts.LocalCache < 0 {
-		return nil, fmt.Errorf("pgstore: the local cache must not be negative, got %d", opts.LocalCache)
+	switch {
+	case opts.LocalCache < 0:
+		opts.LocalCache = 0
+	case opts.LocalCache == 0 && opts.Now == nil:
+		opts.LocalCache, _ = DefaultLocalCache()
 	}
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("pgstore: the sweep batch must be at least 1 (0: the default), got %d", opts.SweepBatch)

@@ -44,8 +44,8 @@ func TestConformance(t *testing.T) {
 
 func TestMiddlewareSuite(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	for _, local := range []int64{0, 1 << 20} {
-		t.Run(fmt.Sprint("local_cache=", local), func(t *testing.T) {
+	for local, name := range map[int64]string{-1: "off", 0: "default"} {
+		t.Run("local_cache="+name, func(t *testing.T) {
 			middlewaretest.Run(t, func(t *testing.T) cache.Store {
 				return mustNew(t, pool, pgstore.Options{Table: freshTable(), LocalCache: local})
 			})
@@ -192,15 +192,29 @@ func TestClaimReadsFirst(t *testing.T) {
 	}
 }
 
+// The local cache's promises, with the cache at its default (Options.LocalCache
+// 0: on, sized from the memory budget).
 func TestLocalCacheAcrossInstances(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
 		table := fmt.Sprintf("idem_%d", tables.Add(1))
-		a := mustNew(t, pool, pgstore.Options{Table: table, LocalCache: 1 << 20})
-		b := mustNew(t, pool, pgstore.Options{Table: table, LocalCache: 1 << 20})
+		a := mustNew(t, pool, pgstore.Options{Table: table}) // the local cache at its default
+		b := mustNew(t, pool, pgstore.Options{Table: table})
+		for _, s := range []*pgstore.Store{a, b} {
+			if st, on := s.LocalCacheStats(); !on || st.MaxBytes <= 0 {
+				t.Fatalf("the default store has no local cache: %+v %v", st, on)
+			}
+		}
 		return cachetest.Instances{A: a, B: b, Drop: func(t *testing.T, key string) {
 			if _, err := pool.Exec(context.Background(), "DELETE FROM "+table+" WHERE key = $1", []byte(key)); err != nil {
 				t.Fatal(err)
+			}
+		}, Cut: func(t *testing.T) {
+			var n int
+			err := pool.QueryRow(context.Background(),
+				"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()").Scan(&n)
+			if err != nil || n == 0 {
+				t.Fatalf("terminating the LISTEN connections: %d, %v", n, err)
 			}
 		}}
 	})

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
+	"github.com/redis/go-redis/v9"
 )
 
 // Kind describes the Redis store to the programs that open stores from
@@ -29,12 +31,12 @@ type Settings struct {
 	AllowEviction bool          `json:"allow_eviction" go:"'redisstore.CheckEviction', which 'redisstore.New' leaves to its caller" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included, so that a duplicate could run while the first runs); by default idemproxy refuses (see docs/stores.md#redis)"`
 	WaitReplicas  int64         `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT, same round trip) before a request is forwarded or answered; too few within redis_wait_timeout is a store error ('503', nothing forwarded). '0': none (see docs/stores.md#redis)"`
 	WaitTimeout   time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas"`
-	LocalCache    int64         `json:"local_cache" unit:"bytes" help:"off when '0'; else bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through pub/sub (see docs/stores.md#local-cache-of-completed-records); not with Redis Cluster"`
+	LocalCache    int64         `json:"local_cache" unit:"bytes" size:"auto" go:"'redisstore.Options.LocalCache' (auto: 0, off: negative)" help:"bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through pub/sub, and a delete or resolve waits 200ms for every instance's cache (see docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit), between 8MiB and 256MiB, 64MiB without a budget; off with Redis Cluster, whose pub/sub keeps no single order (a size is refused there). 'off' (or '0B'): none"`
 }
 
 // DefaultSettings are the Redis store's defaults.
 func DefaultSettings() Settings {
-	return Settings{Prefix: DefaultPrefix, WaitTimeout: DefaultWaitTimeout}
+	return Settings{Prefix: DefaultPrefix, WaitTimeout: DefaultWaitTimeout, LocalCache: localcache.Auto}
 }
 
 // Check implements cache.Settings.
@@ -46,7 +48,7 @@ func (r *Settings) Check() error {
 		return cache.FieldErrorf(Kind.Name, "wait_replicas", "must not be negative, got %d", r.WaitReplicas)
 	case r.WaitTimeout < time.Millisecond:
 		return cache.FieldErrorf(Kind.Name, "wait_timeout", "must be at least 1ms, got %v", r.WaitTimeout)
-	case r.LocalCache < 0:
+	case r.LocalCache < 0 && r.LocalCache != localcache.Auto:
 		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", r.LocalCache)
 	}
 	return nil
@@ -97,12 +99,39 @@ func (r *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 			return nil, nil, fmt.Errorf("tracing Redis: %w", err)
 		}
 	}
-	rs, err := New(client, Options{Prefix: r.Prefix, WaitReplicas: int(r.WaitReplicas), WaitTimeout: r.WaitTimeout, LocalCache: r.LocalCache})
+	_, cluster := client.(*redis.ClusterClient)
+	local, note := r.localCache(cluster, env)
+	rs, err := New(client, Options{Prefix: r.Prefix, WaitReplicas: int(r.WaitReplicas), WaitTimeout: r.WaitTimeout, LocalCache: local})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
+	note()
 	return rs, func() error { return errors.Join(rs.Close(), client.Close()) }, nil
+}
+
+// localCache is the Options.LocalCache of the setting, and says at start-up
+// what it is, once the store opened (note): on, with its size and what the size
+// came from, or off and why.
+func (r *Settings) localCache(cluster bool, env cache.Env) (int64, func()) {
+	switch {
+	case r.LocalCache == 0:
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off (redis_local_cache off): every replay is a round trip to Redis")
+		}
+	case r.LocalCache > 0:
+		return r.LocalCache, func() {
+			env.Note("idempotency: local cache of completed records on", "bytes", r.LocalCache, "from", "redis_local_cache")
+		}
+	case cluster:
+		return -1, func() {
+			env.Note("idempotency: local cache of completed records off: Redis Cluster's pub/sub keeps no single order across nodes, so a delete or resolve could not reach every instance's cache in time; every replay is a round trip to Redis")
+		}
+	}
+	size, from := DefaultLocalCache()
+	return size, func() {
+		env.Note("idempotency: local cache of completed records on (redis_local_cache auto; set a size, or off)", "bytes", size, "from", from)
+	}
 }
 
 var _ cache.Settings = (*Settings)(nil)

@@ -16,6 +16,10 @@ import (
 // Its payload is the changed Redis key.
 func (s *Store) channel() string { return s.prefix + "notify" }
 
+// channelArg is channel() as a script argument, made once: a string
+// converted to an interface per call is an allocation.
+func (s *Store) channelArg() any { return s.notifyArg }
+
 // subscriber is one pub/sub connection per Store, opened on the first Subscribe,
 // dispatching announcements to the local waiters of each key.
 type subscriber struct {

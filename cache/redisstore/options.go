@@ -17,11 +17,13 @@ type Options struct {
 	// DefaultPipelines.
 	Pipelines int
 	// LocalCache keeps up to this many bytes of completed records in this
-	// process's memory, so a replay is answered without a round trip; 0
-	// keeps none. Deletes and resolves through any instance reach every
-	// instance's cache before it answers again (how:
-	// cache/internal/localcache). Not with Redis Cluster, whose pub/sub does
-	// not keep one order across nodes.
+	// process's memory, so a replay is answered without a round trip.
+	// Deletes and resolves through any instance reach every instance's
+	// cache before it answers again (how: cache/internal/localcache).
+	// Negative keeps none. 0 means the default, DefaultLocalCache: a share
+	// of the process's memory budget, and none with Redis Cluster (whose
+	// pub/sub does not keep one order across nodes: a size is refused) or
+	// with Now set (the cache's expiry runs on real time).
 	LocalCache int64
 	// WaitReplicas makes every write wait until this many replicas
 	// acknowledged it (see ErrNotReplicated); 0 waits for none.

@@ -38,11 +38,14 @@ type Store struct {
 
 	localBytes int64
 	local      *localcache.Cache // nil: no local cache
+
+	notifyArg any // channel(), boxed once (channelArg)
 }
 
 var (
-	_ cache.Store    = (*Store)(nil)
-	_ cache.Notifier = (*Store)(nil)
+	_ cache.Store       = (*Store)(nil)
+	_ cache.Notifier    = (*Store)(nil)
+	_ cache.LocalCacher = (*Store)(nil)
 )
 
 // New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
@@ -64,15 +67,20 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		waitTimeout:  cmp.Or(opts.WaitTimeout, DefaultWaitTimeout),
 		localBytes:   opts.LocalCache,
 	}
+	s.notifyArg = s.channel()
 	switch {
 	case s.waitReplicas < 0:
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
 	case s.waitReplicas > 0 && s.waitTimeout < time.Millisecond:
 		return nil, fmt.Errorf("redisstore: the wait for replicas needs a timeout of at least 1ms, got %v", s.waitTimeout)
-	case s.localBytes < 0:
-		return nil, fmt.Errorf("redisstore: the local cache must not be negative, got %d", s.localBytes)
 	}
 	_, cluster := c.(*redis.ClusterClient)
+	switch {
+	case s.localBytes < 0:
+		s.localBytes = 0
+	case s.localBytes == 0 && !cluster && opts.Now == nil:
+		s.localBytes, _ = DefaultLocalCache()
+	}
 	if cluster && s.localBytes > 0 {
 		return nil, errors.New("redisstore: the local cache needs one pub/sub order, which Redis Cluster does not keep across nodes: turn it off")
 	}
@@ -88,6 +96,20 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		s.sub.mu.Unlock()
 	}
 	return s, nil
+}
+
+// DefaultLocalCache is the size of the local cache Options.LocalCache 0
+// means (but with Redis Cluster), and what it was taken from: a sixteenth of
+// the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit),
+// at least 8MiB and at most 256MiB; 64MiB when there is no budget.
+func DefaultLocalCache() (int64, string) { return localcache.DefaultSize() }
+
+// LocalCacheStats implements cache.LocalCacher.
+func (s *Store) LocalCacheStats() (cache.LocalCacheStats, bool) {
+	if s.local == nil {
+		return cache.LocalCacheStats{}, false
+	}
+	return s.local.Stats(), true
 }
 
 // run sends one script call, through a pipeline when the store batches.
@@ -143,7 +165,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		// it, so it cannot hold the key against the pending Complete of an
 		// earlier execution. Not waited: the lock is gone from the primary
 		// either way, and a replica that has it lets it lapse.
-		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channel()).Err()
+		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channelArg()).Err()
 	}
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("redisstore: claiming key: %w", err)
@@ -172,7 +194,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	if created.IsZero() {
 		created = s.clock()
 	}
-	return s.fenced(ctx, completeScript, "completing", key, token, blob, ms(ttl), s.nowArg(), s.channel(),
+	return s.fenced(ctx, completeScript, "completing", key, token, token, blob, ms(ttl), s.nowArg(), s.channelArg(),
 		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
 }
 
@@ -203,7 +225,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 			return err
 		}
 	}
-	n, err := s.run(ctx, resolveScript, key, blob, ms(ttl), s.nowArg(), s.channel()).Int()
+	n, err := s.run(ctx, resolveScript, key, blob, ms(ttl), s.nowArg(), s.channelArg()).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: resolving key: %w", err)
@@ -220,19 +242,21 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 
 // Release implements cache.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	return s.fenced(ctx, releaseScript, "releasing", key, token, s.nowArg(), s.channel())
+	return s.fenced(ctx, releaseScript, "releasing", key, token, token, s.nowArg(), s.channelArg())
 }
 
 // Extend implements cache.Store.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	return s.fenced(ctx, extendScript, "extending lease", key, token, ms(lease), s.nowArg())
+	return s.fenced(ctx, extendScript, "extending lease", key, token, token, ms(lease), s.nowArg())
 }
 
+// fenced runs script with token and then args as its arguments; the token
+// leads args, so that the call makes no second slice of them.
 func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, token string, args ...any) error {
 	if token == "" {
 		return cache.ErrLockLost
 	}
-	n, err := s.run(ctx, script, key, append([]any{token}, args...)...).Int()
+	n, err := s.run(ctx, script, key, args...).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", what, err)
 	}
@@ -260,7 +284,7 @@ func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 
 // Delete implements cache.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	n, err := s.run(ctx, deleteScript, key, s.nowArg(), s.channel()).Int()
+	n, err := s.run(ctx, deleteScript, key, s.nowArg(), s.channelArg()).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: deleting key: %w", err)
 	}
@@ -337,7 +361,7 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 			rec.Trace = []byte(t)
 		}
 	case cache.StateCompleted:
-		resp, err := cache.DecodeResponse([]byte(str(6)))
+		resp, err := cache.DecodeResponseString(str(6)) // no copy of the reply
 		if err != nil {
 			return nil, false, err
 		}

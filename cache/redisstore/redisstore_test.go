@@ -350,22 +350,31 @@ func mustNew(t testing.TB, c redis.UniversalClient, opts redisstore.Options) *re
 	return s
 }
 
+// The local cache's promises, with the cache at its default (Options.LocalCache
+// 0: on, sized from the memory budget).
 func TestLocalCacheAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	cachetest.RunLocalCache(t, func(t *testing.T) cachetest.Instances {
 		prefix := fmt.Sprintf("lc%d:", time.Now().UnixNano())
 		open := func() *redisstore.Store {
-			s, err := redisstore.New(srv.Client(), redisstore.Options{Prefix: prefix, LocalCache: 1 << 20})
+			s, err := redisstore.New(srv.Client(), redisstore.Options{Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
+			if st, on := s.LocalCacheStats(); !on || st.MaxBytes <= 0 {
+				t.Fatalf("the default store has no local cache: %+v %v", st, on)
+			}
 			return s
 		}
 		admin := srv.Client()
 		return cachetest.Instances{A: open(), B: open(), Drop: func(t *testing.T, key string) {
 			if err := admin.Del(context.Background(), prefix+key).Err(); err != nil {
 				t.Fatal(err)
+			}
+		}, Cut: func(t *testing.T) {
+			if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err != nil || n == 0 {
+				t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", n, err)
 			}
 		}}
 	})
@@ -409,15 +418,41 @@ func TestReconcileKeysExpireWithTheLastHold(t *testing.T) {
 	}
 }
 
-// The local cache needs one pub/sub order: with a Cluster client New refuses it.
+// The local cache needs one pub/sub order: with a Cluster client New refuses
+// a size, and its default is none.
 func TestLocalCacheRefusedOnCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer c.Close()
 	if _, err := redisstore.New(c, redisstore.Options{LocalCache: 1 << 20}); err == nil || !strings.Contains(err.Error(), "Cluster") {
 		t.Fatalf("New(cluster, local cache) = %v, want a refusal naming Cluster", err)
 	}
-	if _, err := redisstore.New(c, redisstore.Options{LocalCache: -1}); err == nil {
-		t.Fatal("a negative local cache was accepted")
+	for _, size := range []int64{0, -1} {
+		s, err := redisstore.New(c, redisstore.Options{LocalCache: size})
+		if err != nil {
+			t.Fatalf("New(cluster, LocalCache %d): %v", size, err)
+		}
+		if st, on := s.LocalCacheStats(); on {
+			t.Fatalf("New(cluster, LocalCache %d) has a local cache: %+v", size, st)
+		}
+		s.Close()
+	}
+}
+
+// Options.LocalCache: 0 is the default size, on a single node; negative is
+// none; a size is that size.
+func TestLocalCacheDefault(t *testing.T) {
+	srv := redistest.Start(t)
+	def, _ := redisstore.DefaultLocalCache()
+	for _, c := range []struct {
+		opt  int64
+		want int64
+	}{{0, def}, {-1, 0}, {3 << 20, 3 << 20}} {
+		s := mustNew(t, srv.Client(), redisstore.Options{Prefix: "def:", LocalCache: c.opt})
+		st, on := s.LocalCacheStats()
+		if on != (c.want > 0) || st.MaxBytes != c.want {
+			t.Errorf("LocalCache %d: on=%v, %d bytes; want %d", c.opt, on, st.MaxBytes, c.want)
+		}
+		s.Close()
 	}
 }
 

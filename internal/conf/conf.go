@@ -12,7 +12,8 @@
 //   - time.Duration: text in Go syntax or with days ("500ms", "24h", "2d"), never
 //     negative; a JSON number is nanoseconds;
 //   - int64 tagged `unit:"bytes"`: text is a size with its unit ("10MiB", "10MB",
-//     "512B"); a JSON number is bytes;
+//     "512B"); a JSON number is bytes. Tagged `size:"auto"` as well, it also
+//     takes "auto" (SizeAuto: the program sizes it) and "off" (0);
 //   - a type whose pointer implements Value: its text, several values joined with
 //     commas.
 //
@@ -96,6 +97,7 @@ type Field struct {
 	index []int
 	typ   reflect.Type
 	bytes bool     // an int64 counted in bytes (a size)
+	auto  bool     // a size that may be "auto" (SizeAuto) or "off" (0)
 	in    *section // the section the setting is in (sections.go); index leads to its Sections
 }
 
@@ -235,14 +237,29 @@ func (f Field) set(ptr any, args ...string) error {
 		}
 		v.SetInt(int64(d))
 	case kBytes:
+		switch t := strings.ToLower(strings.TrimSpace(s)); {
+		case f.auto && t == "auto":
+			v.SetInt(SizeAuto)
+			return nil
+		case f.auto && t == "off":
+			v.SetInt(0)
+			return nil
+		}
 		n, err := ParseSize(s)
 		if err != nil {
+			if f.auto {
+				return fmt.Errorf("%w; or auto, or off", err)
+			}
 			return err
 		}
 		v.SetInt(n)
 	}
 	return nil
 }
+
+// SizeAuto is the value of a size tagged `size:"auto"` set to "auto": what
+// reads it picks the size.
+const SizeAuto = -1
 
 // SetJSON sets the field in *ptr from a JSON value: its text form as a string
 // (or, for a list, an array of strings), or a number (a duration in
@@ -307,6 +324,9 @@ func (f Field) want() string {
 	case kDuration:
 		return "a duration (\"30s\", or nanoseconds)"
 	case kBytes:
+		if f.auto {
+			return "a size (\"10MiB\", or bytes), auto or off"
+		}
 		return "a size (\"10MiB\", or bytes)"
 	case kList, kValue:
 		return "a list of strings"
@@ -331,6 +351,12 @@ func (f Field) Text(ptr any) string {
 	case kDuration:
 		return FormatDuration(time.Duration(v.Int()))
 	case kBytes:
+		if f.auto && v.Int() < 0 {
+			return "auto"
+		}
+		if f.auto && v.Int() == 0 {
+			return "off"
+		}
 		return FormatSize(v.Int())
 	}
 	return fmt.Sprint(v.Interface())
@@ -346,6 +372,10 @@ func (f Field) JSON(ptr any) any {
 	switch f.kind() {
 	case kDuration:
 		return f.Text(ptr)
+	case kBytes:
+		if f.auto && v.Int() < 0 {
+			return "auto"
+		}
 	case kValue: // a list joined with commas
 		if t := f.Text(ptr); t != "" {
 			return strings.Split(t, ",")

@@ -47,7 +47,7 @@ func walk(t reflect.Type, index []int, prefix string, outer []reflect.StructFiel
 			panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
 		}
 		f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), StructField: sf, Owner: t, Outer: outer,
-			index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes"}
+			index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes", auto: sf.Tag.Get("size") == "auto"}
 		f.Needs, _ = f.Tag("needs")
 		switch f.Reload {
 		case "", ReloadLive, ReloadRestart, ReloadRestartOnOff:
@@ -56,6 +56,9 @@ func walk(t reflect.Type, index []int, prefix string, outer []reflect.StructFiel
 		}
 		if f.bytes && deref(f.typ).Kind() != reflect.Int64 {
 			panic(fmt.Sprintf("conf: field %s: unit:\"bytes\" needs an int64", sf.Name))
+		}
+		if f.auto && !f.bytes {
+			panic(fmt.Sprintf("conf: field %s: size:\"auto\" needs unit:\"bytes\"", sf.Name))
 		}
 		f.kind() // panics on an unsupported type
 		*out = append(*out, f)

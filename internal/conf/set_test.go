@@ -164,3 +164,41 @@ func TestSetErrors(t *testing.T) {
 		}
 	}
 }
+
+// A size tagged size:"auto" takes "auto" and "off" besides sizes, writes them
+// back as such, and is still refused anything else; an untagged size takes
+// neither.
+func TestAutoSize(t *testing.T) {
+	type sized struct {
+		Cache int64 `json:"cache" unit:"bytes" size:"auto" help:"a size the program may pick"`
+		Plain int64 `json:"plain" unit:"bytes" help:"a size"`
+	}
+	fs := conf.Fields(reflect.TypeFor[sized]())
+	c, _ := conf.Lookup(fs, "cache")
+	p, _ := conf.Lookup(fs, "plain")
+	for _, tc := range []struct {
+		in   string
+		want int64
+		text string
+	}{{"auto", conf.SizeAuto, "auto"}, {" AUTO ", conf.SizeAuto, "auto"}, {"off", 0, "off"}, {"0B", 0, "off"}, {"64MiB", 64 << 20, "64MiB"}} {
+		var s sized
+		if err := c.Set(&s, tc.in); err != nil || s.Cache != tc.want {
+			t.Fatalf("Set(cache, %q) = %d, %v; want %d", tc.in, s.Cache, err, tc.want)
+		}
+		if got := c.Text(&s); got != tc.text {
+			t.Errorf("Text after %q = %q, want %q", tc.in, got, tc.text)
+		}
+	}
+	var s sized
+	if err := c.SetJSON(&s, []byte(`"auto"`)); err != nil || s.Cache != conf.SizeAuto || c.JSON(&s) != "auto" {
+		t.Fatalf(`SetJSON("auto") = %d, %v; JSON %v`, s.Cache, err, c.JSON(&s))
+	}
+	if err := c.Set(&s, "lots"); err == nil || !strings.Contains(err.Error(), "auto, or off") {
+		t.Fatalf("Set(cache, lots) = %v, want an error naming auto and off", err)
+	}
+	for _, in := range []string{"auto", "off"} {
+		if err := p.Set(&s, in); err == nil {
+			t.Fatalf("Set(plain, %q) accepted a size without size:\"auto\"", in)
+		}
+	}
+}

@@ -102,6 +102,9 @@ func Redact(rawURL string) string { return cache.RedactURL(rawURL) }
 type Env struct {
 	// Warn receives what Open tolerates but an operator should know.
 	Warn func(msg string, args ...any)
+	// Info receives what Open decided that an operator may want to know (the
+	// local cache's size, or why there is none).
+	Info func(msg string, args ...any)
 	// Trace makes the store's calls spans of the global OpenTelemetry tracer
 	// provider, through its Kind's Trace: redisotel for Redis, a pgx query
 	// tracer for PostgreSQL, a span per request for DynamoDB.
@@ -117,7 +120,7 @@ type Env struct {
 
 // env is what the store k at rawURL is given.
 func (e Env) env(k Kind, rawURL string) cache.Env {
-	ce := cache.Env{Warn: e.Warn, StartUnreachable: e.StartUnreachable, StoreTimeout: e.StoreTimeout}
+	ce := cache.Env{Warn: e.Warn, Info: e.Info, StartUnreachable: e.StartUnreachable, StoreTimeout: e.StoreTimeout}
 	if e.Trace && k.Trace != nil {
 		ce.Instrument = func(client any) error { return k.Trace(rawURL, client) }
 	}

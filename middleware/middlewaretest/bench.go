@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/middleware"
@@ -17,6 +18,10 @@ type discard struct{ h http.Header }
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
+
+// SetReadDeadline is a connection's, as net/http's writer has it (the core
+// sets the body's read deadline through http.ResponseController).
+func (d *discard) SetReadDeadline(time.Time) error { return nil }
 
 // Bench runs the core's first execution and replay against store, in parallel
 // (each includes the store's round trips: 2 and 1), as sub-benchmarks

@@ -70,6 +70,9 @@ type Cache struct {
 	pmu  sync.Mutex
 	seq  uint64
 	sent map[uint64]int64 // pings out: seq → when sent
+
+	hits, misses, dropped, flushes atomic.Int64
+	untrusted                      atomic.Int64 // ns the cache was not trusted, counted at each ping
 }
 
 type entry struct {
@@ -139,7 +142,11 @@ type Read struct {
 // runs claim.
 func (c *Cache) Claim(key string, claim func() (*cache.Record, bool, time.Duration, error)) (*cache.Record, bool, error) {
 	if rec, ok := c.Get(key); ok {
+		c.hits.Add(1)
 		return rec, true, nil
+	}
+	if c != nil {
+		c.misses.Add(1)
 	}
 	read := c.Begin(key)
 	rec, found, ttl, err := claim()
@@ -215,6 +222,7 @@ func (c *Cache) Invalidate(key string) {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.remove(el)
+		c.dropped.Add(1)
 	}
 	if p := c.reads[key]; p != nil {
 		p.inval++
@@ -228,6 +236,7 @@ func (c *Cache) Flush() {
 	if c == nil {
 		return
 	}
+	c.flushes.Add(1)
 	c.mu.Lock()
 	c.heard.Store(0)
 	c.gen++
@@ -279,14 +288,30 @@ func (c *Cache) IsPing(payload string) bool {
 	return true
 }
 
-// Ping publishes pings with publish every Window/8 until ctx ends.
+// Stats reports the cache's use (cache.LocalCacheStats).
+func (c *Cache) Stats() cache.LocalCacheStats {
+	c.mu.Lock()
+	n, size := len(c.entries), c.size
+	c.mu.Unlock()
+	return cache.LocalCacheStats{MaxBytes: c.max, Bytes: size, Records: int64(n),
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Invalidations: c.dropped.Load(), Flushes: c.flushes.Load(),
+		Untrusted: time.Duration(c.untrusted.Load())}
+}
+
+// Ping publishes pings with publish every Window/8 until ctx ends, and counts
+// the time the cache was not trusted (Stats), at each ping.
 func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payload string) error) {
 	t := time.NewTicker(pingEvery)
 	defer t.Stop()
+	last := c.now()
 	for {
 		c.pmu.Lock()
 		c.seq++
 		seq, now := c.seq, c.now()
+		if !c.trusted() {
+			c.untrusted.Add(now - last)
+		}
+		last = now
 		c.sent[seq] = now
 		for s, at := range c.sent { // pings lost or not back within Window prove nothing
 			if now-at > int64(Window) {

@@ -3,6 +3,7 @@ package localcache
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,67 @@ func TestBoundInBytes(t *testing.T) {
 	keep(c, "huge", rec(strings.Repeat("h", 16<<10)))
 	if _, ok := c.Get("huge"); ok {
 		t.Fatal("kept a record over an eighth of the bound")
+	}
+}
+
+// The default size: a sixteenth of GOMEMLIMIT, else of the cgroup's limit,
+// within the floor and the cap; without a budget, DefaultUnbounded.
+func TestDefaultSize(t *testing.T) {
+	const unset = math.MaxInt64 // debug.SetMemoryLimit's answer when GOMEMLIMIT is not set
+	for _, c := range []struct {
+		memLimit, cgroup, want int64
+		from                   string
+	}{
+		{unset, 0, DefaultUnbounded, "no memory limit"},
+		{unset, 1 << 30, 64 << 20, "cgroup memory limit 1024MiB"},
+		{512 << 20, 1 << 30, 32 << 20, "GOMEMLIMIT 512MiB"},
+		{64 << 20, 0, DefaultFloor, "GOMEMLIMIT"},
+		{unset, 64 << 30, DefaultCap, "cgroup"},
+	} {
+		got, from := defaultSize(c.memLimit, c.cgroup)
+		if got != c.want || !strings.Contains(from, c.from) {
+			t.Errorf("defaultSize(%d, %d) = %d, %q; want %d, %q", c.memLimit, c.cgroup, got, from, c.want, c.from)
+		}
+	}
+}
+
+// Stats counts what the metrics show: hits and misses of claims, records
+// dropped by announcements, flushes, and time not trusted.
+func TestStats(t *testing.T) {
+	c := trusted(t, 1<<20)
+	claim := func(key string) {
+		t.Helper()
+		if _, _, err := c.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return rec("x"), true, time.Hour, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a") // a miss, kept
+	claim("a") // a hit
+	claim("a")
+	c.Invalidate("a")
+	c.Invalidate("never-held") // drops nothing
+	st := c.Stats()
+	if st.Hits != 2 || st.Misses != 1 || st.Invalidations != 1 || st.Records != 0 || st.MaxBytes != 1<<20 {
+		t.Fatalf("after 1 miss, 2 hits, 1 drop: %+v", st)
+	}
+	claim("b")
+	if st := c.Stats(); st.Records != 1 || st.Bytes <= 0 {
+		t.Fatalf("holding b: %+v", st)
+	}
+	c.Flush()
+	if st := c.Stats(); st.Flushes != 1 || st.Records != 0 || st.Bytes != 0 {
+		t.Fatalf("after a flush: %+v", st)
+	}
+	// An untrusted cache counts the time at each ping: one that never hears
+	// its pings back.
+	u := New(1<<20, "deaf")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); u.Ping(ctx, func(context.Context, string) error { return nil }) }()
+	time.Sleep(3 * pingEvery)
+	cancel()
+	<-done
+	if st := u.Stats(); st.Untrusted < pingEvery {
+		t.Fatalf("untrusted for %v after %v without a ping back", st.Untrusted, 3*pingEvery)
 	}
 }
