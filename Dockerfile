@@ -17,10 +17,12 @@ COPY . .
 # VERSION is what --version reports; empty, the binary reads it from the
 # module's build info.
 ARG VERSION=
+# cmd/idemproxy is a module of its own: it builds on its go.mod, whose replace
+# directives point at the other modules in the context (no workspace).
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+    cd cmd/idemproxy && CGO_ENABLED=0 GOWORK=off go build -trimpath -buildvcs=false \
       -ldflags "-s -w -X github.com/idemproxy/idemproxy/proxy.Version=${VERSION}" \
-      -o /out/idemproxy ./cmd/idemproxy
+      -o /out/idemproxy .
 
 # The image: the binary and the CA certificates (for rediss://, postgres with
 # TLS, https upstreams and AWS), nothing else.

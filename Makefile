@@ -2,9 +2,12 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
-PKGS  := ./...
-# Modules of their own, tested and vetted beside the root one.
-NESTED := examples/frameworks
+# The repository is several modules (docs/modules.md): the root one and the
+# nested ones go.work uses (.ci/modtidy -l lists them). vet, test and test-short
+# run in each, on its own go.mod (.ci/each); binaries are built in the module of
+# their main package, without the workspace, as a user's go build would.
+EACH  := GO='$(GO)' ./.ci/each
+NOWORK := GOWORK=off $(GO)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 IMAGE   ?= localhost/idemproxy:dev
 LDFLAGS := -s -w -X github.com/idemproxy/idemproxy/proxy.Version=$(VERSION)
@@ -17,47 +20,50 @@ help: ## Show this list.
 
 .PHONY: build
 build: ## Build bin/idemproxy and bin/demoapi.
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/idemproxy ./cmd/idemproxy
-	$(GO) build -trimpath -o $(BIN)/demoapi ./examples/demoapi
+	$(NOWORK) build -C cmd/idemproxy -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/idemproxy .
+	$(NOWORK) build -trimpath -o $(BIN)/demoapi ./examples/demoapi
 
 .PHONY: caddy
 caddy: ## Build bin/caddy: Caddy with the standard modules and the idempotency module.
-	$(GO) build -trimpath -o $(BIN)/caddy ./examples/caddy
+	$(NOWORK) build -C examples/caddy -trimpath -o $(CURDIR)/$(BIN)/caddy .
 
 .PHONY: soak
 soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads and SIGHUPs with changed store settings; PostgreSQL restarts; SIGKILLs with and without reconcile) and the bad-input campaign (SOAK_DURATION, default 60s).
-	$(GO) build -o $(BIN)/soak ./test/soak
+	$(NOWORK) build -C test/soak -o $(CURDIR)/$(BIN)/soak .
 	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 
 .PHONY: bench
 bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~5 min).
-	$(GO) build -o $(BIN)/bench ./bench
+	$(NOWORK) build -C bench -o $(CURDIR)/$(BIN)/bench .
 	taskset -c 0 $(BIN)/bench -bin $(BIN)
 
 .PHONY: bench-micro
-bench-micro: ## Every Go micro-benchmark (Benchmark* in any package, found in the code; the stores' start their own servers): allocs/op, bytes/record.
+bench-micro: ## Every Go micro-benchmark (Benchmark* in any package of any module, found in the code; the stores' start their own servers): allocs/op, bytes/record.
 	pkgs=$$(GO='$(GO)' ./.ci/testfuncs Benchmark | cut -d' ' -f1 | sort -u) && [ -n "$$pkgs" ] && \
 	$(GO) test -run '^$$' -bench . -benchmem $$pkgs
 
 .PHONY: vet
-vet: ## go vet (the root module and examples/frameworks), gofmt, and the rule that the core (middleware, cache) imports no Caddy, zap, Prometheus or OpenTelemetry.
-	$(GO) vet $(PKGS)
-	for m in $(NESTED); do (cd $$m && $(GO) vet ./...) || exit 1; done
+vet: ## go vet in every module, gofmt, every go.mod tidy and in go.work, the core (middleware, cache) importing no Caddy, zap, Prometheus or OpenTelemetry, and a program using middleware + memstore + redisstore getting none of Caddy, AWS, pgx, OpenTelemetry, Prometheus, gRPC (.ci/depcheck).
+	$(EACH) $(GO) vet ./...
+	GO='$(GO)' ./.ci/modtidy -check
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	@bad=$$($(GO) list -deps ./middleware/... ./cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus|go.opentelemetry.io' || true); \
+	@bad=$$($(GO) list -deps github.com/idemproxy/idemproxy/middleware/... github.com/idemproxy/idemproxy/cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus|go.opentelemetry.io' || true); \
 	if [ -n "$$bad" ]; then echo "the core must not import these:"; echo "$$bad"; exit 1; fi
-	@echo "vet: ok (core free of Caddy, zap, Prometheus and OpenTelemetry)"
+	GO='$(GO)' ./.ci/depcheck
+	@echo "vet: ok (core free of Caddy, zap, Prometheus and OpenTelemetry; a middleware user's modules free of the heavy ones)"
+
+.PHONY: tidy
+tidy: ## go mod tidy in every module, with a replace directive for each of the repository's modules it needs (.ci/modtidy).
+	GO='$(GO)' ./.ci/modtidy
 
 .PHONY: test
-test: ## Run every test with the race detector (starts its own redis-server and PostgreSQL instances), and those of examples/frameworks (chi, gin, echo).
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
-	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+test: ## Run every test of every module with the race detector (starts its own redis-server, PostgreSQL and DynamoDB Local instances), examples/frameworks (chi, gin, echo) included.
+	$(EACH) $(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: test-short
-test-short: ## Quick tests: no Redis Cluster, no end-to-end binaries.
-	$(GO) test -short -count=1 $(PKGS)
-	for m in $(NESTED); do (cd $$m && $(GO) test -short -count=1 ./...) || exit 1; done
+test-short: ## Quick tests of every module: no Redis Cluster, no end-to-end binaries.
+	$(EACH) $(GO) test -short -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## Fuzz every Fuzz* target in the package that holds it, found in the code (.ci/fuzz -l lists them); FUZZTIME each (default 30s), FUZZ=Name,… for some (an unknown name fails).

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/idemproxy/idemproxy/internal/grpctest"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -199,7 +198,7 @@ func FuzzProtoKey(f *testing.F) {
 		}
 		// The service's own decode agrees, where it decodes at all (it
 		// refuses, for one, invalid UTF-8 in another string field).
-		m := dynamicpb.NewMessage(grpctest.ChargeDesc)
+		m := dynamicpb.NewMessage(chargeDesc)
 		if !libraryPaths[path] || proto.Unmarshal(msg, m) != nil {
 			return
 		}
@@ -209,7 +208,7 @@ func FuzzProtoKey(f *testing.F) {
 	})
 }
 
-// fuzzPaths are the paths fuzzed, in grpctest's schema: string fields (1, 3.1,
+// fuzzPaths are the paths fuzzed, in chargeDesc's schema: string fields (1, 3.1,
 // 4.1, 4.3.1), a varint (2), and a field the schema lacks (9).
 var fuzzPaths = []string{"1", "3.1", "4.1", "4.3.1", "2", "9"}
 
@@ -288,5 +287,5 @@ func libraryKey(m protoreflect.Message, path []protowire.Number) string {
 	return ""
 }
 
-// libraryPaths are the fuzzed paths to a string field of grpctest's schema.
+// libraryPaths are the fuzzed paths to a string field of chargeDesc's schema.
 var libraryPaths = map[string]bool{"1": true, "3.1": true, "4.1": true, "4.3.1": true}

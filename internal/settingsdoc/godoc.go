@@ -94,13 +94,15 @@ func (m *model) structField(pkg, typ, field string) (*ast.Field, error) {
 	return nil, nil
 }
 
-// dir is the directory of the package with import path pkg.
+// dir is the directory of the package with import path pkg. go list runs in
+// the working directory, this generator's module (go generate and go test run
+// there), whose requirements reach every package documented, with or without
+// the workspace.
 func (m *model) dir(pkg string) (string, error) {
 	if d, ok := m.docs[pkg]; ok {
 		return d, nil
 	}
 	cmd := exec.Command("go", "list", "-f", "{{.Dir}}", pkg)
-	cmd.Dir = m.root
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go list %s: %w", pkg, err)

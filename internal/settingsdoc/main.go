@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/template"
 )
 
@@ -63,21 +64,32 @@ func render(root string) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// moduleRoot is the nearest directory above the working directory that holds
-// go.mod.
+// moduleRoot is the nearest directory above the working directory whose
+// go.mod is the root module's (github.com/idemproxy/idemproxy): this
+// generator is a module of its own, nested in the repository it documents.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && isRootModule(b) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
+			return "", errors.New("no go.mod of github.com/idemproxy/idemproxy above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// isRootModule reports whether the go.mod text declares the root module.
+func isRootModule(gomod []byte) bool {
+	for line := range strings.Lines(string(gomod)) {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(path), `"`) == "github.com/idemproxy/idemproxy"
+		}
+	}
+	return false
 }

@@ -30,9 +30,11 @@ type build struct {
 	err  error
 }
 
-// Build builds the main package pkg (a path such as "../cmd/idemproxy",
-// relative to the test's package) with the go build flags given, once per test
-// binary, and returns the binary's path. A failed build fails every test that
+// Build builds the main package in directory pkg (a path such as
+// "../cmd/idemproxy", relative to the test's package) with the go build flags
+// given, once per test binary, and returns the binary's path. The build runs
+// in pkg (go build -C), so with the go.mod of the module that holds it: the
+// command and the Caddy build are modules of their own. A failed build fails every test that
 // asks for it. Main removes what was built.
 func Build(t testing.TB, pkg string, flags ...string) string {
 	t.Helper()
@@ -55,7 +57,7 @@ func Build(t testing.TB, pkg string, flags ...string) string {
 			return
 		}
 		b.path = filepath.Join(dir, filepath.Base(pkg))
-		args := append(append([]string{"build"}, flags...), "-o", b.path, pkg)
+		args := append(append([]string{"build", "-C", pkg}, flags...), "-o", b.path, ".")
 		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("%v\n%s", err, out)
 		}
