@@ -70,6 +70,23 @@ type Listed struct {
 	Record *Record
 }
 
+// Keep appends to page the record Get returned for key, when q keeps it: a
+// key gone since Get listed it (ErrNotFound) is skipped, another error is
+// returned, and a record that is not held is skipped when q.Held. Every
+// store's List reads its records through it, so all filter alike.
+func (q ListQuery) Keep(page *ListPage, key string, rec *Record, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil // settled or expired since
+	case err != nil:
+		return err
+	case q.Held && !IsHeld(rec):
+		return nil
+	}
+	page.Records = append(page.Records, Listed{Key: key, Record: rec})
+	return nil
+}
+
 // ErrBadCursor: a List cursor this store did not make.
 var ErrBadCursor = errors.New("idempotency list cursor not recognised")
 

@@ -59,8 +59,9 @@ func addr(ln net.Listener) string {
 	return ln.Addr().String()
 }
 
-// logStarted logs the start-up line: every listener as bound, the routes,
-// the trusted proxies; and a warning when the store is the memory store.
+// logStarted logs the notes on the configuration (a file key a variable or a
+// flag overrides, a warning when the store is the memory store), then the
+// start-up line: every listener as bound, the routes, the trusted proxies.
 func (p *Proxy) logStarted(l *listeners) {
 	st := p.cur.Load()
 	cfg := st.cfg
@@ -68,8 +69,6 @@ func (p *Proxy) logStarted(l *listeners) {
 	if trusted == nil {
 		trusted = []string{}
 	}
-	p.log.Info("idemproxy listening", "addr", addr(l.main), "tls", cfg.TLSCert != "", "admin", addr(l.admin), "metrics", addr(l.metrics),
-		"upstream", cfg.Upstream, "store", stores.Redact(cfg.Store), "routes", len(st.routes), "trusted_proxies", trusted, "version", Version)
 	for _, o := range cfg.overrides {
 		// A variable is easy to miss (a container image sets some): a
 		// warning; a flag is on the command line: a note.
@@ -90,4 +89,8 @@ func (p *Proxy) logStarted(l *listeners) {
 		p.log.Warn("the " + k.Name + " store is this instance's own: records are not shared with other instances and are lost on restart; " +
 			"to run more than one instance, or to keep records across restarts, use " + conf.OrList(shared) + " (store)")
 	}
+	// The start-up line last: who waits for it (a supervisor, a test) has
+	// every note above in the log by then.
+	p.log.Info("idemproxy listening", "addr", addr(l.main), "tls", cfg.TLSCert != "", "admin", addr(l.admin), "metrics", addr(l.metrics),
+		"upstream", cfg.Upstream, "store", stores.Redact(cfg.Store), "routes", len(st.routes), "trusted_proxies", trusted, "version", Version)
 }

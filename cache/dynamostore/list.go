@@ -5,7 +5,6 @@ package dynamostore
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -81,15 +80,9 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 		for _, it := range out.Items {
 			key, _ := item(it).s(attrPK)
 			rec, err := s.Get(ctx, key)
-			switch {
-			case errors.Is(err, cache.ErrNotFound):
-				continue // settled or expired since
-			case err != nil:
+			if err := q.Keep(&page, key, rec, err); err != nil {
 				return cache.ListPage{}, err
-			case q.Held && !cache.IsHeld(rec):
-				continue
 			}
-			page.Records = append(page.Records, cache.Listed{Key: key, Record: rec})
 		}
 		if start = out.LastEvaluatedKey; len(start) == 0 {
 			return page, nil

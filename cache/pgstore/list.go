@@ -5,7 +5,6 @@ package pgstore
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -58,15 +57,9 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 	}
 	for _, k := range keys {
 		rec, err := s.Get(ctx, string(k))
-		switch {
-		case errors.Is(err, cache.ErrNotFound):
-			continue // settled or expired since
-		case err != nil:
+		if err := q.Keep(&page, string(k), rec, err); err != nil {
 			return cache.ListPage{}, err
-		case q.Held && !cache.IsHeld(rec):
-			continue
 		}
-		page.Records = append(page.Records, cache.Listed{Key: string(k), Record: rec})
 	}
 	return page, nil
 }

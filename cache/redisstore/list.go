@@ -69,15 +69,12 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 		for _, k := range keys {
 			key := strings.TrimPrefix(k, s.prefix)
 			rec, err := s.Get(ctx, key)
-			switch {
-			case errors.Is(err, cache.ErrNotFound), errors.Is(err, cache.ErrCorrupt):
-				continue // gone since, or not one of ours
-			case err != nil:
-				return cache.ListPage{}, err
-			case q.Held && !cache.IsHeld(rec):
-				continue
+			if errors.Is(err, cache.ErrCorrupt) {
+				continue // a key under the prefix that is not one of ours (a shared keyspace)
 			}
-			page.Records = append(page.Records, cache.Listed{Key: key, Record: rec})
+			if err := q.Keep(&page, key, rec, err); err != nil {
+				return cache.ListPage{}, err
+			}
 		}
 	}
 	if node < len(nodes) {

@@ -3,12 +3,13 @@ package testutil
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// Root returns the module's root directory: the nearest directory above the
-// test's working directory that holds go.mod.
+// Root returns the repository's root directory: the nearest directory above
+// the test's working directory that holds the root module's go.mod.
 func Root(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -16,16 +17,21 @@ func Root(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		// The repository's root module, not the nearest go.mod: the proxy,
+		// Caddy and the heavy stores are modules of their own below it.
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && rootModule.Match(b) {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
+			t.Fatal("no go.mod of module github.com/idemproxy/idemproxy above the working directory")
 		}
 		dir = parent
 	}
 }
+
+// rootModule matches the go.mod of the repository's root module.
+var rootModule = regexp.MustCompile(`(?m)^module github\.com/idemproxy/idemproxy\s*$`)
 
 // SettingsDoc is the page of the one settings table, generated from the
 // settings' tags (internal/settingsdoc).
