@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
-	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -31,7 +30,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	}
 	switch n {
 	case 1:
-		s.settle(ctx, key)
+		s.local.Forget(ctx, key)
 		return nil
 	case 0:
 		return cache.ErrNotFound
@@ -64,17 +63,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if !live {
 		return cache.ErrNotFound
 	}
-	s.settle(ctx, key)
+	s.local.Forget(ctx, key)
 	return nil
-}
-
-// settle follows a Delete or Resolve that changed key: it drops key from this
-// instance's local cache and waits until every instance's has applied the
-// notification or stopped trusting itself (localcache.Settle). Every store
-// waits, with a local cache or not: another instance may have one.
-func (s *Store) settle(ctx context.Context, key string) {
-	s.local.Invalidate(key)
-	localcache.Settle(ctx)
 }
 
 // Ping implements cache.Store.

@@ -230,7 +230,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	case err != nil:
 		return fmt.Errorf("redisstore: resolving key: %w", err)
 	case n == 1:
-		s.settle(ctx, key)
+		s.local.Forget(ctx, key)
 		return nil
 	case n == 0:
 		return cache.ErrNotFound
@@ -291,17 +291,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if n != 1 {
 		return cache.ErrNotFound
 	}
-	s.settle(ctx, key)
+	s.local.Forget(ctx, key)
 	return nil
-}
-
-// settle follows a Delete or Resolve that changed key: it drops key from this
-// instance's local cache and waits until every instance's has applied the
-// announcement or stopped trusting itself (localcache.Settle). Every store
-// waits, with a local cache or not: another instance may have one.
-func (s *Store) settle(ctx context.Context, key string) {
-	s.local.Invalidate(key)
-	localcache.Settle(ctx)
 }
 
 // Ping implements cache.Store.

@@ -330,6 +330,16 @@ func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payl
 	}
 }
 
+// Forget follows a Delete or Resolve that changed key and announced it: it
+// drops key from c (a nil c, a store without a cache, has nothing to drop)
+// and waits until every instance's cache has applied the change or stopped
+// trusting itself (Settle). Every store waits, with a cache or not: another
+// instance may have one.
+func (c *Cache) Forget(ctx context.Context, key string) {
+	c.Invalidate(key)
+	Settle(ctx)
+}
+
 // Settle waits Window, after a Delete or Resolve announced its change, so
 // that every instance has applied it or stopped trusting its cache.
 func Settle(ctx context.Context) {
