@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -68,8 +70,12 @@ type Config struct {
 	// (ParseArgs sets them; the start-up line's notes say so).
 	overrides []override
 	// compiled are the top level's and the routes' settings as Validate
-	// compiled them; nil before.
-	compiled []compiledRoute
+	// compiled them; nil before. compiledFrom is the digest of what they were
+	// compiled from: a Config changed since (or a copy changed since) is
+	// compiled again (stale); an unchanged copy (a reload keeping the running
+	// restart-only settings) shares them.
+	compiled     []compiledRoute
+	compiledFrom [32]byte
 }
 
 // override is a setting of the config file that a flag or variable replaced.
@@ -169,8 +175,8 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.
 
 // Validate checks the whole configuration, naming the flag, variable or file key
 // at fault, and compiles every route's settings (reading webhook secrets):
-// New and Reload build the routes from what it compiled, so a Config changed
-// after Validate (ParseArgs runs it) must be validated again.
+// New and Reload build the routes from what it compiled, and compile again a
+// Config whose settings changed since (ParseArgs runs it).
 func (c *Config) Validate() error {
 	if c.Upstream == "" {
 		return errors.New("--upstream is required (the API behind the proxy, e.g. http://127.0.0.1:3000)")
@@ -241,8 +247,28 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
-	c.compiled = routes
+	c.compiled, c.compiledFrom = routes, c.compileInput()
 	return nil
+}
+
+// compileInput is a digest of what compileRoutes reads: the core's settings,
+// the routes, and upstream_timeout (the reconcile rules add it).
+func (c *Config) compileInput() [32]byte {
+	b, err := json.Marshal(struct {
+		Top             config.Config
+		Routes          []Route
+		UpstreamTimeout time.Duration
+	}{c.Config, c.Routes, c.UpstreamTimeout})
+	if err != nil {
+		return [32]byte{} // never equal to a digest: compiled again
+	}
+	return sha256.Sum256(b)
+}
+
+// stale reports whether c must be compiled (again) before New or Reload use
+// it: never validated, or its settings changed since.
+func (c *Config) stale() bool {
+	return c.compiled == nil || c.compiledFrom == [32]byte{} || c.compileInput() != c.compiledFrom
 }
 
 // named puts the flag, variable or file key in front of a core configuration

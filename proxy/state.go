@@ -103,7 +103,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 // the TLS certificate, the forwarding rules. `idemproxy validate` runs it too.
 func (p *Proxy) prepareState(cfg *Config) (*state, error) {
 	cfg.tracing = p.tracing
-	if cfg.compiled == nil { // not validated yet (ParseArgs validates)
+	if cfg.stale() { // not validated (ParseArgs validates), or changed since
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
