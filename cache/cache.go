@@ -62,6 +62,13 @@ type Lock struct {
 	// lock frees the key, and the next claim runs it again (unknown_outcome
 	// release).
 	Hold time.Duration
+	// TTL is how long the record will be kept once completed: the ttl the
+	// caller means to give Complete (the middleware passes the route's
+	// TTL). A store may use it to place the lock where its completed record
+	// will belong (PostgreSQL: the row's sweep_at, so that the completion
+	// changes no indexed column); Complete's own ttl still decides the
+	// record's expiry. Zero: not known.
+	TTL time.Duration
 }
 
 // MaxTrace bounds Lock.Trace and Response.Trace.

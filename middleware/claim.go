@@ -62,7 +62,7 @@ func (c *claim) lockOrGet(r *http.Request, owner string, ev *Event) (*cache.Reco
 // lock is what c asks the store for.
 func (c *claim) lock(owner string) cache.Lock {
 	h := c.h
-	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold}
+	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
 }
 
 // stopRenewal ends the lease's renewal, once what settles the claim is stored

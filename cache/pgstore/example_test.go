@@ -54,10 +54,9 @@ func ExampleSchema() {
 	// 	response    bytea,
 	// 	waited      boolean     NOT NULL DEFAULT false,
 	// 	lease_until timestamptz,
-	// 	found_by    bytea
-	// );
-	// CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
-	// CREATE INDEX IF NOT EXISTS "idem_records_held" ON "idem_records" (key) WHERE unknown OR state = 1;
+	// 	found_by    bytea,
+	// 	sweep_at    timestamptz NOT NULL DEFAULT '-infinity'
+	// ) WITH (fillfactor = 70);
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
 	// 	key   bytea       PRIMARY KEY,
 	// 	due   timestamptz NOT NULL,
@@ -73,5 +72,20 @@ func ExampleSchema() {
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'lease_until' AND NOT attisdropped) THEN
 	// 		ALTER TABLE "idem_records" ADD COLUMN lease_until timestamptz, ADD COLUMN found_by bytea;
 	// 	END IF;
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'sweep_at' AND NOT attisdropped) THEN
+	// 		ALTER TABLE "idem_records" ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
+	// 	END IF;
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '"idem_records"'::regclass AND o LIKE 'fillfactor=%') THEN
+	// 		ALTER TABLE "idem_records" SET (fillfactor = 70);
+	// 	END IF;
+	// END $$;
+	// DO $$ DECLARE ix text; BEGIN
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '"idem_records"'::regclass AND c.relname = 'idem_records_sweep_at') THEN
+	// 		CREATE INDEX "idem_records_sweep_at" ON "idem_records" (sweep_at);
+	// 	END IF;
+	// 	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+	// 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '"idem_records"'::regclass AND c.relname IN ('idem_records_expires_at', 'idem_records_held') LOOP
+	// 		EXECUTE 'DROP INDEX ' || ix;
+	// 	END LOOP;
 	// END $$;
 }

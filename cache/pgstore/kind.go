@@ -152,11 +152,11 @@ func (p *Settings) Schema(string) (string, error) {
 	return ddl, nil
 }
 
-// Migrate implements cache.SchemaSettings: it runs the DDL of p.Table on the
-// database at rawURL, on one connection. It takes no exclusive lock.
+// Migrate implements cache.SchemaSettings: it brings p.Table on the database
+// at rawURL up to date as New does (the DDL Schema prints, under the same
+// advisory lock and lock_timeout), on one connection.
 func (p *Settings) Migrate(ctx context.Context, rawURL string, _ cache.Env) (string, error) {
-	ddl, err := p.Schema(rawURL)
-	if err != nil {
+	if err := p.Check(); err != nil {
 		return "", err
 	}
 	conn, err := pgx.Connect(ctx, rawURL)
@@ -164,7 +164,7 @@ func (p *Settings) Migrate(ctx context.Context, rawURL string, _ cache.Env) (str
 		return "", fmt.Errorf("%s: %s", cache.RedactURL(rawURL), cache.RedactError(err, rawURL))
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, ddl); err != nil {
+	if err := migrate(ctx, conn, p.Table, buildQueries(p.Table)); err != nil {
 		return "", err
 	}
 	return "table " + p.Table, nil

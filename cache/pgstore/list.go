@@ -15,22 +15,21 @@ import (
 
 var _ cache.Lister = (*Store)(nil)
 
-// heldIndex names the partial index of the held unknown outcomes and the
-// locks (schemaSQL): <table>_held.
-func heldIndex(tableParts []string) string {
-	return pgx.Identifier{tableParts[len(tableParts)-1] + "_held"}.Sanitize()
-}
+// HeldScan is how many rows a held listing reads per page, in the order of
+// the primary key: no index holds the held rows alone (one would hold a column
+// the completion changes, which would then not be a HOT update), so a page
+// costs the same however few are held, and a listing of every page reads the
+// table once. Measured in docs/stores.md.
+const HeldScan = 10000
 
 func (s *Store) tableIdent() string { return pgx.Identifier(strings.Split(s.table, ".")).Sanitize() }
 
 // List implements cache.Lister, in the order of the keys; the cursor is the
-// last key of the page (hex). A held listing reads the partial index
-// <table>_held (key WHERE unknown OR state = 1), which holds the stored
-// unknown outcomes and the locks only (those in flight and those lapsed), so
-// a page costs an index range scan of about q.Limit entries plus the locks
-// in flight among them, however many records the table holds. A listing by
-// prefix reads the primary key's range of that prefix. Either way, each
-// record listed is then read as Get reads it.
+// last key read (hex). A listing by prefix reads the primary key's range of
+// that prefix, about q.Limit entries a page; a held listing reads HeldScan
+// rows a page (of the prefix's range, if any) and keeps those held, so a
+// page may be empty and still have a next one. Either way, each record
+// listed is then read as Get reads it.
 func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, error) {
 	var after []byte
 	if q.Cursor != "" {
@@ -46,14 +45,39 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 	if err != nil {
 		return cache.ListPage{}, fmt.Errorf("pgstore: listing: %w", err)
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
+	var (
+		keys  [][]byte
+		last  []byte // the last key read
+		total int64  // how many rows a held listing read
+	)
+	for rows.Next() {
+		var (
+			key  []byte
+			keep = true
+		)
+		dest := []any{&key}
+		if q.Held {
+			dest = append(dest, &keep, &total)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return cache.ListPage{}, fmt.Errorf("pgstore: listing: %w", err)
+		}
+		if keep {
+			keys = append(keys, key)
+		}
+		last = key
+	}
+	if err := rows.Err(); err != nil {
 		return cache.ListPage{}, fmt.Errorf("pgstore: listing: %w", err)
 	}
 	var page cache.ListPage
-	if len(keys) > limit {
+	switch {
+	case len(keys) > limit:
 		keys = keys[:limit]
 		page.Cursor = hex.EncodeToString(keys[limit-1])
+	case q.Held && total == HeldScan:
+		page.Cursor = hex.EncodeToString(last)
 	}
 	for _, k := range keys {
 		rec, err := s.Get(ctx, string(k))
@@ -65,30 +89,40 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 }
 
 // listSQL is the statement that lists the keys of a page: at most n, after
-// the key after (if any).
+// the key after (if any). A held listing's answers (key, held, rows read):
+// the held rows among the first HeldScan after the key after, and the last
+// row read.
 func (s *Store) listSQL(q cache.ListQuery, after []byte, n int) (string, []any) {
 	now := fmt.Sprintf(nowSQL, 1)
-	sql := "SELECT key FROM " + s.tableIdent() + " WHERE expires_at > " + now
 	args := []any{s.nowArg()}
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	if q.Held {
-		// Implies the partial index's predicate, so the planner may read it.
-		sql += " AND (unknown OR state = 1) AND (unknown OR (lease_until IS NOT NULL AND lease_until <= " + now + "))"
+	var where []string
+	if !q.Held {
+		where = append(where, "expires_at > "+now)
 	}
 	if q.Prefix != "" {
-		sql += " AND key >= " + arg([]byte(q.Prefix))
+		where = append(where, "key >= "+arg([]byte(q.Prefix)))
 		if hi := prefixEnd([]byte(q.Prefix)); hi != nil {
-			sql += " AND key < " + arg(hi)
+			where = append(where, "key < "+arg(hi))
 		}
 	}
 	if after != nil {
-		sql += " AND key > " + arg(after)
+		where = append(where, "key > "+arg(after))
 	}
-	sql += " ORDER BY key LIMIT " + arg(n)
-	return sql, args
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	if !q.Held {
+		return "SELECT key FROM " + s.tableIdent() + cond + " ORDER BY key LIMIT " + arg(n), args
+	}
+	return `WITH r AS (SELECT key, expires_at > ` + now + ` AND (unknown OR (state = 1 AND lease_until IS NOT NULL AND lease_until <= ` + now + `)) AS held
+	FROM ` + s.tableIdent() + cond + ` ORDER BY key LIMIT ` + arg(HeldScan) + `),
+n AS (SELECT key, held, row_number() OVER (ORDER BY key) AS i, count(*) OVER () AS total FROM r)
+SELECT key, held, total FROM n WHERE held OR i = total ORDER BY key`, args
 }
 
 // prefixEnd is the least byte string greater than every string that begins

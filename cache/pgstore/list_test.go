@@ -2,6 +2,8 @@ package pgstore_test
 
 import (
 	"context"
+	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,25 +12,40 @@ import (
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 )
 
-// TestHeldListingReadsTheHeldIndex: with many completed records and few held
-// ones, a held listing reads the partial index <table>_held, not the table,
-// and a listing by prefix the primary key's range.
-func TestHeldListingReadsTheHeldIndex(t *testing.T) {
+// TestHeldListingReadsBoundedPages: with many completed records and few held
+// ones (stored unknown outcomes, and locks whose lease lapsed), a held
+// listing reads the primary key, pgstore.HeldScan rows a page, never the
+// whole table; following its cursors lists every held record once, and
+// nothing else. A listing by prefix reads the primary key's range.
+func TestHeldListingReadsBoundedPages(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
-	s := mustNew(t, pool, pgstore.Options{Table: "idem_listed"})
+	s := mustNew(t, pool, pgstore.Options{Table: "idem_listed", SweepInterval: -1})
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO idem_listed (key, state, token, fingerprint, created_at, expires_at, unknown)
-		SELECT convert_to(md5(i::text) || md5((-i)::text), 'UTF8'), 2, '\x00', '\x00', now(), now() + interval '1 day', i % 1000 = 0
-		FROM generate_series(1, 20000) AS i;
-		ANALYZE idem_listed`)
+	const rows = 100000
+	unknown, err := cache.EncodeResponse(&cache.Response{Status: 504, Unknown: true})
 	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO idem_listed (key, state, token, fingerprint, created_at, expires_at, unknown, lease_until, response)
+		SELECT convert_to(md5(i::text) || md5((-i)::text), 'UTF8'), CASE WHEN i % 1500 = 7 OR i % 700 = 3 THEN 1 ELSE 2 END, '\x00', '\x00', now(),
+			now() + interval '1 day', i % 1000 = 0, CASE WHEN i % 1500 = 7 THEN now() - interval '1 minute' WHEN i % 700 = 3 THEN now() + interval '1 minute' END,
+			CASE WHEN i % 1500 = 7 OR i % 700 = 3 THEN NULL ELSE $2::bytea END
+		FROM generate_series(1, $1::int) AS i`, rows, unknown)
+	if err == nil {
+		_, err = pool.Exec(ctx, "ANALYZE idem_listed")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string // the unknown outcomes (whose response is not decoded: listed by key only) and the lapsed locks
+	if err := pool.QueryRow(ctx, `SELECT array_agg(encode(key, 'escape') ORDER BY key) FROM idem_listed WHERE unknown OR (state = 1 AND lease_until < now())`).Scan(&want); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		q     cache.ListQuery
 		index string
 	}{
-		{cache.ListQuery{Held: true}, "idem_listed_held"},
+		{cache.ListQuery{Held: true}, "idem_listed_pkey"},
 		{cache.ListQuery{Prefix: "3fa9c2d1e0b4"}, "idem_listed_pkey"},
 	} {
 		sql, args := pgstore.ListSQL(s, tc.q)
@@ -50,5 +67,31 @@ func TestHeldListingReadsTheHeldIndex(t *testing.T) {
 		if p := strings.Join(plan, "\n"); !strings.Contains(p, tc.index) || strings.Contains(p, "Seq Scan") {
 			t.Errorf("listing %+v: plan\n%s\nwant a scan of %s", tc.q, p, tc.index)
 		}
+	}
+	var got []string
+	q := cache.ListQuery{Held: true, Limit: 5}
+	pages := 0
+	for {
+		page, err := s.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, l := range page.Records {
+			got = append(got, l.Key)
+		}
+		if page.Cursor == "" {
+			break
+		}
+		if _, err := hex.DecodeString(page.Cursor); err != nil || pages > 200 {
+			t.Fatalf("page %d: cursor %q", pages, page.Cursor)
+		}
+		q.Cursor = page.Cursor
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("held listing over %d pages: %d keys, want %d (%v…)", pages, len(got), len(want), want[:3])
+	}
+	if min := max(len(want)/5, rows/pgstore.HeldScan); pages < min {
+		t.Fatalf("held listing: %d pages, want at least %d (5 records, or %d rows read, a page)", pages, min, pgstore.HeldScan)
 	}
 }

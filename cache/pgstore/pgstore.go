@@ -219,6 +219,17 @@ func holdMs(d time.Duration) int64 {
 	return ms(d)
 }
 
+// sweepMs is how long after its lease ends the sweep first looks at a lock's
+// row (sweep_at): the TTL its record will have, so that the completion keeps
+// sweep_at (a HOT update); the hold when the TTL is not known (the
+// completion then moves sweep_at to the record's expiry).
+func sweepMs(lock cache.Lock) int64 {
+	if lock.TTL > 0 {
+		return ms(lock.TTL)
+	}
+	return holdMs(lock.Hold)
+}
+
 // LockOrGet implements cache.Store, reading first: a replay or a conflict is
 // one primary-key read that writes nothing, and a first execution one
 // statement that inserts the lock. Only a row that lapsed and was not swept
@@ -246,7 +257,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			rec     row
 			now     time.Time
 		)
-		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold)},
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold), sweepMs(lock)},
 			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):

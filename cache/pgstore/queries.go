@@ -25,9 +25,19 @@ import (
 //	             context (Lock.Trace, raw) or NULL
 //	waited       a duplicate waits for this in-flight lock (Subscribe): only then
 //	             do complete and release announce the change (pg_notify)
+//	sweep_at     when the sweep next looks at the row (its index, <table>_sweep_at,
+//	             is the sweep's): a lock's is its lease end plus the TTL its
+//	             record will have (cache.Lock.TTL), so the completion, which
+//	             lands within the lease, need not move it; the sweep deletes the
+//	             row then if it expired, and otherwise moves sweep_at to
+//	             expires_at. -infinity (the default) in rows an earlier version
+//	             wrote: the sweep looks at them first.
 //
-// The index on expires_at makes the sweep's batches cheap; the partial index
-// on key, of held unknown outcomes and locks (list.go), an operator's listing.
+// Completing a lock is a HOT update: no index holds a column the completion
+// changes (state, response, unknown, expires_at; sweep_at keeps its value),
+// and the table's fillfactor leaves each page room for the completed rows
+// of its locks. Hence no index on expires_at or state: the sweep reads
+// sweep_at's, and the held listing scans the primary key (list.go).
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	key         bytea       PRIMARY KEY,
 	state       smallint    NOT NULL,
@@ -39,18 +49,20 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	response    bytea,
 	waited      boolean     NOT NULL DEFAULT false,
 	lease_until timestamptz,
-	found_by    bytea
-);
-CREATE INDEX IF NOT EXISTS {I} ON {T} (expires_at);
-CREATE INDEX IF NOT EXISTS {H} ON {T} (key) WHERE unknown OR state = 1;
+	found_by    bytea,
+	sweep_at    timestamptz NOT NULL DEFAULT '-infinity'
+) WITH (fillfactor = {FF});
 `
 
 // addColumnsSQL brings a table of an earlier version up to date: the columns
-// waited, lease_until and found_by. A constant default (or none) makes each a
-// change of the catalog only (no rewrite), but ALTER TABLE takes the table's
-// exclusive lock even when the column exists, so the DO block checks first:
-// New (which also bounds the lock's wait) and `idemproxy migrate --apply` on
-// every deploy take the lock only when a column is missing.
+// waited, lease_until, found_by and sweep_at, and the fillfactor. A constant
+// default (or none) makes each column a change of the catalog only (no
+// rewrite), but ALTER TABLE takes the table's exclusive lock even when the
+// column exists, so the DO block checks first: New (which also bounds the
+// lock's wait) and `idemproxy migrate --apply` on every deploy take the lock
+// only when a column is missing. The fillfactor (a lock that blocks no read
+// or write, and no rewrite: it applies to pages filled from then on) is set
+// only on a table that has none, so an operator's own stays.
 const addColumnsSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
 		ALTER TABLE {T} ADD COLUMN waited boolean NOT NULL DEFAULT false;
@@ -58,8 +70,38 @@ const addColumnsSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'lease_until' AND NOT attisdropped) THEN
 		ALTER TABLE {T} ADD COLUMN lease_until timestamptz, ADD COLUMN found_by bytea;
 	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'sweep_at' AND NOT attisdropped) THEN
+		ALTER TABLE {T} ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '{T}'::regclass AND o LIKE 'fillfactor=%') THEN
+		ALTER TABLE {T} SET (fillfactor = {FF});
+	END IF;
 END $$;
 `
+
+// indexesSQL creates the sweep's index and drops the indexes of earlier
+// versions, on expires_at and on the held rows (key WHERE unknown OR state =
+// 1), which kept every completion from being a HOT update. Instances of an
+// earlier version still work without them: their sweep and their held
+// listing read the table instead (docs/upgrading.md). Each step is taken only
+// when needed (CREATE INDEX IF NOT EXISTS would take the table's lock first):
+// building the index blocks the table's writes for as long as it reads the
+// table, dropping one takes the table's exclusive lock for a moment.
+const indexesSQL = `DO $$ DECLARE ix text; BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '{T}'::regclass AND c.relname = '{SN}') THEN
+		CREATE INDEX {S} ON {T} (sweep_at);
+	END IF;
+	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '{T}'::regclass AND c.relname IN ('{IN}', '{HN}') LOOP
+		EXECUTE 'DROP INDEX ' || ix;
+	END LOOP;
+END $$;
+`
+
+// Fillfactor is the table's fillfactor: inserts fill a page to this
+// percentage, which leaves the rest for the completed rows of its locks (a
+// HOT update must fit on the old row's page). Measured in BENCHMARKS.md.
+const Fillfactor = 70
 
 // Statements that announce a change (pg_notify) return the number of
 // announcements as a last column: a CTE that nothing reads is never run. The
@@ -78,36 +120,39 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 
 // queries are the statements for one table.
 type queries struct {
-	schema, addColumns, check                                              string
+	schema, addColumns, indexes, check                                     string
 	claim, takeover, complete, release, extend, resolve, get, delete, mark string
 	completeHeld, find, sweep                                              string
 }
 
 // Schema returns the DDL that creates table and its index, or brings a table
 // of an earlier version up to date (what New runs unless Options.SkipCreateSchema,
-// and `idemproxy migrate` prints). Every statement is idempotent.
+// and `idemproxy migrate` prints): the tables, the columns, then the indexes.
+// Every statement is idempotent.
 func Schema(table string) (string, error) {
 	if err := CheckTable(table); err != nil {
 		return "", err
 	}
 	q := buildQueries(table)
-	return q.schema + q.addColumns, nil
+	return q.schema + q.addColumns + q.indexes, nil
 }
 
 func buildQueries(table string) queries {
 	parts := strings.Split(table, ".")
 	t := pgx.Identifier(parts).Sanitize()
-	idx := pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize()
-	r := strings.NewReplacer("{T}", t, "{I}", idx, "{H}", heldIndex(parts),
+	last := parts[len(parts)-1]
+	r := strings.NewReplacer("{T}", t, "{S}", pgx.Identifier{last + "_sweep_at"}.Sanitize(), "{SN}", last+"_sweep_at",
+		"{IN}", last+"_expires_at", "{HN}", last+"_held", "{FF}", fmt.Sprint(Fillfactor),
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW6}", fmt.Sprintf(nowSQL, 6), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
 		schema:     r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
 		addColumns: r.Replace(addColumnsSQL),
-		check:      r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by FROM {T} LIMIT 0`),
+		indexes:    r.Replace(indexesSQL),
+		check:      r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
 
-		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms.
-		// Read first: the row under the key is read by its primary key, and the
+		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms,
+		// $8 the record's TTL in ms (sweep_at: the lease end plus it). Read first: the row under the key is read by its primary key, and the
 		// lock is inserted only when there is none (ON CONFLICT DO NOTHING, which
 		// takes no row lock). A replay or a conflict therefore writes nothing:
 		// no row lock, no WAL, no transaction id. Answers (outcome, the row's
@@ -122,9 +167,9 @@ func buildQueries(table string) queries {
 cur AS (SELECT r.state, r.token = $2 AS mine, r.fingerprint, r.created_at, r.expires_at, r.response,
 	coalesce(r.lease_until, r.expires_at) AS lease_until FROM {T} r WHERE r.key = $1),
 ins AS (
-	INSERT INTO {T} (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until)
+	INSERT INTO {T} (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at)
 	SELECT $1, 1, $2, $3, c.now, c.now + ($4::bigint + $7::bigint) * interval '1 millisecond', false, $6::bytea,
-		c.now + $4::bigint * interval '1 millisecond' FROM c
+		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond' FROM c
 	WHERE NOT EXISTS (SELECT 1 FROM cur)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING 1
@@ -150,18 +195,18 @@ SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, coalesce(
 	r.response, c.now FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context,
-		// $7 hold ms. Takes over an expired row (claim answered 2): claims the
+		// $7 hold ms, $8 the record's TTL in ms. Takes over an expired row (claim answered 2): claims the
 		// key if it is free (absent or expired) or held by the token's live lock
 		// (a re-sent claim); otherwise returns the live row and writes nothing.
 		// Answers as claim (a lock whose lease lapsed: 3).
 		takeover: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
 ins AS (
-	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until)
+	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at)
 	SELECT $1, 1, $2, $3, c.now, c.now + ($4::bigint + $7::bigint) * interval '1 millisecond', false, $6::bytea,
-		c.now + $4::bigint * interval '1 millisecond' FROM c
+		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond' FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 1, token = excluded.token, fingerprint = excluded.fingerprint,
 		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = excluded.response,
-		waited = false, lease_until = excluded.lease_until, found_by = NULL
+		waited = false, lease_until = excluded.lease_until, found_by = NULL, sweep_at = excluded.sweep_at
 	WHERE r.expires_at <= excluded.created_at
 		OR (r.state = 1 AND r.token = excluded.token AND coalesce(r.lease_until, r.expires_at) > excluded.created_at)
 	RETURNING 1
@@ -177,13 +222,14 @@ WHERE r.key = $1 AND r.expires_at > c.now AND NOT EXISTS (SELECT 1 FROM ins)`),
 		// $7 unknown, $8 now, $9 channel. True when stored: over the token's own
 		// lock (its lease lapsed or not), or on a free key (the lock expired
 		// during an outage and nobody claimed it), or already completed by this
-		// token (a re-sent Complete, which writes nothing).
+		// token (a re-sent Complete, which writes nothing). sweep_at is the
+		// new expiry.
 		complete: r.Replace(`WITH c AS (SELECT {NOW8} AS now),
 up AS (
-	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response)
-	SELECT $1, 2, $2, $3, $4, c.now + $5::bigint * interval '1 millisecond', $7, $6 FROM c
+	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, sweep_at)
+	SELECT $1, 2, $2, $3, $4, c.now + $5::bigint * interval '1 millisecond', $7, $6, c.now + $5::bigint * interval '1 millisecond' FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 2, token = excluded.token, unknown = excluded.unknown,
-		response = excluded.response, expires_at = excluded.expires_at,
+		response = excluded.response, expires_at = excluded.expires_at, sweep_at = excluded.sweep_at,
 		fingerprint = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
 			THEN r.fingerprint ELSE excluded.fingerprint END,
 		created_at = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
@@ -201,9 +247,15 @@ SELECT EXISTS (SELECT 1 FROM up)
 		// UPDATE of the row it holds (no speculative insert, no subplans), which
 		// writes what complete writes in that case. False in every other case,
 		// which complete then decides (a lapsed or absent lock, a re-sent
-		// Complete, another holder).
-		completeHeld: r.Replace(`WITH c AS (SELECT {NOW6} AS now),
-up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.now + $5::bigint * interval '1 millisecond'
+		// Complete, another holder). It keeps sweep_at when that is no
+		// earlier than the new expiry and no later than the lease end plus
+		// the TTL (the claim's own sweep_at, when the claim knew the TTL and
+		// the lease holds): the update then changes no indexed column and is
+		// a HOT update. Otherwise sweep_at is the new expiry.
+		completeHeld: r.Replace(`WITH c AS (SELECT {NOW6} AS now, {NOW6} + $5::bigint * interval '1 millisecond' AS exp),
+up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.exp,
+		sweep_at = CASE WHEN r.sweep_at >= c.exp AND r.sweep_at <= greatest(r.lease_until, c.now) + $5::bigint * interval '1 millisecond'
+			THEN r.sweep_at ELSE c.exp END
 	FROM c WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now
 	RETURNING r.waited),
 n AS (SELECT pg_notify($7, encode($1, 'hex')) FROM up WHERE up.waited)
@@ -219,10 +271,12 @@ SELECT EXISTS (SELECT 1 FROM d)
 	, (SELECT count(*) FROM n)`),
 
 		// $1 key, $2 token, $3 lease ms, $4 now. True when the token's lock,
-		// its lease not lapsed, was renewed; its hold moves with the lease.
+		// its lease not lapsed, was renewed; its hold and its sweep_at move with
+		// the lease (-infinity stays).
 		extend: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 u AS (UPDATE {T} r SET lease_until = c.now + $3::bigint * interval '1 millisecond',
-		expires_at = c.now + $3::bigint * interval '1 millisecond' + (r.expires_at - coalesce(r.lease_until, r.expires_at)) FROM c
+		expires_at = c.now + $3::bigint * interval '1 millisecond' + (r.expires_at - coalesce(r.lease_until, r.expires_at)),
+		sweep_at = r.sweep_at + (c.now + $3::bigint * interval '1 millisecond' - coalesce(r.lease_until, r.expires_at)) FROM c
 	WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND coalesce(r.lease_until, r.expires_at) > c.now RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 
@@ -233,7 +287,8 @@ SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 		// record, keeping its token, fingerprint and creation time.
 		resolve: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 cur AS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now),
-u AS (UPDATE {T} r SET state = 2, response = $2, unknown = false, expires_at = c.now + $3::bigint * interval '1 millisecond' FROM c
+u AS (UPDATE {T} r SET state = 2, response = $2, unknown = false, expires_at = c.now + $3::bigint * interval '1 millisecond',
+		sweep_at = c.now + $3::bigint * interval '1 millisecond' FROM c
 	WHERE $2::bytea IS NOT NULL AND r.key = $1 AND r.expires_at > c.now
 		AND (r.state = 2 AND r.unknown OR r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now) RETURNING 1),
 d AS (DELETE FROM {T} r USING c
@@ -262,9 +317,16 @@ FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
 n AS (SELECT pg_notify($3, encode($1, 'hex')) FROM d WHERE live)
 SELECT coalesce((SELECT bool_or(live) FROM d), false), (SELECT count(*) FROM n)`),
 
-		// $1 batch size, $2 now. Deletes up to $1 expired rows, skipping rows
-		// another transaction has locked, in the order of the index.
-		sweep: r.Replace(`DELETE FROM {T} WHERE key IN (
-	SELECT key FROM {T} WHERE expires_at <= {NOW2} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`),
+		// $1 batch size, $2 now. Looks at up to $1 rows whose sweep_at has
+		// come, in the order of its index, skipping rows another transaction
+		// has locked: deletes those that expired and moves the others'
+		// sweep_at to their expiry (a lock held after its lease lapsed, a row
+		// an earlier version wrote), so that no row is looked at again before
+		// then. Answers (deleted, moved).
+		sweep: r.Replace(`WITH c AS (SELECT {NOW2} AS now),
+due AS (SELECT r.key FROM {T} r WHERE r.sweep_at <= {NOW2} ORDER BY r.sweep_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED),
+d AS (DELETE FROM {T} r USING due, c WHERE r.key = due.key AND r.expires_at <= c.now RETURNING 1),
+m AS (UPDATE {T} r SET sweep_at = r.expires_at FROM due, c WHERE r.key = due.key AND r.expires_at > c.now RETURNING 1)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM m)`),
 	}
 }

@@ -1,0 +1,92 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/pgstore"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// updates reads the table's count of updated rows and of those that were
+// HOT updates, once the store's backends have flushed their statistics
+// (every second at most, at a transaction's end): it polls until the count
+// of updates reaches want.
+func updates(t *testing.T, pool *pgxpool.Pool, table string, want int64) (upd, hot int64) {
+	t.Helper()
+	ctx := context.Background()
+	// A backend flushes its statistics at most once a second, and 10s after
+	// it went idle: ask every idle one to flush at its next transaction.
+	conns, err := pool.AcquireAllIdle(ctx), error(nil)
+	for _, c := range conns {
+		if err == nil {
+			_, err = c.Exec(ctx, "SELECT pg_stat_force_next_flush()")
+		}
+		c.Release()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&upd, &hot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if upd >= want || time.Now().After(deadline) {
+			return upd, hot
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCompleteIsHOT: the completion of a lock its claim wrote is a HOT
+// update (no index holds a column it changes, and the page has room for the
+// completed row), for responses of a few hundred bytes and for concurrent
+// first executions, batched.
+func TestCompleteIsHOT(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	s := mustNew(t, pool, pgstoreOptions("hot"))
+	ctx := context.Background()
+	const n = 400
+	body := []byte(`{"id":"ch_1","object":"charge","amount":2000,"currency":"eur","status":"succeeded","metadata":{"order":"` + strings.Repeat("7", 200) + `"}}`)
+	rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}}
+	errs := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			for i := w; i < n; i += 8 {
+				key := fmt.Sprintf("%064x", i)
+				tok := fmt.Sprint("t", i)
+				if _, loaded, err := s.LockOrGet(ctx, key, hotLock(tok)); err != nil || loaded {
+					errs <- fmt.Errorf("claim %d: loaded=%v err=%v", i, loaded, err)
+					return
+				}
+				if err := s.Complete(ctx, key, tok, rec, 24*time.Hour); err != nil {
+					errs <- fmt.Errorf("complete %d: %v", i, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	upd, hot := updates(t, pool, "hot", n)
+	if upd != n || hot != upd {
+		t.Fatalf("%d claims then completes: %d updates, %d of them HOT; want %d, all HOT", n, upd, hot, n)
+	}
+}
+
+func pgstoreOptions(table string) pgstore.Options { return pgstore.Options{Table: table, SweepInterval: -1} }
+
+func hotLock(tok string) cache.Lock {
+	return cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
+}
