@@ -56,7 +56,7 @@ func ExampleSchema() {
 	// 	lease_until timestamptz,
 	// 	found_by    bytea,
 	// 	sweep_at    timestamptz NOT NULL DEFAULT '-infinity'
-	// ) WITH (fillfactor = 70);
+	// ) WITH (fillfactor = 80);
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
 	// 	key   bytea       PRIMARY KEY,
 	// 	due   timestamptz NOT NULL,
@@ -73,10 +73,13 @@ func ExampleSchema() {
 	// 		ALTER TABLE "idem_records" ADD COLUMN lease_until timestamptz, ADD COLUMN found_by bytea;
 	// 	END IF;
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'sweep_at' AND NOT attisdropped) THEN
-	// 		ALTER TABLE "idem_records" ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
+	// 		LOCK TABLE "idem_records" IN ACCESS EXCLUSIVE MODE;
+	// 		EXECUTE format('ALTER TABLE "idem_records" ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT %L',
+	// 			coalesce((SELECT max(expires_at) FROM "idem_records"), '-infinity'));
+	// 		ALTER TABLE "idem_records" ALTER COLUMN sweep_at SET DEFAULT '-infinity';
 	// 	END IF;
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '"idem_records"'::regclass AND o LIKE 'fillfactor=%') THEN
-	// 		ALTER TABLE "idem_records" SET (fillfactor = 70);
+	// 		ALTER TABLE "idem_records" SET (fillfactor = 80);
 	// 	END IF;
 	// END $$;
 	// DO $$ DECLARE ix text; BEGIN

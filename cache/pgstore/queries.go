@@ -57,7 +57,11 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 // addColumnsSQL brings a table of an earlier version up to date: the columns
 // waited, lease_until, found_by and sweep_at, and the fillfactor. A constant
 // default (or none) makes each column a change of the catalog only (no
-// rewrite), but ALTER TABLE takes the table's exclusive lock even when the
+// rewrite). The rows already there read sweep_at as the latest expiry among
+// them (the default the column is added with; the index on expires_at of
+// that version finds it), so the sweep looks at them once, when all have
+// expired, instead of writing each; rows an earlier version inserts later
+// get -infinity, the default from then on. ALTER TABLE takes the table's exclusive lock even when the
 // column exists, so the DO block checks first: New (which also bounds the
 // lock's wait) and `idemproxy migrate --apply` on every deploy take the lock
 // only when a column is missing. The fillfactor (a lock that blocks no read
@@ -71,7 +75,10 @@ const addColumnsSQL = `DO $$ BEGIN
 		ALTER TABLE {T} ADD COLUMN lease_until timestamptz, ADD COLUMN found_by bytea;
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'sweep_at' AND NOT attisdropped) THEN
-		ALTER TABLE {T} ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity';
+		LOCK TABLE {T} IN ACCESS EXCLUSIVE MODE;
+		EXECUTE format('ALTER TABLE {T} ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT %L',
+			coalesce((SELECT max(expires_at) FROM {T}), '-infinity'));
+		ALTER TABLE {T} ALTER COLUMN sweep_at SET DEFAULT '-infinity';
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '{T}'::regclass AND o LIKE 'fillfactor=%') THEN
 		ALTER TABLE {T} SET (fillfactor = {FF});
@@ -101,7 +108,7 @@ END $$;
 // Fillfactor is the table's fillfactor: inserts fill a page to this
 // percentage, which leaves the rest for the completed rows of its locks (a
 // HOT update must fit on the old row's page). Measured in BENCHMARKS.md.
-const Fillfactor = 70
+const Fillfactor = 80
 
 // Statements that announce a change (pg_notify) return the number of
 // announcements as a last column: a CTE that nothing reads is never run. The

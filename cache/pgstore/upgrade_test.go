@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -175,8 +177,8 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = 'old'::regclass`).Scan(&options); err != nil {
 		t.Fatal(err)
 	}
-	if got := indexes(); got != "old_pkey old_sweep_at" || strings.Join(options, ",") != "fillfactor=70" {
-		t.Fatalf("after New: indexes %q, options %v; want old_pkey old_sweep_at, fillfactor=70", got, options)
+	if got, ff := indexes(), fmt.Sprint("fillfactor=", pgstore.Fillfactor); got != "old_pkey old_sweep_at" || strings.Join(options, ",") != ff {
+		t.Fatalf("after New: indexes %q, options %v; want old_pkey old_sweep_at, %s", got, options, ff)
 	}
 	if rec, err := s.Get(ctx, "done"); err != nil || rec.State != cache.StateCompleted {
 		t.Fatalf("a record of the earlier version: %+v, %v", rec, err)
@@ -196,22 +198,41 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	if err != nil || len(page.Records) != 1 || page.Records[0].Key != "lapsing" {
 		t.Fatalf("held listing: %+v, %v; want lapsing", page, err)
 	}
-	// New sweeps them all: brief deleted; done, lapsing and later (all
-	// written with sweep_at -infinity) looked at once and moved to their
+	// The rows that were there before New read sweep_at as the latest
+	// expiry among them (lapsing's): the sweep leaves them until then. Later,
+	// written with sweep_at -infinity, is looked at once and moved to its
 	// expiry.
-	if n, err := s.Sweep(ctx); err != nil || n != 1 {
-		t.Fatalf("Sweep = %d, %v; want brief deleted", n, err)
+	if n, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep = %d, %v; want nothing deleted yet", n, err)
 	}
-	var early int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM old WHERE sweep_at <> expires_at`).Scan(&early); err != nil || early != 0 {
-		t.Fatalf("%d rows whose sweep_at is not their expiry after the sweep (%v)", early, err)
+	sweepAt := func() map[string]string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT convert_from(key, 'UTF8'), CASE WHEN sweep_at = expires_at THEN 'expiry' ELSE to_char(sweep_at AT TIME ZONE 'UTC', 'HH24:MI:SS') END FROM old`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			m[k] = v
+		}
+		return m
+	}
+	if got, want := sweepAt(), map[string]string{"done": "11:01:00", "brief": "11:01:00", "lapsing": "expiry", "later": "expiry"}; !maps.Equal(got, want) {
+		t.Fatalf("sweep_at after the first sweep: %v, want %v", got, want)
 	}
 	if _, err := s.Get(ctx, "brief"); !errors.Is(err, cache.ErrNotFound) {
-		t.Fatalf("brief after the sweep: %v", err)
+		t.Fatalf("brief, expired: %v", err)
 	}
 	clk.Add(time.Hour) // lapsing's hold and done's TTL ended
-	if n := old.sweep(); n != 2 {
-		t.Fatalf("earlier sweep deleted %d rows, want done and lapsing", n)
+	if n, err := s.Sweep(ctx); err != nil || n != 3 {
+		t.Fatalf("Sweep = %d, %v; want brief, done and lapsing deleted", n, err)
+	}
+	if n := old.sweep(); n != 0 {
+		t.Fatalf("earlier sweep deleted %d rows, want none (later is live)", n)
 	}
 	clk.Add(time.Hour) // later expired
 	if n, err := s.Sweep(ctx); err != nil || n != 1 {
