@@ -164,6 +164,9 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	old.complete("brief", "t2", time.Second)
 	old.claim("lapsing", "t3", time.Minute, time.Hour) // its instance dies: held from the lease's end for an hour
 
+	if _, err := pgstore.New(ctx, pool, pgstore.Options{Table: "old", SkipCreateSchema: true}); err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
+		t.Fatalf("New without creating the schema on the earlier table: %v, want an error naming idemproxy migrate", err)
+	}
 	s := mustNew(t, pool, pgstore.Options{Table: "old", SweepInterval: -1, Now: clk.Now})
 	indexes := func() string {
 		t.Helper()
