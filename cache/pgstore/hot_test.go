@@ -17,7 +17,7 @@ import (
 // HOT updates, once the store's backends have flushed their statistics
 // (every second at most, at a transaction's end): it polls until the count
 // of updates reaches want.
-func updates(t *testing.T, pool *pgxpool.Pool, table string, want int64) (upd, hot int64) {
+func updates(t testing.TB, pool *pgxpool.Pool, table string, want int64) (upd, hot int64) {
 	t.Helper()
 	ctx := context.Background()
 	// A backend flushes its statistics at most once a second, and 10s after
