@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -100,4 +102,29 @@ func pgstoreOptions(table string) pgstore.Options {
 
 func hotLock(tok string) cache.Lock {
 	return cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
+}
+
+// TestCompleteIsHOTThroughTheMiddleware: the middleware names the route's TTL
+// in its claims (cache.Lock.TTL), which is what lets the completion keep
+// sweep_at; with any TTL, every completion is a HOT update.
+func TestCompleteIsHOTThroughTheMiddleware(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	store := mustNew(t, pool, pgstore.Options{Table: "hot_core", SweepInterval: -1, LocalCache: -1})
+	idem, err := middleware.New(store, func(s *middleware.Settings) { s.TTL = 90 * time.Minute })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := idem.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1","status":"paid"}`))
+	}))
+	for i := range 50 {
+		if w := post(h, fmt.Sprint("key-", i), "amount=1"); w.Code != http.StatusCreated {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	if upd, hot := updates(t, pool, "hot_core", 50); upd != 50 || hot != 50 {
+		t.Fatalf("50 first executions: %d updates, %d of them HOT; want 50, all HOT", upd, hot)
+	}
 }

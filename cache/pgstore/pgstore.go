@@ -54,8 +54,8 @@ type Options struct {
 	// calling Sweep, deletes them; reads ignore them either way). 0 means
 	// DefaultSweepInterval.
 	SweepInterval time.Duration
-	// SweepBatch is how many rows a sweep deletes per statement. 0 means
-	// DefaultSweepBatch.
+	// SweepBatch is how many rows a sweep looks at (and deletes, if they
+	// expired) per statement. 0 means DefaultSweepBatch.
 	SweepBatch int
 	// LocalCache keeps up to this many bytes of completed records in this
 	// process's memory, so a replay is answered without a round trip.
