@@ -82,10 +82,12 @@ func ExampleSchema() {
 	// 		ALTER TABLE "idem_records" SET (fillfactor = 80);
 	// 	END IF;
 	// END $$;
-	// DO $$ DECLARE ix text; BEGIN
+	// DO $$ BEGIN
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '"idem_records"'::regclass AND c.relname = 'idem_records_sweep_at') THEN
 	// 		CREATE INDEX "idem_records_sweep_at" ON "idem_records" (sweep_at);
 	// 	END IF;
+	// END $$;
+	// DO $$ DECLARE ix text; BEGIN
 	// 	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 	// 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '"idem_records"'::regclass AND c.relname IN ('idem_records_expires_at', 'idem_records_held') LOOP
 	// 		EXECUTE 'DROP INDEX ' || ix;

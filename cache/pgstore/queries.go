@@ -31,7 +31,8 @@ import (
 //	             lands within the lease, need not move it; the sweep deletes the
 //	             row then if it expired, and otherwise moves sweep_at to
 //	             expires_at. -infinity (the default) in rows an earlier version
-//	             wrote: the sweep looks at them first.
+//	             inserts: the sweep looks at them first; the rows there when the
+//	             column was added read the latest expiry among them (addColumnsSQL).
 //
 // Completing a lock is a HOT update: no index holds a column the completion
 // changes (state, response, unknown, expires_at; sweep_at keeps its value),
@@ -93,11 +94,17 @@ END $$;
 // listing read the table instead (docs/upgrading.md). Each step is taken only
 // when needed (CREATE INDEX IF NOT EXISTS would take the table's lock first):
 // building the index blocks the table's writes for as long as it reads the
-// table, dropping one takes the table's exclusive lock for a moment.
-const indexesSQL = `DO $$ DECLARE ix text; BEGIN
+// table, dropping one takes the table's exclusive lock for a moment. Two
+// blocks, which migrate runs as two transactions: an index built stays built
+// when the drop's lock is not granted.
+const indexesSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '{T}'::regclass AND c.relname = '{SN}') THEN
 		CREATE INDEX {S} ON {T} (sweep_at);
 	END IF;
+END $$;
+`
+
+const dropIndexesSQL = `DO $$ DECLARE ix text; BEGIN
 	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '{T}'::regclass AND c.relname IN ('{IN}', '{HN}') LOOP
 		EXECUTE 'DROP INDEX ' || ix;
@@ -127,7 +134,7 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 
 // queries are the statements for one table.
 type queries struct {
-	schema, addColumns, indexes, check                                     string
+	schema, addColumns, indexes, dropIndexes, check                        string
 	claim, takeover, complete, release, extend, resolve, get, delete, mark string
 	completeHeld, find, sweep                                              string
 }
@@ -141,7 +148,7 @@ func Schema(table string) (string, error) {
 		return "", err
 	}
 	q := buildQueries(table)
-	return q.schema + q.addColumns + q.indexes, nil
+	return q.schema + q.addColumns + q.indexes + q.dropIndexes, nil
 }
 
 func buildQueries(table string) queries {
@@ -153,10 +160,11 @@ func buildQueries(table string) queries {
 		"{NOW1}", fmt.Sprintf(nowSQL, 1), "{NOW2}", fmt.Sprintf(nowSQL, 2), "{NOW3}", fmt.Sprintf(nowSQL, 3),
 		"{NOW4}", fmt.Sprintf(nowSQL, 4), "{NOW5}", fmt.Sprintf(nowSQL, 5), "{NOW6}", fmt.Sprintf(nowSQL, 6), "{NOW8}", fmt.Sprintf(nowSQL, 8))
 	return queries{
-		schema:     r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
-		addColumns: r.Replace(addColumnsSQL),
-		indexes:    r.Replace(indexesSQL),
-		check:      r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
+		schema:      r.Replace(schemaSQL) + reconcileReplacer(table).Replace(reconcileSchemaSQL),
+		addColumns:  r.Replace(addColumnsSQL),
+		indexes:     r.Replace(indexesSQL),
+		dropIndexes: r.Replace(dropIndexesSQL),
+		check:       r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms,
 		// $8 the record's TTL in ms (sweep_at: the lease end plus it). Read first: the row under the key is read by its primary key, and the

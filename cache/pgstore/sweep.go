@@ -26,9 +26,10 @@ type beginner interface {
 func (s *Store) migrate(ctx context.Context) error { return migrate(ctx, s.pool, s.table, s.q) }
 
 // migrate creates the tables if they are missing and brings one of an earlier
-// version up to date: the columns, then, in a second transaction, the indexes
-// (so that building one on a large table holds the lock that blocks writes,
-// not the exclusive one that adding a column took). Each transaction runs
+// version up to date: the columns, then, in a second transaction, the index
+// (so that building it on a large table holds the lock that blocks writes,
+// not the exclusive one that adding a column took), then, in a third, the
+// drop of the earlier indexes. Each transaction runs
 // under an advisory lock: instances starting together would otherwise race
 // in CREATE TABLE IF NOT EXISTS (which is not safe against itself).
 func migrate(ctx context.Context, db beginner, table string, q queries) error {
@@ -60,7 +61,10 @@ func migrate(ctx context.Context, db beginner, table string, q queries) error {
 	}
 	err := step("adding the columns waited, lease_until, found_by and sweep_at", q.schema, q.addColumns)
 	if err == nil {
-		err = step("creating the index on sweep_at and dropping those on expires_at and the held rows", q.indexes)
+		err = step("creating the index on sweep_at", q.indexes)
+	}
+	if err == nil {
+		err = step("dropping the indexes on expires_at and the held rows", q.dropIndexes)
 	}
 	if err != nil {
 		return fmt.Errorf("pgstore: creating table %s: %w", table, err)

@@ -267,3 +267,47 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 		t.Fatalf("5 completions on the upgraded table: %d updates, %d HOT", upd-upd0, hot-hot0)
 	}
 }
+
+// Dropping the earlier indexes takes the table's exclusive lock, which a
+// transaction holding the table (a pg_dump) keeps from being granted:
+// start-up gives up after a moment and says why, keeping the index on
+// sweep_at it built (which needs no exclusive lock), and the next start,
+// once the table is free, drops them.
+func TestDroppingTheEarlierIndexesWaitsBriefly(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, earlierDDL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE old ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity'`); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dump.Rollback(ctx)
+	if _, err := dump.Exec(ctx, `SELECT count(*) FROM old`); err != nil { // holds ACCESS SHARE until it ends
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	_, err = pgstore.New(ctx, pool, pgstore.Options{Table: "old"})
+	if err == nil || !strings.Contains(err.Error(), "dropping the indexes") || !strings.Contains(err.Error(), "idemproxy migrate") {
+		t.Fatalf("start-up with the table held: %v, want an error about dropping the indexes, naming idemproxy migrate", err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("start-up waited %v", d)
+	}
+	var names string
+	list := `SELECT string_agg(indexrelid::regclass::text, ' ' ORDER BY indexrelid::regclass::text) FROM pg_index WHERE indrelid = 'old'::regclass`
+	if err := pool.QueryRow(ctx, list).Scan(&names); err != nil || names != "old_expires_at old_held old_pkey old_sweep_at" {
+		t.Fatalf("indexes after the failed start: %q (%v), want the index on sweep_at built, the earlier ones kept", names, err)
+	}
+	if err := dump.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustNew(t, pool, pgstore.Options{Table: "old"})
+	if err := pool.QueryRow(ctx, list).Scan(&names); err != nil || names != "old_pkey old_sweep_at" {
+		t.Fatalf("indexes after the next start: %q (%v)", names, err)
+	}
+}
