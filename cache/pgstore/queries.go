@@ -62,12 +62,13 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 // them (the default the column is added with; the index on expires_at of
 // that version finds it), so the sweep looks at them once, when all have
 // expired, instead of writing each; rows an earlier version inserts later
-// get -infinity, the default from then on. ALTER TABLE takes the table's exclusive lock even when the
-// column exists, so the DO block checks first: New (which also bounds the
-// lock's wait) and `idemproxy migrate --apply` on every deploy take the lock
-// only when a column is missing. The fillfactor (a lock that blocks no read
-// or write, and no rewrite: it applies to pages filled from then on) is set
-// only on a table that has none, so an operator's own stays.
+// get -infinity, the default from then on. ALTER TABLE takes the table's
+// exclusive lock even when the column exists, so the DO block checks first:
+// New (which also bounds the lock's wait) and `idemproxy migrate --apply` on
+// every deploy take the lock only when a column is missing. The fillfactor
+// (a lock that blocks no read or write, and no rewrite: it applies to pages
+// filled from then on) is set only on a table that has none, so an
+// operator's own stays.
 const addColumnsSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'waited' AND NOT attisdropped) THEN
 		ALTER TABLE {T} ADD COLUMN waited boolean NOT NULL DEFAULT false;
@@ -87,16 +88,9 @@ const addColumnsSQL = `DO $$ BEGIN
 END $$;
 `
 
-// indexesSQL creates the sweep's index and drops the indexes of earlier
-// versions, on expires_at and on the held rows (key WHERE unknown OR state =
-// 1), which kept every completion from being a HOT update. Instances of an
-// earlier version still work without them: their sweep and their held
-// listing read the table instead (docs/upgrading.md). Each step is taken only
-// when needed (CREATE INDEX IF NOT EXISTS would take the table's lock first):
-// building the index blocks the table's writes for as long as it reads the
-// table, dropping one takes the table's exclusive lock for a moment. Two
-// blocks, which migrate runs as two transactions: an index built stays built
-// when the drop's lock is not granted.
+// indexesSQL creates the sweep's index, only when it is missing (CREATE
+// INDEX IF NOT EXISTS would take the table's lock first): building it blocks
+// the table's writes for as long as it reads the table.
 const indexesSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '{T}'::regclass AND c.relname = '{SN}') THEN
 		CREATE INDEX {S} ON {T} (sweep_at);
@@ -104,6 +98,13 @@ const indexesSQL = `DO $$ BEGIN
 END $$;
 `
 
+// dropIndexesSQL drops the indexes of earlier versions, if there, on
+// expires_at and on the held rows (key WHERE unknown OR state = 1), which
+// kept every completion from being a HOT update: each takes the table's
+// exclusive lock for a moment. Instances of an earlier version still work
+// without them: their sweep and their held listing read the table instead
+// (docs/upgrading.md). migrate runs it in a transaction of its own, so the
+// index built before stays built when this lock is not granted.
 const dropIndexesSQL = `DO $$ DECLARE ix text; BEGIN
 	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '{T}'::regclass AND c.relname IN ('{IN}', '{HN}') LOOP
@@ -167,7 +168,8 @@ func buildQueries(table string) queries {
 		check:       r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms,
-		// $8 the record's TTL in ms (sweep_at: the lease end plus it). Read first: the row under the key is read by its primary key, and the
+		// $8 the record's TTL in ms (sweep_at: the lease end plus it). Read
+		// first: the row under the key is read by its primary key, and the
 		// lock is inserted only when there is none (ON CONFLICT DO NOTHING, which
 		// takes no row lock). A replay or a conflict therefore writes nothing:
 		// no row lock, no WAL, no transaction id. Answers (outcome, the row's
@@ -210,8 +212,8 @@ SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, coalesce(
 	r.response, c.now FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context,
-		// $7 hold ms, $8 the record's TTL in ms. Takes over an expired row (claim answered 2): claims the
-		// key if it is free (absent or expired) or held by the token's live lock
+		// $7 hold ms, $8 the record's TTL in ms. Takes over an expired row
+		// (claim answered 2): claims the key if it is free (absent or expired) or held by the token's live lock
 		// (a re-sent claim); otherwise returns the live row and writes nothing.
 		// Answers as claim (a lock whose lease lapsed: 3).
 		takeover: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
