@@ -68,7 +68,12 @@ type Handler struct {
 	// Names this handler in its metrics: the route label of
 	// idemproxy_requests_total (the proxy's label, which names its route), so
 	// that two idempotency blocks, in one site or in two, are told apart.
-	// Handlers with the same name count together. Default: empty.
+	// Handlers with the same name count together. It is also the name
+	// Caddy's admin API (admin.api.idempotency) picks a handler, and so its
+	// store, by: ?handler=NAME, the newest config's handler of that name
+	// (needed when the handlers use more than one store; a handler without
+	// a name is picked only when every handler uses one store). Default:
+	// empty.
 	Name string `json:"name,omitempty" caddy:"'name <name>'" default:"empty"`
 
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
@@ -78,7 +83,8 @@ type Handler struct {
 
 	core      *middleware.Handler
 	store     cache.Store                // for the admin API (registry)
-	storeName string                     // the store's kind and where it is (redacted)
+	storeName string                     // the store's kind, where it is (redacted) and its identity's settings
+	storeID   string                     // the store's identity: its key in the pool (internal/stores.Key)
 	requests  *prommetrics.RouteRequests // nil when the config has no metrics registry
 }
 
@@ -165,11 +171,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	store := mod.(StoreModule).IdempotencyStore()
 	h.store = store
+	h.storeID = fmt.Sprintf("%T@%p", store, store)
 	if sm, ok := mod.(*Store); ok {
-		h.storeName = sm.kind.Name
-		if sm.kind.Locator != "" {
-			h.storeName += " " + cache.RedactURL(sm.url())
-		}
+		h.storeName, h.storeID = sm.describe(), sm.key
 	}
 	if all := registerMetrics(ctx, store); all != nil {
 		h.requests = all.Route(h.Name)

@@ -41,6 +41,20 @@ func (p *pooled) Pin() func() {
 	return func() { once.Do(p.release) }
 }
 
+// pinOpen pins the store unless it is closed (no config uses it and no pin
+// was out): the admin API pins the store of the handler it picked for the
+// time of its operation.
+func (p *pooled) pinOpen() (unpin func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false
+	}
+	p.pins++
+	var once sync.Once
+	return func() { once.Do(p.release) }, true
+}
+
 func (p *pooled) release() {
 	p.mu.Lock()
 	p.pins--
@@ -162,6 +176,24 @@ func (s *Store) url() string {
 		return loc
 	}
 	return s.kind.Schemes[0] + "://" + loc
+}
+
+// describe is the store as the admin API lists it: its kind, its URL
+// (redacted), and the settings of its identity (internal/stores.Key) that
+// differ from their defaults (prefix=b:), which tell two stores on one
+// server apart.
+func (s *Store) describe() string {
+	parts := []string{s.kind.Name}
+	if s.kind.Locator != "" {
+		parts = append(parts, cache.RedactURL(s.url()))
+	}
+	def := s.kind.Settings()
+	for _, f := range stores.Fields(s.Settings) {
+		if f.Reload == "" && !f.Equal(s.Settings, def) {
+			parts = append(parts, f.Name+"="+f.Text(s.Settings))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // Provision opens the store, or reuses the one a config with the same
