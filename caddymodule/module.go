@@ -60,9 +60,13 @@ type Handler struct {
 	// and a reload (caddy reload, the admin API's /load) keeps the running
 	// config, as idemproxy refuses it at start-up and on a reload. Only Redis
 	// can start so; PostgreSQL and DynamoDB are checked (their table) when
-	// opened, and the memory store always answers. A store a running config
-	// already opened is not opened again, so a reload that keeps it is not
-	// refused for it. Default: false.
+	// opened, and the memory store always answers. Each handler's own
+	// setting applies, whichever handler opened a store they share: a
+	// handler without it checks a store that one with it opened, by opening
+	// it again, and fails when it does not answer. A store that answered
+	// when a handler without it opened (or checked) it is not checked
+	// again, so a reload that keeps it is not refused for it. Default:
+	// false.
 	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
 
 	// Names this handler in its metrics: the route label of
