@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -93,22 +94,31 @@ func TestCaddyAdminSettlesHeldKeys(t *testing.T) {
 	}
 }
 
-// Two handlers on one Redis server whose prefixes differ are two stores to
-// the admin API: without ?handler= it asks for one, instead of answering from
-// either; with it, each handler's key is found in its own store only; and
-// GET /idempotency/handlers tells their stores apart. Before, the admin API
-// told stores apart by kind and URL alone: it answered from the last
-// provisioned handler's store, "not found" for the other's keys.
+// Two handlers on one server whose stores differ (other Redis prefixes,
+// other PostgreSQL tables) are two stores to the admin API: without
+// ?handler= it asks for one, instead of answering from either; with it, each
+// handler's key is found in its own store only; and GET
+// /idempotency/handlers tells their stores apart. Before, the admin API told
+// stores apart by kind and URL alone: it answered from the last provisioned
+// handler's store, "not found" for the other's keys.
 func TestCaddyAdminTellsStoresOnOneServerApart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
 	bin := caddyBinary(t)
-	redisURL := redistest.Start(t).URL()
+	t.Run("redis prefixes", func(t *testing.T) {
+		adminTellsStoresApart(t, bin, "redis "+redistest.Start(t).URL(), "prefix %s:")
+	})
+	t.Run("postgres tables", func(t *testing.T) {
+		adminTellsStoresApart(t, bin, "postgres "+pgtest.Start(t).URL(), "table idem_%s")
+	})
+}
+
+func adminTellsStoresApart(t *testing.T, bin, store, setting string) {
 	reset := testutil.NewRawUpstream(t, "reset") // reads the request, then resets: outcome unknown
 	dir := t.TempDir()
 	handler := func(name string) string {
-		return fmt.Sprintf("\t\tidempotency /%s/* {\n\t\t\tname %s\n\t\t\tstore redis %s {\n\t\t\t\tprefix %s:\n\t\t\t}\n\t\t}\n", name, name, redisURL, name)
+		return fmt.Sprintf("\t\tidempotency /%s/* {\n\t\t\tname %s\n\t\t\tstore %s {\n\t\t\t\t%s\n\t\t\t}\n\t\t}\n", name, name, store, fmt.Sprintf(setting, name))
 	}
 	p := startCaddy(t, bin, dir, globalOptions(dir)+":0 {\n\troute {\n"+handler("a")+handler("b")+
 		fmt.Sprintf("\t\treverse_proxy %s\n\t}\n}\n", reset.Addr()))
