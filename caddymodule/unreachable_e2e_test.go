@@ -76,7 +76,9 @@ func TestCaddyReloadToAnUnreachableStoreIsRefused(t *testing.T) {
 // start_unreachable is each handler's own: two handlers on one store (one
 // pooled store), one with start_unreachable and one without, make a config
 // whose store does not answer refused whichever is provisioned first, and
-// one whose store answers accepted either way. Before, the first handler to
+// one whose store answers accepted either way; and a reload to a strict
+// handler on a store a running config's lenient handler opened is refused
+// while the store does not answer. Before, the first handler to
 // open the store decided for both: with the lenient one first, the strict
 // one started on an unreachable Redis.
 func TestCaddyStartUnreachableIsEachHandlers(t *testing.T) {
@@ -110,6 +112,15 @@ func TestCaddyStartUnreachableIsEachHandlers(t *testing.T) {
 			loadOK(t, p, dir, globalOptions(dir)+":0 {\n\theader X-Config first\n\trespond `{\"id\":1}` 201\n}\n")
 		}
 		serving("/x", "first")
+	}
+	// A running config's lenient handler opened the store: a reload to a
+	// strict one on the same store checks it, and is refused.
+	down := "redis://127.0.0.1:1"
+	loadOK(t, p, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tidempotency {\n\t\tstore %s\n\t\tstart_unreachable\n\t}\n\theader X-Config degraded\n\trespond `{}` 201\n}\n", down))
+	if code, body := load(t, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tidempotency {\n\t\tstore %s\n\t}\n\theader X-Config strict\n\trespond `{}` 201\n}\n", down)); code == 200 || !strings.Contains(body, "Redis unreachable") {
+		t.Errorf("a reload to a strict handler on the store a degraded config opened: /load %d %s; want it refused", code, body)
+	} else {
+		serving("/x", "degraded")
 	}
 	redisURL := redistest.Start(t).URL()
 	for _, first := range []string{"lenient", "strict"} {
