@@ -8,6 +8,9 @@ BIN   := bin
 # their main package, without the workspace, as a user's go build would.
 EACH  := GO='$(GO)' ./.ci/each
 NOWORK := GOWORK=off $(GO)
+# Modules whose tests run at once (make test): most of their time is spent
+# waiting on the servers and binaries they start.
+TEST_JOBS ?= 2
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 IMAGE   ?= localhost/idemproxy:dev
 LDFLAGS := -s -w -X github.com/idemproxy/idemproxy/proxy.Version=$(VERSION)
@@ -58,8 +61,8 @@ tidy: ## go mod tidy in every module, with a replace directive for each of the r
 	GO='$(GO)' ./.ci/modtidy
 
 .PHONY: test
-test: ## Run every test of every module with the race detector (starts its own redis-server, PostgreSQL and DynamoDB Local instances), examples/frameworks (chi, gin, echo) included.
-	$(EACH) $(GO) test -race -count=1 -timeout 10m ./...
+test: ## Run every test of every module with the race detector (starts its own redis-server, PostgreSQL and DynamoDB Local instances), examples/frameworks (chi, gin, echo) included; TEST_JOBS modules at once (default 2).
+	$(EACH) -j $(TEST_JOBS) $(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: test-short
 test-short: ## Quick tests of every module: no Redis Cluster, no end-to-end binaries.

@@ -2,9 +2,7 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -159,31 +157,6 @@ func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("%s: %s unreachable: %s", e.URL, e.Store, strings.Join(strings.Fields(e.Err.Error()), " "))
 }
 func (e *UnreachableError) Unwrap() error { return e.Err }
-
-// RedactURL returns a store URL with its password replaced, for logs and
-// errors. Text that is no URL with "://" is returned as it is.
-func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || !strings.Contains(rawURL, "://") || u.User == nil {
-		return rawURL
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
-
-// RedactError keeps the password of rawURL out of an error that quotes it.
-func RedactError(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	if pw, ok := u.User.Password(); ok && pw != "" && strings.Contains(err.Error(), pw) {
-		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-	}
-	return err
-}
 
 // Wrapper is implemented by a store that wraps another only to add to it
 // (Caddy's handle on a store shared through a pool adds Pinned). The

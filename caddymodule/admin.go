@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -31,8 +32,11 @@ func init() { caddy.RegisterModule(Admin{}) }
 //	                                        (?limit=, ?cursor=)
 //
 // H is 12 to 64 hex digits (the key_hash of the logs, or a listing's hash).
-// With handlers on more than one store, ?handler=NAME picks the one (its
-// name subdirective); with one store, any of its handlers serves.
+// ?handler=NAME picks the handler whose name subdirective is NAME (the
+// newest config's); without it, the newest handler serves when every handler
+// uses one store (one URL and the same settings: two prefixes on one Redis
+// are two stores), and with more the request is refused. The store is pinned
+// while the operation runs: a reload meanwhile closes it only after.
 type Admin struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -58,11 +62,16 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
 		return nil
 	}
-	h, err := registry.pick(r.URL.Query().Get("handler"))
+	h, unpin, err := registry.pick(r.URL.Query().Get("handler"))
 	if err != nil {
-		adminkeys.WriteJSON(w, http.StatusBadRequest, adminkeys.Error{Error: err.Error()})
+		status := http.StatusBadRequest
+		if errors.Is(err, errStoreClosed) {
+			status = http.StatusServiceUnavailable
+		}
+		adminkeys.WriteJSON(w, status, adminkeys.Error{Error: err.Error()})
 		return nil
 	}
+	defer unpin() // a reload meanwhile closes the store only after this operation
 	store, _ := cache.Unwrap(h.store)
 	q := r.URL.Query()
 	if op == "GET /keys" && q.Has("state") {
@@ -144,30 +153,53 @@ func (g *handlerRegistry) list() []handlerInfo {
 
 // pick is the handler named name (the last provisioned: the newest
 // config's), or, when name is empty, the last provisioned if every handler
-// uses one store.
-func (g *handlerRegistry) pick(name string) (*Handler, error) {
+// uses one store: one identity, as the store pool has it (Store's key,
+// internal/stores.Key), so that two stores on one server (other prefixes,
+// other tables) are two. It pins the handler's store for the caller's
+// operation, whose end calls unpin; errStoreClosed when a reload closed it.
+func (g *handlerRegistry) pick(name string) (h *Handler, unpin func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.handlers) == 0 {
-		return nil, fmt.Errorf("no idempotency handler in the running config")
+		return nil, nil, fmt.Errorf("no idempotency handler in the running config")
 	}
 	var names []string
 	storesSeen := map[string]bool{}
 	for i := len(g.handlers) - 1; i >= 0; i-- {
-		h := g.handlers[i]
-		if name != "" && h.Name == name {
-			return h, nil
+		x := g.handlers[i]
+		if h == nil && (name == "" || x.Name == name) {
+			h = x
 		}
-		names = append(names, fmt.Sprintf("%q (%s)", h.Name, h.storeName))
-		storesSeen[h.storeName] = true
+		names = append(names, fmt.Sprintf("%q (%s)", x.Name, x.storeName))
+		storesSeen[x.storeID] = true
 	}
-	if name == "" && len(storesSeen) == 1 {
-		return g.handlers[len(g.handlers)-1], nil
+	switch {
+	case h == nil:
+		return nil, nil, fmt.Errorf("handler: no handler named %q; the handlers: %s", name, strings.Join(names, ", "))
+	case name == "" && len(storesSeen) > 1:
+		return nil, nil, fmt.Errorf("handler: the handlers use more than one store: pick one with ?handler=NAME (its name subdirective): %s", strings.Join(names, ", "))
 	}
-	if name != "" {
-		return nil, fmt.Errorf("handler: no handler named %q; the handlers: %s", name, strings.Join(names, ", "))
+	unpin, ok := pinStore(h.store)
+	if !ok {
+		return nil, nil, fmt.Errorf("handler %q: %w", h.Name, errStoreClosed)
 	}
-	return nil, fmt.Errorf("handler: the handlers use more than one store: pick one with ?handler=NAME (its name subdirective): %s", strings.Join(names, ", "))
+	return h, unpin, nil
+}
+
+// errStoreClosed: the picked handler's store was closed (its config is gone).
+var errStoreClosed = errors.New("its store was closed by a config reload; try again")
+
+// pinStore pins store for an admin operation (cache.Pinned), unless it is a
+// pooled store already closed (false). A store that is not pooled is not
+// closed by a reload: nothing to pin.
+func pinStore(store cache.Store) (unpin func(), ok bool) {
+	switch p := store.(type) {
+	case *pooledStore:
+		return p.pinOpen()
+	case cache.Pinned:
+		return p.Pin(), true
+	}
+	return func() {}, true
 }
 
 // Interface guards.

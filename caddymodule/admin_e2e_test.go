@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
@@ -89,5 +91,64 @@ func TestCaddyAdminSettlesHeldKeys(t *testing.T) {
 	}
 	if code, body := admin(t, dir, "GET", "/idempotency/handlers", "", ""); code != 200 || !strings.Contains(body, `"name": "charges"`) {
 		t.Fatalf("GET /idempotency/handlers: %d %s", code, body)
+	}
+}
+
+// Two handlers on one server whose stores differ (other Redis prefixes,
+// other PostgreSQL tables) are two stores to the admin API: without
+// ?handler= it asks for one, instead of answering from either; with it, each
+// handler's key is found in its own store only; and GET
+// /idempotency/handlers tells their stores apart. Before, the admin API told
+// stores apart by kind and URL alone: it answered from the last provisioned
+// handler's store, "not found" for the other's keys.
+func TestCaddyAdminTellsStoresOnOneServerApart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	t.Run("redis prefixes", func(t *testing.T) {
+		adminTellsStoresApart(t, bin, "redis "+redistest.Start(t).URL(), "prefix %s:")
+	})
+	t.Run("postgres tables", func(t *testing.T) {
+		adminTellsStoresApart(t, bin, "postgres "+pgtest.Start(t).URL(), "table idem_%s")
+	})
+}
+
+func adminTellsStoresApart(t *testing.T, bin, store, setting string) {
+	reset := testutil.NewRawUpstream(t, "reset") // reads the request, then resets: outcome unknown
+	dir := t.TempDir()
+	handler := func(name string) string {
+		return fmt.Sprintf("\t\tidempotency /%s/* {\n\t\t\tname %s\n\t\t\tstore %s {\n\t\t\t\t%s\n\t\t\t}\n\t\t}\n", name, name, store, fmt.Sprintf(setting, name))
+	}
+	p := startCaddy(t, bin, dir, globalOptions(dir)+":0 {\n\troute {\n"+handler("a")+handler("b")+
+		fmt.Sprintf("\t\treverse_proxy %s\n\t}\n}\n", reset.Addr()))
+	if r := p.Post(t, "/a/charges", "k-a", "x"); r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") {
+		t.Fatalf("handler a: %d %s; want the held outcome-unknown answer", r.Status, r.Body)
+	}
+	if code, body := admin(t, dir, "GET", "/idempotency/keys?state=held", "", ""); code != 400 || !strings.Contains(body, "?handler=NAME") {
+		t.Errorf("held keys without ?handler=: %d %s; want 400 asking for one (two stores)", code, body)
+	}
+	code, body := admin(t, dir, "GET", "/idempotency/keys?state=held&handler=a", "", "")
+	var page adminkeys.HeldPage
+	if code != 200 || json.Unmarshal([]byte(body), &page) != nil || len(page.Held) != 1 {
+		t.Fatalf("held keys of handler a: %d %s; want its one key", code, body)
+	}
+	hash := page.Held[0].KeyHash
+	if code, body := admin(t, dir, "GET", "/idempotency/keys?state=held&handler=b", "", ""); code != 200 || !strings.Contains(body, `"held": []`) {
+		t.Errorf("held keys of handler b: %d %s; want none", code, body)
+	}
+	if code, body := admin(t, dir, "GET", "/idempotency/keys?hash="+hash, "", ""); code != 400 || !strings.Contains(body, "?handler=NAME") {
+		t.Errorf("a's key without ?handler=: %d %s; want 400 asking for one", code, body)
+	}
+	if code, body := admin(t, dir, "GET", "/idempotency/keys?hash="+hash+"&handler=b", "", ""); code != 404 {
+		t.Errorf("a's key in b's store: %d %s; want 404", code, body)
+	}
+	if code, body := admin(t, dir, "POST", "/idempotency/release?hash="+hash+"&handler=a", "application/json", ""); code != 200 || !strings.Contains(body, `"released": true`) {
+		t.Errorf("releasing a's key through handler a: %d %s", code, body)
+	}
+	code, body = admin(t, dir, "GET", "/idempotency/handlers", "", "")
+	var list []struct{ Name, Store string }
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list) != 2 || list[0].Store == list[1].Store {
+		t.Errorf("GET /idempotency/handlers: %d %s; want two handlers whose stores differ", code, body)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/idemproxy/idemproxy/internal/metricstest"
@@ -42,7 +43,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 		return metricstest.Read(t, "Caddy", body)
 	}
 	s := scrape()
-	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
+	metricstest.Check(t, s, "../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 
@@ -87,5 +88,5 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	}
 	s = scrape()
 	want(s, "after a reload")
-	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
+	metricstest.Check(t, s, "../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
 }

@@ -60,15 +60,24 @@ type Handler struct {
 	// and a reload (caddy reload, the admin API's /load) keeps the running
 	// config, as idemproxy refuses it at start-up and on a reload. Only Redis
 	// can start so; PostgreSQL and DynamoDB are checked (their table) when
-	// opened, and the memory store always answers. A store a running config
-	// already opened is not opened again, so a reload that keeps it is not
-	// refused for it. Default: false.
+	// opened, and the memory store always answers. Each handler's own
+	// setting applies, whichever handler opened a store they share: a
+	// handler without it checks a store that one with it opened, by opening
+	// it again, and fails when it does not answer. A store that answered
+	// when a handler without it opened (or checked) it is not checked
+	// again, so a reload that keeps it is not refused for it. Default:
+	// false.
 	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
 
 	// Names this handler in its metrics: the route label of
 	// idemproxy_requests_total (the proxy's label, which names its route), so
 	// that two idempotency blocks, in one site or in two, are told apart.
-	// Handlers with the same name count together. Default: empty.
+	// Handlers with the same name count together. It is also the name
+	// Caddy's admin API (admin.api.idempotency) picks a handler, and so its
+	// store, by: ?handler=NAME, the newest config's handler of that name
+	// (needed when the handlers use more than one store; a handler without
+	// a name is picked only when every handler uses one store). Default:
+	// empty.
 	Name string `json:"name,omitempty" caddy:"'name <name>'" default:"empty"`
 
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
@@ -78,7 +87,8 @@ type Handler struct {
 
 	core      *middleware.Handler
 	store     cache.Store                // for the admin API (registry)
-	storeName string                     // the store's kind and where it is (redacted)
+	storeName string                     // the store's kind, where it is (redacted) and its identity's settings
+	storeID   string                     // the store's identity: its key in the pool (internal/stores.Key)
 	requests  *prommetrics.RouteRequests // nil when the config has no metrics registry
 }
 
@@ -165,11 +175,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	store := mod.(StoreModule).IdempotencyStore()
 	h.store = store
+	h.storeID = fmt.Sprintf("%T@%p", store, store)
 	if sm, ok := mod.(*Store); ok {
-		h.storeName = sm.kind.Name
-		if sm.kind.Locator != "" {
-			h.storeName += " " + cache.RedactURL(sm.url())
-		}
+		h.storeName, h.storeID = sm.describe(), sm.key
 	}
 	if all := registerMetrics(ctx, store); all != nil {
 		h.requests = all.Route(h.Name)

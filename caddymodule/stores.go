@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -26,6 +27,11 @@ var pool = caddy.NewUsagePool()
 type pooled struct {
 	close func() error
 
+	// checked: the store answered and passed its checks when it was opened
+	// (opened for a handler without start_unreachable), or since (check).
+	checked  atomic.Bool
+	checking sync.Mutex // one check at a time
+
 	mu       sync.Mutex
 	pins     int
 	released bool // no config uses it: close at the last release
@@ -39,6 +45,42 @@ func (p *pooled) Pin() func() {
 	p.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(p.release) }
+}
+
+// check makes sure, for a handler without start_unreachable, that the
+// store answers and passes the checks of its opening: a store opened for a
+// handler with start_unreachable (in this config or a running one) may have
+// skipped them, and is checked by open, a strict opening of the same store,
+// once it succeeds. Which handler opened the store first then does not
+// matter.
+func (p *pooled) check(open func() error) error {
+	if p.checked.Load() {
+		return nil
+	}
+	p.checking.Lock()
+	defer p.checking.Unlock()
+	if p.checked.Load() {
+		return nil
+	}
+	if err := open(); err != nil {
+		return err
+	}
+	p.checked.Store(true)
+	return nil
+}
+
+// pinOpen pins the store unless it is closed (no config uses it and no pin
+// was out): the admin API pins the store of the handler it picked for the
+// time of its operation.
+func (p *pooled) pinOpen() (unpin func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false
+	}
+	p.pins++
+	var once sync.Once
+	return func() { once.Do(p.release) }, true
 }
 
 func (p *pooled) release() {
@@ -164,6 +206,24 @@ func (s *Store) url() string {
 	return s.kind.Schemes[0] + "://" + loc
 }
 
+// describe is the store as the admin API lists it: its kind, its URL
+// (redacted), and the settings of its identity (internal/stores.Key) that
+// differ from their defaults (prefix=b:), which tell two stores on one
+// server apart.
+func (s *Store) describe() string {
+	parts := []string{s.kind.Name}
+	if s.kind.Locator != "" {
+		parts = append(parts, cache.RedactURL(s.url()))
+	}
+	def := s.kind.Settings()
+	for _, f := range stores.Fields(s.Settings) {
+		if f.Reload == "" && !f.Equal(s.Settings, def) {
+			parts = append(parts, f.Name+"="+f.Text(s.Settings))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
 // Provision opens the store, or reuses the one a config with the same
 // identity opened (one per URL and settings; the memory store, one per
 // process), and applies this config's live settings to it.
@@ -173,19 +233,33 @@ func (s *Store) Provision(ctx caddy.Context) error {
 	}
 	url := s.url()
 	s.key = stores.Key(s.kind, s.Settings, url)
+	start, _ := ctx.Value(startUnreachableKey{}).(bool)
 	v, _, err := pool.LoadOrNew(s.key, func() (caddy.Destructor, error) {
-		start, _ := ctx.Value(startUnreachableKey{}).(bool)
 		o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn, Info: ctx.Slogger().Info, StartUnreachable: start})
 		if err != nil {
 			return nil, err
 		}
-		return &pooledStore{Store: o.Store, pooled: &pooled{close: o.Close}}, nil
+		p := &pooled{close: o.Close}
+		p.checked.Store(!start || s.kind.Locator == "") // a store in the process always answers
+		return &pooledStore{Store: o.Store, pooled: p}, nil
 	})
 	if err != nil {
 		s.key = "" // nothing of the pool's to let go (Cleanup)
 		return fmt.Errorf("%s store: %w", s.kind.Name, err)
 	}
 	s.store = v.(*pooledStore)
+	if !start {
+		err := s.store.check(func() error {
+			o, err := stores.Open(ctx, s.kind, s.Settings, url, stores.Env{Warn: ctx.Slogger().Warn})
+			if err != nil {
+				return err
+			}
+			return o.Close()
+		})
+		if err != nil {
+			return fmt.Errorf("%s store: %w", s.kind.Name, err) // Cleanup lets the store go
+		}
+	}
 	changed, err := stores.ApplyLive(s.Settings, s.store.Store)
 	if err != nil {
 		return fmt.Errorf("%s store: %w", s.kind.Name, err) // Cleanup lets the store go

@@ -3,6 +3,7 @@ package prommetrics_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestGoServiceMetricsFitTheDashboard(t *testing.T) {
 	}
 
 	s := metricstest.Scrape(t, "a Go service", reg)
-	metricstest.Check(t, s, "../examples", prommetrics.ProxyOnly...)
+	metricstest.Check(t, s, "../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 	for outcome, want := range map[string]string{"stored": "1", "replayed": "1", "mismatch": "1", "conflict": "0"} {
@@ -52,4 +53,10 @@ func TestGoServiceMetricsFitTheDashboard(t *testing.T) {
 	if got := s.Value(prommetrics.MemoryRecords); got != "1" {
 		t.Errorf("%s = %q, want 1", prommetrics.MemoryRecords, got)
 	}
+}
+
+// Every metric package prommetrics defines, the proxy's, the memory store's
+// and the local cache's included, is graphed or alerted on in examples/.
+func TestEveryMetricIsGraphed(t *testing.T) {
+	metricstest.Check(t, metricstest.Reference(t), "../examples")
 }

@@ -70,6 +70,15 @@ const (
 // upstream call, there is no admin API for keys, and no reconcile.
 var ProxyOnly = []string{UpstreamDuration, UpstreamInFlight, UnknownReleased, UnknownResolved, ReconcileAttempts, ReconcileOutcomes}
 
+// MemoryMetrics are the memory store's metrics (NewMemory): a process on a
+// shared store exports none of them.
+var MemoryMetrics = []string{MemoryRecords, MemoryBytes, MemoryMaxRecords, MemoryMaxBytes}
+
+// LocalCacheMetrics are the metrics of a shared store's local cache of
+// completed records (NewLocalCache): a process on the memory store, or with
+// the cache off, exports none of them.
+var LocalCacheMetrics = []string{LocalCacheHits, LocalCacheMisses, LocalCacheRecords, LocalCacheBytes, LocalCacheMaxBytes, LocalCacheInvalidations, LocalCacheFlushes, LocalCacheUntrusted}
+
 // Untracked is the outcome label of a request that reached idemproxy with a
 // method it does not track (in the proxy also: on a disabled route, or refused
 // for a path that is not canonical). It went on untouched, and is no

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/internal/pgtest"
 	"github.com/idemproxy/idemproxy/internal/redistest"
 	"github.com/idemproxy/idemproxy/internal/testutil"
+	"github.com/idemproxy/idemproxy/prommetrics"
 )
 
 // Two instances on one shared store (Redis, PostgreSQL): 200 concurrent
@@ -169,4 +171,9 @@ func localCacheAcross(t *testing.T, store string) {
 	if m := metricsOf(t, a.Admin); !strings.Contains(m, "idemproxy_local_cache_hits_total ") || strings.Contains(m, "idemproxy_local_cache_hits_total 0\n") {
 		t.Fatalf("no local cache hits in A's metrics:\n%s", m)
 	}
+	// On a shared store the proxy exports every metric the dashboard and the
+	// rules query but the memory store's, the local cache's included, as package prommetrics defines them.
+	s := metricstest.Read(t, "the proxy on a shared store", metricsOf(t, a.Admin))
+	metricstest.Check(t, s, "../examples", prommetrics.MemoryMetrics...)
+	metricstest.Same(t, s, metricstest.Reference(t))
 }

@@ -99,3 +99,29 @@ func TestPostgresUnloggedTable(t *testing.T) {
 		t.Fatalf("relpersistence %q %v, want u (unlogged)", persistence, err)
 	}
 }
+
+// The PostgreSQL store's errors never show the password of its URL, however
+// the URL gives it: user:password@, password= or sslpassword= in the query,
+// or the keyword/value form. Opening fails fast (nothing listens on port 1,
+// or the URL is refused), and the error names the URL redacted.
+func TestPostgresErrorsHideThePassword(t *testing.T) {
+	ctx := context.Background()
+	for _, rawURL := range []string{
+		"postgres://idem:hunter2@127.0.0.1:1/idem?connect_timeout=2",
+		"postgres://idem@127.0.0.1:1/idem?password=hunter2&connect_timeout=2",
+		"postgres://idem@127.0.0.1:1/idem?sslpassword=hunter2&sslmode=bogus",
+		"postgres://idem@127.0.0.1:notaport/idem?password=hunter2",
+		"host=127.0.0.1 port=1 user=idem password=hunter2 dbname=idem connect_timeout=2",
+		"host=127.0.0.1 port=notaport password=hunter2",
+	} {
+		s := pgstore.Kind.Settings()
+		_, _, err := s.Open(ctx, rawURL, cache.Env{})
+		if err == nil {
+			t.Errorf("%s: opened; want an error", cache.RedactURL(rawURL))
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("opening %s: %v: shows the password", cache.RedactURL(rawURL), err)
+		}
+	}
+}

@@ -64,7 +64,8 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return nil, fmt.Errorf("redis URL: scheme %q: unknown mode %q", u.Scheme+"+"+mode, mode)
 }
 
-// Redact returns the URL with its password replaced, for logs and errors.
+// Redact returns the URL with its secrets replaced (cache.RedactURL), for
+// logs and errors.
 func Redact(rawURL string) string {
 	if _, err := url.Parse(rawURL); err != nil {
 		return "(unparseable URL)"
@@ -72,7 +73,7 @@ func Redact(rawURL string) string {
 	return cache.RedactURL(rawURL)
 }
 
-// redactErr keeps passwords out of error messages that quote the URL.
+// redactErr keeps the URL's secrets out of error messages that quote it.
 func redactErr(err error, rawURL string) error {
 	if _, perr := url.Parse(rawURL); perr != nil {
 		return fmt.Errorf("malformed URL")

@@ -1,9 +1,11 @@
 package redisstore_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -66,6 +68,25 @@ func TestNewClientURLs(t *testing.T) {
 		}
 	}
 	if r := redisstore.Redact("redis://u:hunter2@h:1/0"); strings.Contains(r, "hunter2") || !strings.Contains(r, "u:xxxxx@h:1") {
+		t.Errorf("Redact = %q", r)
+	}
+}
+
+// A Redis Sentinel URL's password= (go-redis ParseFailoverURL reads it)
+// never shows in the store's errors: an unreachable Sentinel (nothing
+// listens on port 1) is named with the URL redacted.
+func TestSentinelURLErrorsHideThePassword(t *testing.T) {
+	for _, rawURL := range []string{
+		"redis+sentinel://127.0.0.1:1/0?master_name=m&password=hunter2&dial_timeout=1s",
+		"redis+sentinel://127.0.0.1:1/0?master_name=m&password=hunter2&pool_size=x",
+	} {
+		s := redisstore.Kind.Settings()
+		_, _, err := s.Open(context.Background(), rawURL, cache.Env{})
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("opening %s: %v; want an error that does not show the password", redisstore.Redact(rawURL), err)
+		}
+	}
+	if r := redisstore.Redact("redis+sentinel://s:26379/0?master_name=m&password=hunter2"); strings.Contains(r, "hunter2") {
 		t.Errorf("Redact = %q", r)
 	}
 }

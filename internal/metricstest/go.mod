@@ -3,6 +3,7 @@ module github.com/idemproxy/idemproxy/internal/metricstest
 go 1.26.0
 
 require (
+	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/prommetrics v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	go.yaml.in/yaml/v3 v3.0.6
@@ -11,7 +12,6 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

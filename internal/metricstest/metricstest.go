@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -288,7 +289,7 @@ func Check(t testing.TB, s *Surface, examples string, absent ...string) {
 func Reference(t testing.TB) *Surface {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	if err := prommetrics.Register(reg, prommetrics.NewRequests(), prommetrics.NewUpstream(), prommetrics.NewSettled(), prommetrics.NewReconcile(), prommetrics.NewMemory(fakeMemory{})); err != nil {
+	if err := prommetrics.Register(reg, prommetrics.NewRequests(), prommetrics.NewUpstream(), prommetrics.NewSettled(), prommetrics.NewReconcile(), prommetrics.NewMemory(fakeMemory{}), prommetrics.NewLocalCache(fakeLocalCache{})); err != nil {
 		t.Fatal(err)
 	}
 	return Scrape(t, "package prommetrics", reg)
@@ -306,6 +307,13 @@ func Scrape(t testing.TB, name string, g prometheus.Gatherer) *Surface {
 }
 
 type fakeMemory struct{}
+
+// fakeLocalCache is a shared store with its local cache on, for Reference.
+type fakeLocalCache struct{ cache.Store }
+
+func (fakeLocalCache) LocalCacheStats() (cache.LocalCacheStats, bool) {
+	return cache.LocalCacheStats{MaxBytes: 1}, true
+}
 
 func (fakeMemory) Len() int64                           { return 0 }
 func (fakeMemory) Bytes() int64                         { return 0 }

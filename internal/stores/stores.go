@@ -95,7 +95,7 @@ func Help() string {
 	return strings.Join(each, "")
 }
 
-// Redact hides the password in a store URL, for logs.
+// Redact hides the secrets of a store URL (cache.RedactURL), for logs.
 func Redact(rawURL string) string { return cache.RedactURL(rawURL) }
 
 // Env is what opening a store may use beyond its settings.
