@@ -311,3 +311,27 @@ func TestDroppingTheEarlierIndexesWaitsBriefly(t *testing.T) {
 		t.Fatalf("indexes after the next start: %q (%v)", names, err)
 	}
 }
+
+// `idemproxy migrate --apply` (Settings.Migrate) brings a table of the
+// previous version up to date as New does, and applying it again changes
+// nothing.
+func TestMigrateAppliesTheUpgrade(t *testing.T) {
+	srv := pgtest.Start(t)
+	pool := srv.Pool()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, earlierDDL); err != nil {
+		t.Fatal(err)
+	}
+	settings := pgstore.DefaultSettings()
+	settings.Table = "old"
+	for range 2 {
+		if ready, err := settings.Migrate(ctx, srv.URL(), cache.Env{}); err != nil || ready != "table old" {
+			t.Fatalf("Migrate: %q, %v", ready, err)
+		}
+		var names string
+		if err := pool.QueryRow(ctx, `SELECT string_agg(indexrelid::regclass::text, ' ' ORDER BY indexrelid::regclass::text) FROM pg_index WHERE indrelid = 'old'::regclass`).Scan(&names); err != nil || names != "old_pkey old_sweep_at" {
+			t.Fatalf("indexes after Migrate: %q (%v)", names, err)
+		}
+	}
+	mustNew(t, pool, pgstore.Options{Table: "old", SkipCreateSchema: true})
+}
