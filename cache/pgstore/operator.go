@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +31,9 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	}
 	switch n {
 	case 1:
-		s.local.Forget(ctx, key)
+		if err := s.local.Forget(ctx, key); err != nil {
+			return fmt.Errorf("pgstore: resolving key: %w", localcache.Unsettled(err))
+		}
 		return nil
 	case 0:
 		return cache.ErrNotFound
@@ -63,7 +66,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if !live {
 		return cache.ErrNotFound
 	}
-	s.local.Forget(ctx, key)
+	if err := s.local.Forget(ctx, key); err != nil {
+		return fmt.Errorf("pgstore: deleting key: %w", localcache.Unsettled(err))
+	}
 	return nil
 }
 

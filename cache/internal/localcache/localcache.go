@@ -28,6 +28,7 @@ package localcache
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,21 +335,33 @@ func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payl
 // drops key from c (a nil c, a store without a cache, has nothing to drop)
 // and waits until every instance's cache has applied the change or stopped
 // trusting itself (Settle). Every store waits, with a cache or not: another
-// instance may have one.
-func (c *Cache) Forget(ctx context.Context, key string) {
+// instance may have one. It returns ctx.Err() when ctx ends first: the change
+// is made, but another instance may answer the old record until Window has
+// passed.
+func (c *Cache) Forget(ctx context.Context, key string) error {
 	c.Invalidate(key)
-	Settle(ctx)
+	return Settle(ctx)
 }
 
 // Settle waits Window, after a Delete or Resolve announced its change, so
-// that every instance has applied it or stopped trusting its cache.
-func Settle(ctx context.Context) {
+// that every instance has applied it or stopped trusting its cache. It
+// returns ctx.Err() when ctx ends first.
+func Settle(ctx context.Context) error {
 	t := time.NewTimer(Window)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return ctx.Err()
 	case <-t.C:
+		return nil
 	}
+}
+
+// Unsettled is the error a store's Delete or Resolve returns when its context
+// ended while it settled (Forget's err): the change is made, but not yet
+// known to be applied everywhere.
+func Unsettled(err error) error {
+	return fmt.Errorf("changed, but not yet known to every instance's local cache (another may answer the old record for up to %v more): %w", Window, err)
 }
 
 func recordSize(key string, rec *cache.Record) int64 {

@@ -2,6 +2,7 @@ package localcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -163,5 +164,26 @@ func TestStats(t *testing.T) {
 	<-done
 	if st := u.Stats(); st.Untrusted < pingEvery {
 		t.Fatalf("untrusted for %v after %v without a ping back", st.Untrusted, 3*pingEvery)
+	}
+}
+
+// Forget and Settle whose context ends before Window has passed say so.
+func TestSettleCutShortReturnsContextError(t *testing.T) {
+	c := trusted(t, 1<<20)
+	keep(c, "k", rec("x"))
+	ctx, cancel := context.WithTimeout(context.Background(), Window/4)
+	defer cancel()
+	if err := c.Forget(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Forget cut short: %v, want context.DeadlineExceeded", err)
+	}
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("Forget cut short kept the key")
+	}
+	if err := Settle(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Settle on an ended context: %v", err)
+	}
+	var nilCache *Cache
+	if err := nilCache.Forget(context.Background(), "k"); err != nil {
+		t.Fatalf("Forget over the whole window: %v", err)
 	}
 }
