@@ -101,8 +101,10 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
 		return false
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return false
+	for _, ch := range s.channels { // one connection: its notifications, of every channel, come in commit order
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return false
+		}
 	}
 	s.local.Flush()
 	listening()
