@@ -26,8 +26,11 @@ func channelName(schema, relname string) string {
 // legacyChannels are the channels versions before channelName announced on
 // and listened to: "idemproxy_" and the table as configured, its dot an
 // underscore, which for one table is one of two names. Those that fit an
-// identifier are kept, so that during a rolling upgrade the instances of
-// either version hear each other's changes.
+// identifier are kept: a store listens on them too, and announces deletes and
+// resolves on them, so that during a rolling upgrade the local caches of
+// either version hear each other's. (Completes and releases for waiters go to
+// the new channel only: a waiter of the earlier version learns of them at its
+// next poll, and a listener would hear each one once per channel.)
 func legacyChannels(schema, relname string) []string {
 	var out []string
 	for _, name := range []string{"idemproxy_" + relname, "idemproxy_" + schema + "_" + relname} {
