@@ -124,9 +124,13 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
 }
 
 // pingLoop sends the local cache's pings (localcache.Cache.Ping) on a
-// connection of its own, so a busy pool never delays them.
+// connection of its own, so a busy pool never delays them. It connects at
+// once, so that the first ping after the cache was idle costs one round trip.
 func (s *Store) pingLoop(ctx context.Context) {
-	var conn *pgx.Conn
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		conn = nil // the first ping connects
+	}
 	s.local.Ping(ctx, func(ctx context.Context, payload string) error {
 		if conn == nil {
 			c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())

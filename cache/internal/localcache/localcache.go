@@ -14,9 +14,13 @@
 //     flight so their answer is not kept. (A Complete or Release changes no
 //     completed record a cache may hold, so it need not be announced.)
 //   - The cache is trusted only while its subscription is known to deliver:
-//     the store publishes a ping of this cache's own on the channel every
-//     Window/8, and an entry is answered only while a ping sent less than
-//     Window ago has come back. The channel delivers in order, so a ping that
+//     the store publishes a ping of this cache's own on the channel, and an
+//     entry is answered only while a ping sent less than Window ago has come
+//     back. It pings only while claims consult the cache, at most every
+//     Window/4: one ping after a claim that found no ping pending, so an idle
+//     instance publishes nothing (on PostgreSQL each NOTIFY takes a
+//     transaction id), and the claim that finds an idle cache is sent to the
+//     store. The channel delivers in order, so a ping that
 //     came back proves every change announced before it was sent has been
 //     applied. A Delete or Resolve waits Window after its announcement before
 //     it returns (Settle): from then on no instance answers the old record,
@@ -42,8 +46,10 @@ import (
 // trusted, and how long a Delete or Resolve waits after announcing itself.
 const Window = 200 * time.Millisecond
 
-// pingEvery is how often a cache pings its channel.
-const pingEvery = Window / 8
+// pingEvery is how often, at most, a cache pings its channel: while claims
+// keep consulting it, a ping that takes up to Window-pingEvery to come back
+// keeps it trusted.
+const pingEvery = Window / 4
 
 // entryOverhead approximates an entry's memory beyond its bytes.
 const entryOverhead = 256
@@ -67,6 +73,9 @@ type Cache struct {
 	gen     uint64 // bumped by Flush
 
 	heard atomic.Int64 // when the last own ping that came back was sent (ns since start); 0: none since Flush
+
+	wanted atomic.Bool   // a claim consulted the cache since the last ping was sent
+	wake   chan struct{} // cap 1: a claim wants a ping (wanted turned true)
 
 	pmu  sync.Mutex
 	seq  uint64
@@ -95,7 +104,7 @@ func New(maxBytes int64, id string) *Cache {
 		return nil
 	}
 	return &Cache{max: maxBytes, id: id, start: time.Now(), entries: map[string]*list.Element{},
-		reads: map[string]*pending{}, sent: map[uint64]int64{}}
+		reads: map[string]*pending{}, sent: map[uint64]int64{}, wake: make(chan struct{}, 1)}
 }
 
 func (c *Cache) now() int64 { return int64(time.Since(c.start)) }
@@ -107,9 +116,19 @@ func (c *Cache) trusted() bool {
 }
 
 // Get returns a copy of key's completed record, if the cache holds it, it has
-// not expired and the cache is trusted.
+// not expired and the cache is trusted. It asks for a ping (Ping), so that the
+// cache stays trusted while it is used.
 func (c *Cache) Get(key string) (*cache.Record, bool) {
-	if c == nil || !c.trusted() {
+	if c == nil {
+		return nil, false
+	}
+	if !c.wanted.Load() && c.wanted.CompareAndSwap(false, true) {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	if !c.trusted() {
 		return nil, false
 	}
 	now := c.now()
@@ -299,17 +318,32 @@ func (c *Cache) Stats() cache.LocalCacheStats {
 		Untrusted: time.Duration(c.untrusted.Load())}
 }
 
-// Ping publishes pings with publish every Window/8 until ctx ends, and counts
-// the time the cache was not trusted (Stats), at each ping.
+// Ping publishes pings with publish until ctx ends: one after each claim
+// that consulted the cache (Get) since the last ping was sent, at most one
+// every pingEvery. It counts the time the cache was not trusted while claims
+// kept consulting it (Stats), at each ping.
 func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payload string) error) {
-	t := time.NewTicker(pingEvery)
-	defer t.Stop()
+	pause := time.NewTimer(pingEvery)
+	pause.Stop()
+	defer pause.Stop()
 	last := c.now()
 	for {
+		var steady bool // wanted again while the last ping was out: in use since
+		select {
+		case <-c.wake:
+			steady = true
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.wake:
+			}
+		}
+		c.wanted.Store(false)
 		c.pmu.Lock()
 		c.seq++
 		seq, now := c.seq, c.now()
-		if !c.trusted() {
+		if steady && !c.trusted() {
 			c.untrusted.Add(now - last)
 		}
 		last = now
@@ -323,10 +357,11 @@ func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payl
 		pctx, cancel := context.WithTimeout(ctx, Window)
 		_ = publish(pctx, pingPrefix+c.id+" "+strconv.FormatUint(seq, 10)) // a lost ping only lets trust lapse
 		cancel()
+		pause.Reset(pingEvery - time.Duration(c.now()-now))
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-pause.C:
 		}
 	}
 }
