@@ -115,3 +115,19 @@ func TestLegacyChannels(t *testing.T) {
 		t.Fatalf("after an earlier version deleted k2, this one answered loaded=%v %+v %v", loaded, rec, err)
 	}
 }
+
+// The channel is the table's as the catalog names it: a mixed-case name (which
+// the store quotes) and its schema-qualified spelling share one, and another
+// table has another.
+func TestChannelOfQuotedNames(t *testing.T) {
+	pool := pgtest.Start(t).Pool()
+	a := mustNew(t, pool, pgstore.Options{Table: "Mixed"})
+	b := mustNew(t, pool, pgstore.Options{Table: "public.Mixed"})
+	c := mustNew(t, pool, pgstore.Options{Table: "mixed"})
+	if pgstore.Channel(a) != pgstore.Channel(b) || pgstore.Channel(a) == pgstore.Channel(c) {
+		t.Fatalf("channels: Mixed %s, public.Mixed %s, mixed %s", pgstore.Channel(a), pgstore.Channel(b), pgstore.Channel(c))
+	}
+	if n := len(pgstore.Channel(a)); n > 63 {
+		t.Fatalf("channel of %d bytes", n)
+	}
+}
