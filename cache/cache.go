@@ -171,8 +171,10 @@ type LocalCacheStats struct {
 	Invalidations int64
 	// Flushes count the times its subscription broke, which emptied it.
 	Flushes int64
-	// Untrusted is how long it answered nothing because no ping of its own
-	// had come back recently (start-up, a broken or slow subscription).
+	// Untrusted is how long, while claims kept consulting it, it answered
+	// nothing because no ping of its own had come back recently (a broken or
+	// slow subscription). An idle cache sends no pings and is not trusted:
+	// the claim that finds it so wakes it, and is not counted.
 	Untrusted time.Duration
 }
 

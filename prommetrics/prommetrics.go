@@ -291,7 +291,7 @@ var (
 	lcMaxBytes  = prometheus.NewDesc(LocalCacheMaxBytes, "The bound of the store's local cache (redis_local_cache, postgres_local_cache).", nil, nil)
 	lcInval     = prometheus.NewDesc(LocalCacheInvalidations, "Records the local cache dropped because a delete or resolve through any instance announced them.", nil, nil)
 	lcFlushes   = prometheus.NewDesc(LocalCacheFlushes, "Times the local cache's subscription broke (lost, reconnected), which emptied it.", nil, nil)
-	lcUntrusted = prometheus.NewDesc(LocalCacheUntrusted, "Seconds the local cache answered nothing because none of its pings had come back within 200ms (start-up, a broken or slow subscription).", nil, nil)
+	lcUntrusted = prometheus.NewDesc(LocalCacheUntrusted, "Seconds the local cache, while claims kept consulting it, answered nothing because none of its pings had come back within 200ms (a broken or slow subscription).", nil, nil)
 )
 
 // LocalCache is the use of a shared store's local cache of completed records

@@ -145,11 +145,14 @@ func localCacheAcross(t *testing.T, store string) {
 	if r := a.Post(t, "/charge", "k", "x"); r.Status != 201 || r.Replayed {
 		t.Fatalf("first: %+v", r)
 	}
-	time.Sleep(500 * time.Millisecond) // the completion's announcement is in; A trusts its subscription
-	for i := 0; i < 3; i++ {           // the first replay fills A's cache, the others come from it
+	time.Sleep(500 * time.Millisecond) // the completion's announcement is in
+	// The first replay fills A's cache and has A ping its subscription, which
+	// it trusts once the ping is back: the others come from it.
+	for i := 0; i < 5; i++ {
 		if r := a.Post(t, "/charge", "k", "x"); !r.Replayed {
 			t.Fatalf("replay %d: %+v", i, r)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	req, err := http.NewRequest(http.MethodDelete, "http://"+admin+"/keys/k?host="+testutil.LoadBalancedHost, nil)
 	if err != nil {

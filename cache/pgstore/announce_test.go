@@ -33,7 +33,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listen.Close(ctx)
-	if _, err := listen.Exec(ctx, `LISTEN idemproxy_announced`); err != nil {
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{pgstore.Channel(s)}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	claim := func(key string) {

@@ -101,8 +101,10 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
 		return false
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return false
+	for _, ch := range s.channels { // one connection: its notifications, of every channel, come in commit order
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return false
+		}
 	}
 	s.local.Flush()
 	listening()
@@ -122,9 +124,13 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) bool {
 }
 
 // pingLoop sends the local cache's pings (localcache.Cache.Ping) on a
-// connection of its own, so a busy pool never delays them.
+// connection of its own, so a busy pool never delays them. It connects at
+// once, so that the first ping after the cache was idle costs one round trip.
 func (s *Store) pingLoop(ctx context.Context) {
-	var conn *pgx.Conn
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		conn = nil // the first ping connects
+	}
 	s.local.Ping(ctx, func(ctx context.Context, payload string) error {
 		if conn == nil {
 			c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -25,12 +26,14 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		}
 	}
 	var n, notified int64
-	if err := s.pool.QueryRow(ctx, s.q.resolve, []byte(key), blob, ms(ttl), s.nowArg(), s.channel).Scan(&n, &notified); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.resolve, []byte(key), blob, ms(ttl), s.nowArg(), s.channels).Scan(&n, &notified); err != nil {
 		return fmt.Errorf("pgstore: resolving key: %w", err)
 	}
 	switch n {
 	case 1:
-		s.local.Forget(ctx, key)
+		if err := s.local.Forget(ctx, key); err != nil {
+			return fmt.Errorf("pgstore: resolving key: %w", localcache.Unsettled(err))
+		}
 		return nil
 	case 0:
 		return cache.ErrNotFound
@@ -57,13 +60,15 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		live     bool
 		notified int64
 	)
-	if err := s.pool.QueryRow(ctx, s.q.delete, []byte(key), s.nowArg(), s.channel).Scan(&live, &notified); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.delete, []byte(key), s.nowArg(), s.channels).Scan(&live, &notified); err != nil {
 		return fmt.Errorf("pgstore: deleting key: %w", err)
 	}
 	if !live {
 		return cache.ErrNotFound
 	}
-	s.local.Forget(ctx, key)
+	if err := s.local.Forget(ctx, key); err != nil {
+		return fmt.Errorf("pgstore: deleting key: %w", localcache.Unsettled(err))
+	}
 	return nil
 }
 

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -87,10 +86,11 @@ type Store struct {
 	sweepBatch   int
 	now          func() time.Time
 
-	q       queries
-	rq      reconcileQueries // reconcile.go
-	channel string           // LISTEN/NOTIFY channel of this table
-	sub     listener
+	q        queries
+	rq       reconcileQueries // reconcile.go
+	channel  string           // LISTEN/NOTIFY channel of this table (channels.go), which carries the pings
+	channels []string         // channel, then legacy ones: listened to; deletes and resolves are announced on all (caches must hear them), completes and releases on channel only (waiters poll)
+	sub      listener
 
 	localBytes int64
 	local      *localcache.Cache // nil: no local cache
@@ -162,7 +162,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s.q = buildQueries(s.table)
 	s.rq = buildReconcileQueries(s.table)
-	s.channel = "idemproxy_" + strings.ReplaceAll(s.table, ".", "_")
 	if s.createSchema {
 		if err := s.migrate(ctx); err != nil {
 			return nil, err
@@ -170,6 +169,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	if _, err := s.pool.Exec(ctx, s.q.check); err != nil {
 		return nil, fmt.Errorf("pgstore: table %s is missing, not an idemproxy table, or of an earlier version (apply the DDL `idemproxy migrate` prints): %w", s.table, err)
+	}
+	if err := s.resolveChannels(ctx); err != nil {
+		return nil, err
 	}
 	if s.local = localcache.New(s.localBytes, rand.Text()); s.local != nil {
 		s.startListening()
@@ -308,18 +310,18 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 			created = s.now()
 		}
 	}
-	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.channel)
+	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.channels[:1])
 	if !errors.Is(err, cache.ErrLockLost) {
 		return err
 	}
 	// Not the token's live lock: a lapsed or absent one, a re-sent Complete, or
 	// another holder. The full statement tells them apart.
-	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.channel)
+	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.channels[:1])
 }
 
 // Release implements cache.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	return s.fenced(ctx, "releasing", s.q.release, key, token, s.nowArg(), s.channel)
+	return s.fenced(ctx, "releasing", s.q.release, key, token, s.nowArg(), s.channels[:1])
 }
 
 // Extend implements cache.Store.

@@ -236,7 +236,7 @@ SELECT CASE WHEN r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now 
 WHERE r.key = $1 AND r.expires_at > c.now AND NOT EXISTS (SELECT 1 FROM ins)`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 created, $5 ttl ms, $6 response,
-		// $7 unknown, $8 now, $9 channel. True when stored: over the token's own
+		// $7 unknown, $8 now, $9 channels. True when stored: over the token's own
 		// lock (its lease lapsed or not), or on a free key (the lock expired
 		// during an outage and nobody claimed it), or already completed by this
 		// token (a re-sent Complete, which writes nothing). sweep_at is the
@@ -254,13 +254,13 @@ up AS (
 	WHERE r.expires_at <= (SELECT now FROM c) OR (r.state = 1 AND r.token = excluded.token)
 	RETURNING r.waited
 ),
-n AS (SELECT pg_notify($9, encode($1, 'hex')) FROM up WHERE up.waited)
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($9::text[]) ch, up WHERE up.waited)
 SELECT EXISTS (SELECT 1 FROM up)
 	OR EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.state = 2 AND r.token = $2 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
 
 		// $1 key, $2 token, $3 response, $4 unknown, $5 ttl ms, $6 now, $7
-		// channel. The common Complete: the token's own live lock, a plain
+		// channels. The common Complete: the token's own live lock, a plain
 		// UPDATE of the row it holds (no speculative insert, no subplans), which
 		// writes what complete writes in that case. False in every other case,
 		// which complete then decides (a lapsed or absent lock, a re-sent
@@ -275,14 +275,14 @@ up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.e
 			THEN r.sweep_at ELSE c.exp END
 	FROM c WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now
 	RETURNING r.waited),
-n AS (SELECT pg_notify($7, encode($1, 'hex')) FROM up WHERE up.waited)
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($7::text[]) ch, up WHERE up.waited)
 SELECT EXISTS (SELECT 1 FROM up), (SELECT count(*) FROM n)`),
 
-		// $1 key, $2 token, $3 now, $4 channel. True when the key is free
+		// $1 key, $2 token, $3 now, $4 channels. True when the key is free
 		// afterwards: released now, lapsed, or nobody held it (a re-sent Release).
 		release: r.Replace(`WITH c AS (SELECT {NOW3} AS now),
 d AS (DELETE FROM {T} r USING c WHERE r.key = $1 AND (r.expires_at <= c.now OR (r.state = 1 AND r.token = $2)) RETURNING r.waited),
-n AS (SELECT pg_notify($4, encode($1, 'hex')) FROM d WHERE d.waited)
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($4::text[]) ch, d WHERE d.waited)
 SELECT EXISTS (SELECT 1 FROM d)
 	OR NOT EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
@@ -297,7 +297,7 @@ u AS (UPDATE {T} r SET lease_until = c.now + $3::bigint * interval '1 millisecon
 	WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND coalesce(r.lease_until, r.expires_at) > c.now RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 
-		// $1 key, $2 response (NULL deletes), $3 ttl ms, $4 now, $5 channel.
+		// $1 key, $2 response (NULL deletes), $3 ttl ms, $4 now, $5 channels.
 		// 1 when the held unknown outcome (stored, or a lock whose lease
 		// lapsed) was replaced or deleted, 0 when no live record exists, 2 when
 		// the live record is something else. A lapsed lock becomes a completed
@@ -311,7 +311,7 @@ u AS (UPDATE {T} r SET state = 2, response = $2, unknown = false, expires_at = c
 d AS (DELETE FROM {T} r USING c
 	WHERE $2::bytea IS NULL AND r.key = $1 AND r.expires_at > c.now
 		AND (r.state = 2 AND r.unknown OR r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now) RETURNING 1),
-n AS (SELECT pg_notify($5, encode($1, 'hex')) FROM (SELECT 1 FROM u UNION ALL SELECT 1 FROM d) x)
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($5::text[]) ch, (SELECT 1 FROM u UNION ALL SELECT 1 FROM d) x)
 SELECT CASE WHEN EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM d) THEN 1
 	WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 0 ELSE 2 END, (SELECT count(*) FROM n)`),
 
@@ -328,10 +328,10 @@ SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, r.state, 
 	CASE WHEN r.state = 1 AND coalesce(r.lease_until, r.expires_at) > c.now THEN r.lease_until ELSE r.expires_at END, r.response
 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
 
-		// $1 key, $2 now, $3 channel. True when a live record was deleted (a
+		// $1 key, $2 now, $3 channels. True when a live record was deleted (a
 		// lapsed one is deleted too, and answers false).
 		delete: r.Replace(`WITH d AS (DELETE FROM {T} WHERE key = $1 RETURNING expires_at > {NOW2} AS live),
-n AS (SELECT pg_notify($3, encode($1, 'hex')) FROM d WHERE live)
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($3::text[]) ch, d WHERE live)
 SELECT coalesce((SELECT bool_or(live) FROM d), false), (SELECT count(*) FROM n)`),
 
 		// $1 batch size, $2 now. Looks at up to $1 rows whose sweep_at has

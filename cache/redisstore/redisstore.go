@@ -230,7 +230,9 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 	case err != nil:
 		return fmt.Errorf("redisstore: resolving key: %w", err)
 	case n == 1:
-		s.local.Forget(ctx, key)
+		if err := s.local.Forget(ctx, key); err != nil {
+			return fmt.Errorf("redisstore: resolving key: %w", localcache.Unsettled(err))
+		}
 		return nil
 	case n == 0:
 		return cache.ErrNotFound
@@ -291,7 +293,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if n != 1 {
 		return cache.ErrNotFound
 	}
-	s.local.Forget(ctx, key)
+	if err := s.local.Forget(ctx, key); err != nil {
+		return fmt.Errorf("redisstore: deleting key: %w", localcache.Unsettled(err))
+	}
 	return nil
 }
 

@@ -518,3 +518,34 @@ func TestRestartGraceWithAHold(t *testing.T) {
 		t.Fatalf("after the pending Complete: rec=%+v err=%v; want its answer", rec, err)
 	}
 }
+
+// A Delete or Resolve whose context ends while it waits for every instance's
+// cache to drop the key says so: it does not report the change settled.
+func TestSettleCutShort(t *testing.T) {
+	srv := redistest.Start(t)
+	s := mustNew(t, srv.Client(), redisstore.Options{})
+	bg := context.Background()
+	for _, op := range []string{"delete", "resolve"} {
+		if _, _, err := s.LockOrGet(bg, op, cache.Lock{Token: "h", Fingerprint: "f", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 502, Unknown: op == "resolve"}}
+		if err := s.Complete(bg, op, "h", rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond) // half the settle window
+		var err error
+		if op == "delete" {
+			err = s.Delete(ctx, op)
+		} else {
+			err = s.Resolve(ctx, op, nil, 0)
+		}
+		cancel()
+		if _, gerr := s.Get(bg, op); !errors.Is(gerr, cache.ErrNotFound) {
+			t.Skipf("%s: the command itself did not finish within 100ms (%v): nothing to settle", op, err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s cut short: %v, want context.DeadlineExceeded", op, err)
+		}
+	}
+}

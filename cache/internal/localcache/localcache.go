@@ -14,9 +14,13 @@
 //     flight so their answer is not kept. (A Complete or Release changes no
 //     completed record a cache may hold, so it need not be announced.)
 //   - The cache is trusted only while its subscription is known to deliver:
-//     the store publishes a ping of this cache's own on the channel every
-//     Window/8, and an entry is answered only while a ping sent less than
-//     Window ago has come back. The channel delivers in order, so a ping that
+//     the store publishes a ping of this cache's own on the channel, and an
+//     entry is answered only while a ping sent less than Window ago has come
+//     back. It pings only while claims consult the cache, at most every
+//     Window/4: one ping after a claim that found no ping pending, so an idle
+//     instance publishes nothing (on PostgreSQL each NOTIFY takes a
+//     transaction id), and the claim that finds an idle cache is sent to the
+//     store. The channel delivers in order, so a ping that
 //     came back proves every change announced before it was sent has been
 //     applied. A Delete or Resolve waits Window after its announcement before
 //     it returns (Settle): from then on no instance answers the old record,
@@ -27,9 +31,6 @@ package localcache
 
 import (
 	"container/list"
-	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +42,10 @@ import (
 // trusted, and how long a Delete or Resolve waits after announcing itself.
 const Window = 200 * time.Millisecond
 
-// pingEvery is how often a cache pings its channel.
-const pingEvery = Window / 8
+// pingEvery is how often, at most, a cache pings its channel: while claims
+// keep consulting it, a ping that takes up to Window-pingEvery to come back
+// keeps it trusted.
+const pingEvery = Window / 4
 
 // entryOverhead approximates an entry's memory beyond its bytes.
 const entryOverhead = 256
@@ -66,6 +69,9 @@ type Cache struct {
 	gen     uint64 // bumped by Flush
 
 	heard atomic.Int64 // when the last own ping that came back was sent (ns since start); 0: none since Flush
+
+	wanted atomic.Bool   // a claim consulted the cache since the last ping was sent
+	wake   chan struct{} // cap 1: a claim wants a ping (wanted turned true)
 
 	pmu  sync.Mutex
 	seq  uint64
@@ -94,7 +100,7 @@ func New(maxBytes int64, id string) *Cache {
 		return nil
 	}
 	return &Cache{max: maxBytes, id: id, start: time.Now(), entries: map[string]*list.Element{},
-		reads: map[string]*pending{}, sent: map[uint64]int64{}}
+		reads: map[string]*pending{}, sent: map[uint64]int64{}, wake: make(chan struct{}, 1)}
 }
 
 func (c *Cache) now() int64 { return int64(time.Since(c.start)) }
@@ -106,9 +112,19 @@ func (c *Cache) trusted() bool {
 }
 
 // Get returns a copy of key's completed record, if the cache holds it, it has
-// not expired and the cache is trusted.
+// not expired and the cache is trusted. It asks for a ping (Ping), so that the
+// cache stays trusted while it is used.
 func (c *Cache) Get(key string) (*cache.Record, bool) {
-	if c == nil || !c.trusted() {
+	if c == nil {
+		return nil, false
+	}
+	if !c.wanted.Load() && c.wanted.CompareAndSwap(false, true) {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	if !c.trusted() {
 		return nil, false
 	}
 	now := c.now()
@@ -259,35 +275,6 @@ func (c *Cache) Len() int {
 	return len(c.entries)
 }
 
-// IsPing reports whether payload, received on the channel, is a ping (of
-// this cache or another instance's) rather than a key's announcement, and
-// records this cache's own.
-func (c *Cache) IsPing(payload string) bool {
-	rest, ok := strings.CutPrefix(payload, pingPrefix)
-	if !ok {
-		return false
-	}
-	if c == nil {
-		return true
-	}
-	id, seqText, ok := strings.Cut(rest, " ")
-	if !ok || id != c.id {
-		return true
-	}
-	seq, err := strconv.ParseUint(seqText, 10, 64)
-	if err != nil {
-		return true
-	}
-	c.pmu.Lock()
-	sent, ok := c.sent[seq]
-	delete(c.sent, seq)
-	c.pmu.Unlock()
-	if ok && sent > c.heard.Load() {
-		c.heard.Store(sent)
-	}
-	return true
-}
-
 // Stats reports the cache's use (cache.LocalCacheStats).
 func (c *Cache) Stats() cache.LocalCacheStats {
 	c.mu.Lock()
@@ -296,59 +283,6 @@ func (c *Cache) Stats() cache.LocalCacheStats {
 	return cache.LocalCacheStats{MaxBytes: c.max, Bytes: size, Records: int64(n),
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Invalidations: c.dropped.Load(), Flushes: c.flushes.Load(),
 		Untrusted: time.Duration(c.untrusted.Load())}
-}
-
-// Ping publishes pings with publish every Window/8 until ctx ends, and counts
-// the time the cache was not trusted (Stats), at each ping.
-func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payload string) error) {
-	t := time.NewTicker(pingEvery)
-	defer t.Stop()
-	last := c.now()
-	for {
-		c.pmu.Lock()
-		c.seq++
-		seq, now := c.seq, c.now()
-		if !c.trusted() {
-			c.untrusted.Add(now - last)
-		}
-		last = now
-		c.sent[seq] = now
-		for s, at := range c.sent { // pings lost or not back within Window prove nothing
-			if now-at > int64(Window) {
-				delete(c.sent, s)
-			}
-		}
-		c.pmu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, Window)
-		_ = publish(pctx, pingPrefix+c.id+" "+strconv.FormatUint(seq, 10)) // a lost ping only lets trust lapse
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Forget follows a Delete or Resolve that changed key and announced it: it
-// drops key from c (a nil c, a store without a cache, has nothing to drop)
-// and waits until every instance's cache has applied the change or stopped
-// trusting itself (Settle). Every store waits, with a cache or not: another
-// instance may have one.
-func (c *Cache) Forget(ctx context.Context, key string) {
-	c.Invalidate(key)
-	Settle(ctx)
-}
-
-// Settle waits Window, after a Delete or Resolve announced its change, so
-// that every instance has applied it or stopped trusting its cache.
-func Settle(ctx context.Context) {
-	t := time.NewTimer(Window)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func recordSize(key string, rec *cache.Record) int64 {

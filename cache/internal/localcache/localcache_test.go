@@ -2,6 +2,7 @@ package localcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -27,6 +28,7 @@ func trusted(t *testing.T, max int64) *Cache {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	for !c.trusted() {
+		c.Get("") // a claim asks for a ping
 		time.Sleep(time.Millisecond)
 	}
 	return c
@@ -51,6 +53,7 @@ func TestReadsSpoiledByAnnouncementOrFlush(t *testing.T) {
 		t.Fatal("kept a read that a flush overtook")
 	}
 	for !c.trusted() { // a flush distrusts until a new ping comes back
+		c.Get("")
 		time.Sleep(time.Millisecond)
 	}
 	keep(c, "k", rec("new"))
@@ -152,16 +155,92 @@ func TestStats(t *testing.T) {
 	if st := c.Stats(); st.Flushes != 1 || st.Records != 0 || st.Bytes != 0 {
 		t.Fatalf("after a flush: %+v", st)
 	}
-	// An untrusted cache counts the time at each ping: one that never hears
-	// its pings back.
+	// An untrusted cache counts the time at each ping while claims consult
+	// it: one that never hears its pings back.
 	u := New(1<<20, "deaf")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); u.Ping(ctx, func(context.Context, string) error { return nil }) }()
-	time.Sleep(3 * pingEvery)
+	for end := time.Now().Add(3 * pingEvery); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		u.Get("k")
+	}
 	cancel()
 	<-done
 	if st := u.Stats(); st.Untrusted < pingEvery {
 		t.Fatalf("untrusted for %v after %v without a ping back", st.Untrusted, 3*pingEvery)
+	}
+}
+
+// Forget and Settle whose context ends before Window has passed say so.
+func TestSettleCutShortReturnsContextError(t *testing.T) {
+	c := trusted(t, 1<<20)
+	keep(c, "k", rec("x"))
+	ctx, cancel := context.WithTimeout(context.Background(), Window/4)
+	defer cancel()
+	if err := c.Forget(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Forget cut short: %v, want context.DeadlineExceeded", err)
+	}
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("Forget cut short kept the key")
+	}
+	if err := Settle(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Settle on an ended context: %v", err)
+	}
+	var nilCache *Cache
+	if err := nilCache.Forget(context.Background(), "k"); err != nil {
+		t.Fatalf("Forget over the whole window: %v", err)
+	}
+}
+
+// A cache pings only while claims consult it, at most once every pingEvery:
+// idle, it publishes nothing; the next claim wakes it, and it is trusted
+// again once that ping comes back.
+func TestPingsOnlyWhileUsed(t *testing.T) {
+	c := New(1<<20, "me")
+	pings := make(chan string, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Ping(ctx, func(_ context.Context, p string) error { pings <- p; c.IsPing(p); return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * Window)
+	if n := len(pings); n != 0 {
+		t.Fatalf("an unused cache published %d pings", n)
+	}
+	keep(c, "k", rec("x"))
+	if c.trusted() {
+		t.Fatal("trusted before any ping")
+	}
+	for _, ok := c.Get("k"); !ok; _, ok = c.Get("k") {
+		time.Sleep(time.Millisecond)
+	}
+	// In use for 4 Windows: about one ping every pingEvery, and trusted
+	// throughout.
+	for len(pings) > 0 {
+		<-pings
+	}
+	start := time.Now()
+	for time.Since(start) < 4*Window {
+		if _, ok := c.Get("k"); !ok {
+			t.Fatalf("distrusted after %v in use, pinging", time.Since(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n, most := len(pings), int(4*Window/pingEvery)+1; n > most || n < most/2 {
+		t.Fatalf("%d pings in %v of use, want about %d", n, 4*Window, most)
+	}
+	// Unused again: the pings stop, and trust lapses.
+	time.Sleep(pingEvery + 10*time.Millisecond)
+	for len(pings) > 0 {
+		<-pings
+	}
+	time.Sleep(2 * Window)
+	if n := len(pings); n != 0 {
+		t.Fatalf("%d pings after the claims stopped", n)
+	}
+	if c.trusted() {
+		t.Fatal("trusted with no ping sent for 2 Windows")
 	}
 }
