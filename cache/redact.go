@@ -37,11 +37,13 @@ func RedactURL(rawURL string) string {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			rest = redacted + rest[at:]
-		}
+		// The query's secrets first: one may hold an "@" that is not the
+		// userinfo's.
 		if base, query, ok := strings.Cut(rest, "?"); ok {
 			rest = base + "?" + redactQuery(query)
+		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			rest = redacted + rest[at:]
 		}
 		return scheme + "://" + rest
 	}
@@ -128,21 +130,32 @@ func secrets(rawURL string) []string {
 		}
 		return out
 	}
-	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
-		pw, _ := u.User.Password()
-		add(pw, url.UserPassword("", pw).String()[1:]) // decoded, and as a URL writes it
-	} else if at := strings.LastIndex(rest, "@"); err != nil && at >= 0 {
-		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
-			add(pw, unescape(pw))
-		}
-	}
+	var querySecrets []string
 	if _, query, ok := strings.Cut(rest, "?"); ok {
 		query, _, _ = strings.Cut(query, "#")
 		for part := range strings.SplitSeq(query, "&") {
-			if name, value, _ := strings.Cut(part, "="); secretName(unescape(name)) {
-				add(value, unescape(value))
+			if name, value, _ := strings.Cut(part, "="); secretName(unescape(name)) && value != "" {
+				querySecrets = append(querySecrets, value)
 			}
 		}
+	}
+	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
+		pw, _ := u.User.Password()
+		add(pw, url.UserPassword("", pw).String()[1:]) // decoded, and as a URL writes it
+	} else if err != nil {
+		// The userinfo ends at the last "@" outside the query's secrets.
+		masked := rest
+		for _, v := range querySecrets {
+			masked = strings.ReplaceAll(masked, v, strings.Repeat("x", len(v)))
+		}
+		if at := strings.LastIndex(masked, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+				add(pw, unescape(pw))
+			}
+		}
+	}
+	for _, v := range querySecrets {
+		add(v, unescape(v))
 	}
 	return out
 }
