@@ -142,6 +142,15 @@ func secrets(rawURL string) []string {
 	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
 		pw, _ := u.User.Password()
 		add(pw, url.UserPassword("", pw).String()[1:]) // decoded, and as a URL writes it
+		authority := rest
+		if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+			authority = rest[:end]
+		}
+		if at := strings.LastIndex(authority, "@"); at >= 0 {
+			if _, written, ok := strings.Cut(authority[:at], ":"); ok {
+				add(written) // as its user wrote it
+			}
+		}
 	} else if err != nil {
 		// The userinfo ends at the last "@" outside the query's secrets.
 		masked := rest

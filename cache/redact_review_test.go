@@ -19,3 +19,14 @@ func TestRedactURLUnparsableWithAtInQuery(t *testing.T) {
 		t.Errorf("RedactError = %q: shows part of the password", err)
 	}
 }
+
+// TestRedactErrorPasswordAsWritten: an error that quotes a parsable URL as
+// its user wrote it (a password percent-encoded where it need not be) must
+// not show the password in that spelling.
+func TestRedactErrorPasswordAsWritten(t *testing.T) {
+	const raw = "postgres://u:s%65cr%65t@db:5432/app"
+	err := RedactError(errors.New("cannot connect to "+raw), raw)
+	if strings.Contains(err.Error(), "s%65cr%65t") {
+		t.Errorf("RedactError = %q: shows the password as written", err)
+	}
+}
