@@ -52,5 +52,6 @@ WHERE c.oid = $1::text::regclass`, pgx.Identifier(strings.Split(s.table, ".")).S
 	}
 	s.channel = channelName(schema, relname)
 	s.channels = append([]string{s.channel}, legacyChannels(schema, relname)...)
+	s.announceOwn, s.announceAll = s.channels[:1], s.channels
 	return nil
 }

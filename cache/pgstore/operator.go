@@ -26,7 +26,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		}
 	}
 	var n, notified int64
-	if err := s.pool.QueryRow(ctx, s.q.resolve, []byte(key), blob, ms(ttl), s.nowArg(), s.channels).Scan(&n, &notified); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.resolve, []byte(key), blob, ms(ttl), s.nowArg(), s.announceAll).Scan(&n, &notified); err != nil {
 		return fmt.Errorf("pgstore: resolving key: %w", err)
 	}
 	switch n {
@@ -60,7 +60,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		live     bool
 		notified int64
 	)
-	if err := s.pool.QueryRow(ctx, s.q.delete, []byte(key), s.nowArg(), s.channels).Scan(&live, &notified); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.delete, []byte(key), s.nowArg(), s.announceAll).Scan(&live, &notified); err != nil {
 		return fmt.Errorf("pgstore: deleting key: %w", err)
 	}
 	if !live {

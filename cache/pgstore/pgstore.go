@@ -90,7 +90,10 @@ type Store struct {
 	rq       reconcileQueries // reconcile.go
 	channel  string           // LISTEN/NOTIFY channel of this table (channels.go), which carries the pings
 	channels []string         // channel, then legacy ones: listened to; deletes and resolves are announced on all (caches must hear them), completes and releases on channel only (waiters poll)
-	sub      listener
+	// announceOwn and announceAll are channels[:1] and channels as statement
+	// arguments, boxed once per store rather than at every Complete or Release.
+	announceOwn, announceAll any
+	sub                      listener
 
 	localBytes int64
 	local      *localcache.Cache // nil: no local cache
@@ -310,18 +313,18 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 			created = s.now()
 		}
 	}
-	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.channels[:1])
+	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.announceOwn)
 	if !errors.Is(err, cache.ErrLockLost) {
 		return err
 	}
 	// Not the token's live lock: a lapsed or absent one, a re-sent Complete, or
 	// another holder. The full statement tells them apart.
-	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.channels[:1])
+	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.announceOwn)
 }
 
 // Release implements cache.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	return s.fenced(ctx, "releasing", s.q.release, key, token, s.nowArg(), s.channels[:1])
+	return s.fenced(ctx, "releasing", s.q.release, key, token, s.nowArg(), s.announceOwn)
 }
 
 // Extend implements cache.Store.
