@@ -32,12 +32,12 @@ caddy: ## Build bin/caddy: Caddy with the standard modules and the idempotency m
 
 .PHONY: soak
 soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failovers; Caddy reloads and SIGHUPs with changed store settings; PostgreSQL restarts; SIGKILLs with and without reconcile) and the bad-input campaign (SOAK_DURATION, default 60s).
-	$(NOWORK) build -C test/soak -o $(CURDIR)/$(BIN)/soak .
+	$(NOWORK) build -C test -o $(CURDIR)/$(BIN)/soak ./soak
 	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 
 .PHONY: bench
 bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~5 min).
-	$(NOWORK) build -C bench -o $(CURDIR)/$(BIN)/bench .
+	$(NOWORK) build -C test -o $(CURDIR)/$(BIN)/bench ./bench
 	taskset -c 0 $(BIN)/bench -bin $(BIN)
 
 .PHONY: bench-micro

@@ -6,18 +6,12 @@ require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/cache/dynamostore v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/dynamotest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/grpctest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/metricstest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/otlptest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/idemproxy/idemproxy/cache/pgstore v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/internal/stores v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/prommetrics v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/tracing v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	go.opentelemetry.io/proto/otlp v1.11.0
-	google.golang.org/grpc v1.83.2
 )
 
 require (
@@ -77,7 +71,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.4 // indirect
-	github.com/go-chi/chi/v5 v5.4.0 // indirect
+	github.com/go-chi/chi/v5 v5.5.0 // indirect
 	github.com/go-jose/go-jose/v3 v3.0.5 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.6 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -94,7 +88,6 @@ require (
 	github.com/googleapis/gax-go/v2 v2.25.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/huandu/xstrings v1.6.1 // indirect
-	github.com/idemproxy/idemproxy/cache/pgstore v0.0.0-00010101000000-000000000000 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -180,6 +173,7 @@ require (
 	go.opentelemetry.io/otel/sdk/log v0.22.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.step.sm/crypto v0.91.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/automaxprocs v1.6.0 // indirect
@@ -200,6 +194,7 @@ require (
 	google.golang.org/api v0.298.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260921155816-b14227669459 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260921155816-b14227669459 // indirect
+	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
@@ -211,16 +206,6 @@ replace github.com/idemproxy/idemproxy => ..
 replace github.com/idemproxy/idemproxy/cache/dynamostore => ../cache/dynamostore
 
 replace github.com/idemproxy/idemproxy/cache/pgstore => ../cache/pgstore
-
-replace github.com/idemproxy/idemproxy/internal/dynamotest => ../internal/dynamotest
-
-replace github.com/idemproxy/idemproxy/internal/grpctest => ../internal/grpctest
-
-replace github.com/idemproxy/idemproxy/internal/metricstest => ../internal/metricstest
-
-replace github.com/idemproxy/idemproxy/internal/otlptest => ../internal/otlptest
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../internal/pgtest
 
 replace github.com/idemproxy/idemproxy/internal/stores => ../internal/stores
 

@@ -11,7 +11,7 @@
 // top level's (Merged). Every surface derives its names, its parsing and its
 // help from the struct's tags (internal/conf): adding a setting is one tagged
 // field (in middleware.Settings, or here for configuration sugar), the code that
-// uses it, and go generate ./internal/settingsdoc for its row in
+// uses it, and go generate ./test/settingsdoc for its row in
 // docs/settings.md.
 package config
 

@@ -52,7 +52,7 @@ func withHelp(value, help string) string {
 }
 
 // literal marks a value as one in help text: 'stripe' (code in the settings
-// table, internal/settingsdoc).
+// table, test/settingsdoc).
 func literal(value string) string { return "'" + value + "'" }
 
 func literals(values []string) []string {

@@ -8,7 +8,7 @@ import (
 )
 
 // chargeDesc is the request message of the gRPC tests' service
-// (internal/grpctest), built here with the protobuf library alone: gRPC
+// (test/grpctest), built here with the protobuf library alone: gRPC
 // lives in a module of its own, and the root module does not require it.
 //
 //	message IdempotencyKey { string key = 1; int64 first_sent = 2; }

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/idemproxy/idemproxy/cache/memstore"
-	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
+	"github.com/idemproxy/idemproxy/prommetrics/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/metricstest v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
+	go.yaml.in/yaml/v3 v3.0.6
 )
 
 require (
@@ -17,7 +17,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -25,5 +24,3 @@ require (
 )
 
 replace github.com/idemproxy/idemproxy => ..
-
-replace github.com/idemproxy/idemproxy/internal/metricstest => ../internal/metricstest

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/prommetrics"
+	"github.com/idemproxy/idemproxy/prommetrics/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -22,7 +22,7 @@ import (
 // --lock-ttl), a variable (IDEMPROXY_LOCK_TTL) and a file key (lock_ttl): the
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
 // core's (config.Config, which is also each route's). A setting's help tag is
-// its documentation: --help prints it, and go generate ./internal/settingsdoc
+// its documentation: --help prints it, and go generate ./test/settingsdoc
 // makes it its row in docs/settings.md.
 type Config struct {
 	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port of 0: a free one, named in the start-up line)"`

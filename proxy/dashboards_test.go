@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemproxy/idemproxy/internal/metricstest"
 	"github.com/idemproxy/idemproxy/prommetrics"
+	"github.com/idemproxy/idemproxy/prommetrics/metricstest"
 	"github.com/idemproxy/idemproxy/proxy"
 )
 

@@ -4,28 +4,19 @@ go 1.26.0
 
 require (
 	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/dynamotest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/grpctest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/metricstest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/otlptest v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/internal/stores v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/prommetrics v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/tracing v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/stripe/stripe-go/v85 v85.0.0
 	go.opentelemetry.io/contrib/exporters/autoexport v0.71.0
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.71.0
 	go.opentelemetry.io/contrib/propagators/autoprop v0.71.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.46.0
 	go.opentelemetry.io/otel/trace v1.47.0
-	go.opentelemetry.io/proto/otlp v1.11.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.60.0
-	google.golang.org/grpc v1.83.2
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -89,6 +80,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk/log v0.22.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.46.0 // indirect
+	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
@@ -96,6 +88,8 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260921155816-b14227669459 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260921155816-b14227669459 // indirect
+	google.golang.org/grpc v1.83.2 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/idemproxy/idemproxy => ..
@@ -103,16 +97,6 @@ replace github.com/idemproxy/idemproxy => ..
 replace github.com/idemproxy/idemproxy/cache/dynamostore => ../cache/dynamostore
 
 replace github.com/idemproxy/idemproxy/cache/pgstore => ../cache/pgstore
-
-replace github.com/idemproxy/idemproxy/internal/dynamotest => ../internal/dynamotest
-
-replace github.com/idemproxy/idemproxy/internal/grpctest => ../internal/grpctest
-
-replace github.com/idemproxy/idemproxy/internal/metricstest => ../internal/metricstest
-
-replace github.com/idemproxy/idemproxy/internal/otlptest => ../internal/otlptest
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../internal/pgtest
 
 replace github.com/idemproxy/idemproxy/internal/stores => ../internal/stores
 

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemproxy/idemproxy/cache/dynamostore"
-	"github.com/idemproxy/idemproxy/internal/dynamotest"
+	"github.com/idemproxy/idemproxy/cache/dynamostore/dynamotest"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 

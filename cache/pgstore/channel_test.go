@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 

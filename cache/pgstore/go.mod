@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
@@ -20,5 +19,3 @@ require (
 )
 
 replace github.com/idemproxy/idemproxy => ../..
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../../internal/pgtest

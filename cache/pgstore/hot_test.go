@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

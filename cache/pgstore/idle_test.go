@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache/pgstore"
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

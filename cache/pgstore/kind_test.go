@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 )
 
 // postgres_synchronous_commit reaches every connection of the store's pool,

@@ -12,7 +12,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/cachetest"
 	"github.com/idemproxy/idemproxy/cache/pgstore"
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 	"github.com/idemproxy/idemproxy/middleware/middlewaretest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -97,16 +97,6 @@ replace github.com/idemproxy/idemproxy/cache/dynamostore => ../../cache/dynamost
 
 replace github.com/idemproxy/idemproxy/cache/pgstore => ../../cache/pgstore
 
-replace github.com/idemproxy/idemproxy/internal/dynamotest => ../../internal/dynamotest
-
-replace github.com/idemproxy/idemproxy/internal/grpctest => ../../internal/grpctest
-
-replace github.com/idemproxy/idemproxy/internal/metricstest => ../../internal/metricstest
-
-replace github.com/idemproxy/idemproxy/internal/otlptest => ../../internal/otlptest
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../../internal/pgtest
-
 replace github.com/idemproxy/idemproxy/internal/stores => ../../internal/stores
 
 replace github.com/idemproxy/idemproxy/prommetrics => ../../prommetrics

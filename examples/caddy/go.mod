@@ -64,7 +64,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.4 // indirect
-	github.com/go-chi/chi/v5 v5.4.0 // indirect
+	github.com/go-chi/chi/v5 v5.5.0 // indirect
 	github.com/go-jose/go-jose/v3 v3.0.5 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.6 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -208,16 +208,6 @@ replace github.com/idemproxy/idemproxy/cache/dynamostore => ../../cache/dynamost
 replace github.com/idemproxy/idemproxy/cache/pgstore => ../../cache/pgstore
 
 replace github.com/idemproxy/idemproxy/caddymodule => ../../caddymodule
-
-replace github.com/idemproxy/idemproxy/internal/dynamotest => ../../internal/dynamotest
-
-replace github.com/idemproxy/idemproxy/internal/grpctest => ../../internal/grpctest
-
-replace github.com/idemproxy/idemproxy/internal/metricstest => ../../internal/metricstest
-
-replace github.com/idemproxy/idemproxy/internal/otlptest => ../../internal/otlptest
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../../internal/pgtest
 
 replace github.com/idemproxy/idemproxy/internal/stores => ../../internal/stores
 

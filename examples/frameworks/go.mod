@@ -2,8 +2,6 @@ module github.com/idemproxy/idemproxy/examples/frameworks
 
 go 1.26.0
 
-replace github.com/idemproxy/idemproxy => ../..
-
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
@@ -49,3 +47,5 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/idemproxy/idemproxy => ../..

@@ -40,7 +40,7 @@
 // one check of it, refuses such a setting set while its feature is off.
 //
 // The other tags are for the settings table, docs/settings.md, which `go
-// generate ./internal/settingsdoc` writes from them: `go` (the Go column,
+// generate ./test/settingsdoc` writes from them: `go` (the Go column,
 // when the field is not the Go setting itself), `caddy` (the Caddy column of a
 // proxy setting Caddy has no subdirective for) and `default` (the default
 // column, when the default value's text is not what to show).

@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/dynamostore"
-	"github.com/idemproxy/idemproxy/internal/dynamotest"
+	"github.com/idemproxy/idemproxy/cache/dynamostore/dynamotest"
 	"github.com/idemproxy/idemproxy/internal/stores"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )

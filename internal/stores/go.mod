@@ -9,7 +9,6 @@ require (
 	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/cache/dynamostore v0.0.0-00010101000000-000000000000
 	github.com/idemproxy/idemproxy/cache/pgstore v0.0.0-00010101000000-000000000000
-	github.com/idemproxy/idemproxy/internal/dynamotest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/extra/redisotel/v9 v9.23.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -56,7 +55,3 @@ replace github.com/idemproxy/idemproxy => ../..
 replace github.com/idemproxy/idemproxy/cache/dynamostore => ../../cache/dynamostore
 
 replace github.com/idemproxy/idemproxy/cache/pgstore => ../../cache/pgstore
-
-replace github.com/idemproxy/idemproxy/internal/dynamotest => ../dynamotest
-
-replace github.com/idemproxy/idemproxy/internal/pgtest => ../pgtest

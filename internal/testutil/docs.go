@@ -34,7 +34,7 @@ func Root(t testing.TB) string {
 var rootModule = regexp.MustCompile(`(?m)^module github\.com/idemproxy/idemproxy\s*$`)
 
 // SettingsDoc is the page of the one settings table, generated from the
-// settings' tags (internal/settingsdoc).
+// settings' tags (test/settingsdoc).
 const SettingsDoc = "docs/settings.md"
 
 // Docs returns the text of the documents named, by their paths from the module

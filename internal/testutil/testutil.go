@@ -10,7 +10,7 @@
 //     (RawExchange, RawConn, AnswerThenClose);
 //   - the documents (Root, Docs, SettingsDoc): the README and the docs/
 //     pages the docs tests hold to the code (SettingsDoc is generated:
-//     internal/settingsdoc);
+//     test/settingsdoc);
 //   - the process harness: a binary built once per test binary (Build, Main),
 //     run to completion (Run) or started until the test ends (Start, Proc,
 //     StartIdemproxy), its output logged when the test fails.

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/idemproxy/idemproxy/internal/pgtest"
+	"github.com/idemproxy/idemproxy/cache/pgstore/pgtest"
 )
 
 // pgRestartEvery is how often the PostgreSQL phase restarts the database, and
