@@ -81,7 +81,24 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	h := c.h
 	c.started = time.Now()
 	ctx, cancel := context.WithValue(context.WithoutCancel(r.Context()), runningKey{}, outcomeFirst), context.CancelFunc(func() {})
-	if h.s.HandlerTimeout > 0 {
+	late, _ := r.Body.(*lateBody) // a gRPC call forwarded before its end (grpcbody.go)
+	switch {
+	case late != nil:
+		// It may turn out a stream: then handler_timeout no longer bounds it,
+		// and its client's hang-up ends it upstream, as any stream's does.
+		ctx, cancel = context.WithCancel(ctx)
+		var bound *time.Timer
+		if h.s.HandlerTimeout > 0 {
+			bound = time.AfterFunc(h.s.HandlerTimeout, cancel)
+		}
+		client := r.Context()
+		late.onStream = func() {
+			if bound != nil {
+				bound.Stop()
+			}
+			context.AfterFunc(client, cancel)
+		}
+	case h.s.HandlerTimeout > 0:
 		ctx, cancel = context.WithTimeout(ctx, h.s.HandlerTimeout)
 	}
 	defer cancel()
@@ -99,7 +116,10 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		if p != nil {
 			c.ev.Err = fmt.Errorf("handler panicked: %v", p)
 		}
-		if rw.switched() || p != nil && rw.status != 0 {
+		if late != nil && late.stream() {
+			c.release() // a stream: nothing to store
+			c.ev.Outcome, c.ev.Err = OutcomeBypass, errors.Join(errStream, c.ev.Err)
+		} else if rw.switched() || p != nil && rw.status != 0 {
 			// It panicked after it started answering (a reverse proxy aborting a
 			// response cut mid-stream), or after it switched protocols: the
 			// upstream may have acted.
@@ -132,6 +152,14 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 	// The lease is renewed on until what settles the claim is stored.
 	defer c.stopRenewal()
 
+	if late != nil && late.stream() {
+		// Whole messages followed the first: a client stream, which has no
+		// one answer to store. Its key is released, as any stream's is
+		// never taken.
+		c.ev.Status, c.ev.Outcome, c.ev.Err = rw.status, OutcomeBypass, errors.Join(errStream, err)
+		c.release()
+		return err
+	}
 	if ctx.Err() != nil && h.s.HandlerTimeout > 0 {
 		// The core's own deadline: whatever the handler did, it may have
 		// acted, and what it wrote (or left unwritten) is not its answer.

@@ -176,9 +176,9 @@ func TestGRPCStreamsPassThroughUntracked(t *testing.T) {
 }
 
 // A stream that sends its first message and then waits for the server (a
-// bidirectional call) passes through once body_read_timeout passes without
-// the end of its stream: its next message, sent after, still reaches the
-// upstream.
+// bidirectional call) is forwarded once the grace passes without the end of
+// its stream, whatever body_read_timeout is: its next message, sent after,
+// still reaches the upstream.
 func TestGRPCWaitingStreamPassesThrough(t *testing.T) {
 	svc := &grpcService{}
 	h := newHandler(t, newMem(t), func(s *middleware.Settings) { s.BodyReadTimeout = 20 * time.Millisecond }).Wrap(svc)

@@ -259,13 +259,24 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 		}
 	}
 	if framed {
-		unary, err := h.awaitEnd(r) // grpcbody.go
-		if err != nil {
+		verdict, err := h.awaitEnd(w, r, h.bodyFirst, &t.reserved) // grpcbody.go
+		switch {
+		case verdict == bodyMalformed:
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyMalformed, http.StatusBadRequest, err.Error()+"; nothing was executed"), 0)
+			return "", nil, false
+		case errors.Is(err, errOverloaded):
+			t.problem(w, OutcomeOverloaded, err, newProblem(ProblemOverloaded, http.StatusServiceUnavailable,
+				"the request bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
+			return "", nil, false
+		case errors.Is(err, errBodyTooLarge):
+			t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("requests with an idempotency key may carry at most %d bytes", h.s.MaxRequestBody)), 0)
+			return "", nil, false
+		case err != nil:
 			t.problem(w, OutcomeInvalid, err, newProblem(ProblemBodyUnreadable, http.StatusBadRequest, "the request body could not be read"), 0)
 			return "", nil, false
-		}
-		if !unary {
-			t.reserved.release() // its first message is on its way upstream
+		case verdict == bodyStream:
+			t.reserved.release() // its first messages are on their way upstream
 			t.ev.Err = errStream
 			return "", nil, true
 		}

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -106,16 +108,19 @@ func TestE2EGRPCKeyInTheMessage(t *testing.T) {
 
 // A stream passes through untracked, key or not: a client stream (its second
 // message tells), and a bidirectional one that waits for the server's answer
-// before it sends more (once body_read_timeout passes without the end of its
-// stream). Each runs every time. A server stream sends one message and ends
+// before it sends more (tracked from the grace on, released when its second
+// message comes). Each runs every time. A server stream sends one message and ends
 // its side, as a unary call does: with a key it is tracked, its messages and
 // trailers replayed.
 func TestE2EGRPCStreams(t *testing.T) {
 	skipShort(t)
 	srv := &grpctest.Server{}
-	p := start(t, "--upstream", "h2c://"+grpctest.Start(t, srv), "--key-source", "proto:1", "--body-read-timeout", "300ms")
+	p := start(t, "--upstream", "h2c://"+grpctest.Start(t, srv))
 	conn := grpctest.Dial(t, p.Addr, noRetry)
-	ctx := grpcCtx(t)
+	keyed := func(key string) context.Context {
+		return metadata.AppendToOutgoingContext(grpcCtx(t), "idempotency-key", key)
+	}
+	ctx := keyed("k-up")
 	for range 2 {
 		st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, grpctest.Upload)
 		if err != nil {
@@ -137,6 +142,7 @@ func TestE2EGRPCStreams(t *testing.T) {
 	if n := srv.Executions("up"); n != 2 {
 		t.Fatalf("client stream: %d executions, want 2 (untracked)", n)
 	}
+	ctx = keyed("k-chat")
 	for range 2 {
 		st, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, grpctest.Chat)
 		if err != nil {
@@ -161,6 +167,7 @@ func TestE2EGRPCStreams(t *testing.T) {
 	if n := srv.Executions("chat"); n != 2 {
 		t.Fatalf("bidirectional stream: %d executions, want 2 (untracked)", n)
 	}
+	ctx = keyed("k-watch")
 	var first []string
 	for i := range 2 {
 		st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, grpctest.Watch)
