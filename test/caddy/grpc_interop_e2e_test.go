@@ -1,4 +1,4 @@
-package caddymodule
+package caddy_test
 
 import (
 	"context"
