@@ -40,6 +40,11 @@ func init() {
 // repeat gets the stored response (with Idempotent-Replayed: true) instead of a
 // second execution. A repeat that arrives while the first is still running gets
 // 409; a key reused for a different request gets 422.
+//
+// Every JSON member is a documented field stating its default: the handler's
+// own (tagged conf:"-": not settings of package config, UnmarshalJSON reads
+// them) and, through the embedded config.Config and middleware.Settings, the
+// core's.
 type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
 	// same one: "memory" (the default, this process only), or one shared by

@@ -8,11 +8,12 @@
 // keysource), error_format (package errformat), fingerprint… (package
 // fingerprint) and webhook… (package webhook).
 // It records which settings were set, so a proxy route's unset settings take the
-// top level's (Merged). Every surface derives its names, its parsing and its
-// help from the struct's tags (internal/conf): adding a setting is one tagged
-// field (in middleware.Settings, or here for configuration sugar), the code that
-// uses it, and go generate ./internal/settingsdoc for its row in
-// docs/settings.md.
+// top level's (Merged). Every surface derives its names and its parsing from
+// the struct's tags, and its help from the field's doc comment (internal/conf):
+// adding a setting is one field with a json tag and a doc comment ending with
+// its default (in middleware.Settings, or here for configuration sugar), the
+// code that uses it, and go generate ./internal/settingsdoc for its row in
+// docs/settings.md and its --help text (internal/conf/settingshelp_gen.go).
 package config
 
 import (

@@ -12,9 +12,11 @@ import (
 // Settings are the core's settings. Each tagged field is a setting of every
 // surface: its json name is the proxy's config-file key (and, with dashes, its
 // flag), a Caddyfile subdirective and a key of Caddy's JSON (package config
-// derives them all from these tags), and its help tag is its documentation,
-// the one text that --help and the settings table (docs/settings.md, generated
-// from the tags) show. The other fields are Go's only. Go users change them
+// derives them all from these tags), and its doc comment is its
+// documentation, ending with its default: the one text that go doc, --help
+// and the settings table (docs/settings.md) show, go generate
+// ./internal/settingsdoc writing the last two from it. The other fields
+// (json:"-") are Go's only. Go users change them
 // with an Option:
 //
 //	middleware.New(store, func(s *middleware.Settings) {

@@ -17,13 +17,14 @@ import (
 )
 
 // Config is the proxy's whole configuration: flags, IDEMPROXY_* variables and the
-// optional file (YAML or JSON) all land here. Every setting (a field with a help
-// tag, internal/conf) is a flag (its json name with dashes: lock_ttl →
+// optional file (YAML or JSON) all land here. Every setting (a field with a json
+// name, internal/conf) is a flag (its json name with dashes: lock_ttl →
 // --lock-ttl), a variable (IDEMPROXY_LOCK_TTL) and a file key (lock_ttl): the
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
-// core's (config.Config, which is also each route's). A setting's help tag is
-// its documentation: --help prints it, and go generate ./internal/settingsdoc
-// makes it its row in docs/settings.md.
+// core's (config.Config, which is also each route's). A setting's doc comment
+// is its documentation: go generate ./internal/settingsdoc makes it its row in
+// docs/settings.md and the help --help prints (internal/conf's
+// settingshelp_gen.go).
 type Config struct {
 	// Address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with
 	// prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port
