@@ -38,11 +38,13 @@ type Kind struct {
 }
 
 // Settings are a store's settings: a pointer to a struct whose settings are
-// its fields with a json name and a help tag (and unit, reload and go tags),
+// its fields with a json name and a doc comment (and unit, reload and go tags),
 // read by idemproxy's internal/conf: each is a flag, a variable and a file key
 // of idemproxy, with the kind's name in front (redis_prefix), refused while
 // another store is selected, and a setting of the Caddy store module. The
-// help tag is the setting's one description (--help, docs/settings.md). A reload opens the store again when a setting
+// doc comment is the setting's one description (go doc, --help,
+// docs/settings.md), and ends with the default: "Default: 1m.". A reload
+// opens the store again when a setting
 // without a reload tag changes; reload:"live" settings are applied to the
 // open store (LiveSettings).
 type Settings interface {

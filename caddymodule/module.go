@@ -40,19 +40,24 @@ func init() {
 // repeat gets the stored response (with Idempotent-Replayed: true) instead of a
 // second execution. A repeat that arrives while the first is still running gets
 // 409; a key reused for a different request gets 422.
+//
+// Every JSON member is a documented field stating its default: the handler's
+// own (tagged conf:"-": not settings of package config, UnmarshalJSON reads
+// them) and, through the embedded config.Config and middleware.Settings, the
+// core's.
 type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
 	// same one: "memory" (the default, this process only), or one shared by
 	// every Caddy instance pointing at the same one ("redis", "postgres",
 	// "dynamodb": the stores of internal/stores.Kinds, each a module Store).
-	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
+	StoreRaw json.RawMessage `json:"store,omitempty" conf:"-" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
 	// What a key belongs to, as placeholders, e.g.
 	// ["{http.request.host}", "{http.request.header.Authorization}"]. When set, it
 	// replaces scope_headers. One client can never read another's stored response
 	// only when the client's credential is part of the scope. Default: unset (the
 	// Host and scope_headers).
-	Scope []string `json:"scope,omitempty" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
+	Scope []string `json:"scope,omitempty" conf:"-" caddy:"'scope <placeholders…>'" go:"'ScopeFunc'" default:"unset"`
 
 	// Start with a store that does not answer: requests get 503
 	// store-unavailable until it does. By default a store that does not
@@ -67,7 +72,7 @@ type Handler struct {
 	// when a handler without it opened (or checked) it is not checked
 	// again, so a reload that keeps it is not refused for it. Default:
 	// false.
-	StartUnreachable bool `json:"start_unreachable,omitempty" caddy:"'start_unreachable'" default:"false"`
+	StartUnreachable bool `json:"start_unreachable,omitempty" conf:"-" caddy:"'start_unreachable'" default:"false"`
 
 	// Names this handler in its metrics: the route label of
 	// idemproxy_requests_total (the proxy's label, which names its route), so
@@ -78,7 +83,7 @@ type Handler struct {
 	// (needed when the handlers use more than one store; a handler without
 	// a name is picked only when every handler uses one store). Default:
 	// empty.
-	Name string `json:"name,omitempty" caddy:"'name <name>'" default:"empty"`
+	Name string `json:"name,omitempty" conf:"-" caddy:"'name <name>'" default:"empty"`
 
 	// The core's settings (methods, ttl, lock_ttl, …): package config's
 	// Config, whose settings are this handler's JSON members and Caddyfile

@@ -8,11 +8,12 @@
 // keysource), error_format (package errformat), fingerprint… (package
 // fingerprint) and webhook… (package webhook).
 // It records which settings were set, so a proxy route's unset settings take the
-// top level's (Merged). Every surface derives its names, its parsing and its
-// help from the struct's tags (internal/conf): adding a setting is one tagged
-// field (in middleware.Settings, or here for configuration sugar), the code that
-// uses it, and go generate ./test/settingsdoc for its row in
-// docs/settings.md.
+// top level's (Merged). Every surface derives its names and its parsing from
+// the struct's tags, and its help from the field's doc comment (internal/conf):
+// adding a setting is one field with a json tag and a doc comment ending with
+// its default (in middleware.Settings, or here for configuration sugar), the
+// code that uses it, and go generate ./test/settingsdoc for its row in
+// docs/settings.md and its --help text (internal/conf/settingshelp_gen.go).
 package config
 
 import (
@@ -33,20 +34,87 @@ import (
 // Config is the core's settings as configuration writes them. Start from
 // Default: a zero Config has no defaults.
 type Config struct {
+	// The core's settings (methods, ttl, lock_ttl, …), each documented on
+	// its field; their defaults are middleware.DefaultSettings.
 	middleware.Settings
 
-	KeySourceSpec     string        `json:"key_source" go:"'KeySource', 'keysource.Parse'" help:"where the key comes from: 'auto' (key_header, or where the webhook preset puts it), ${key_source}. A missing or non-string field is a missing key; an ambiguous one (a name twice on the pointer's path, a form field twice, a ';' in a form body, a protobuf field on the path twice or of another wire type, a compressed message) is '400' (see docs/webhooks.md, docs/grpc.md)"`
-	Webhook           string        `json:"webhook" go:"'Verifier', 'webhook.New'" help:"verify a provider's signature before the key is claimed: ${webhook}; a bad or missing one is '401', nothing claimed, stored or forwarded. Empty: no verification"`
-	WebhookSecrets    []string      `json:"webhook_secrets" needs:"webhook" go:"'webhook.Webhook.Secrets' (the secrets themselves: 'webhook.LoadSecrets')" help:"the signing secrets as 'env:NAME' (a variable) or 'file:PATH' (one secret per line); a signature made with any of them verifies (rotation). Never logged; a secret itself is refused in a configuration"`
-	WebhookTolerance  time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'" help:"how far a signed timestamp (${webhook_timestamp}) may be from now, either way. Must be positive: '0s' is refused ('webhook.New' holds the rule for every surface); a preset that signs no timestamp does not read it"`
-	WebhookHeader     string        `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'" help:"${webhook_custom}: the header carrying the signature"`
-	WebhookEncoding   string        `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'" help:"${webhook_custom}: the signature's encoding, ${webhook_encoding}"`
-	WebhookPrefix     string        `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'" help:"${webhook_custom}: text before the signature in its header, e.g. 'sha256='"`
-	FingerprintSpec   string        `json:"fingerprint" go:"'BodyFingerprint', 'fingerprint.Parse'" help:"how the body counts in the fingerprint: 'bytes' (as sent), 'json' (RFC 8785 canonical form: member order, whitespace, number forms and escapes do not count), 'form' (fields sorted; a repeated field's values keep their order), 'multipart' (each part's meaningful headers and bytes, not the boundary); a body that cannot be read one way only is '400' (see docs/fingerprints.md)"`
-	FingerprintIgnore []string      `json:"fingerprint_ignore" go:"the pointers of 'fingerprint.Parse'" help:"RFC 6901 pointers left out of a 'json', 'form' or 'multipart' fingerprint: '/request_time', '/meta/sent_at'; for a form or multipart body a field, '/name'"`
-	ErrorFormatSpec   string        `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'" help:"shape of the answers the core writes itself (409, 422, 400, 503, …): ${error_format}, or a JSON template whose strings hold '{type}' '{title}' '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries Idempotency-Problem (its type), Cache-Control: no-store, and the request's key (see docs/clients.md#error-formats)"`
+	// Where the key comes from: 'auto' (key_header, or where the webhook preset
+	// puts it), ${key_source}. A missing or non-string field is a missing key;
+	// an ambiguous one (a name twice on the pointer's path, a form field twice,
+	// a ';' in a form body, a protobuf field on the path twice or of another
+	// wire type, a compressed message) is '400' (see docs/webhooks.md,
+	// docs/grpc.md).
+	//
+	// Default: auto.
+	KeySourceSpec string `json:"key_source" go:"'KeySource', 'keysource.Parse'"`
 
-	Reconcile Reconcile `conf:"prefix=" go:"reconcile.Rules"` // reconcile…: settling held unknown outcomes (reconcile.go)
+	// Verify a provider's signature before the key is claimed: ${webhook}; a bad
+	// or missing one is '401', nothing claimed, stored or forwarded. Empty: no
+	// verification.
+	//
+	// Default: none.
+	Webhook string `json:"webhook" go:"'Verifier', 'webhook.New'"`
+
+	// The signing secrets as 'env:NAME' (a variable) or 'file:PATH' (one secret
+	// per line); a signature made with any of them verifies (rotation). Never
+	// logged; a secret itself is refused in a configuration.
+	//
+	// Default: none.
+	WebhookSecrets []string `json:"webhook_secrets" needs:"webhook" go:"'webhook.Webhook.Secrets' (the secrets themselves: 'webhook.LoadSecrets')"`
+
+	// How far a signed timestamp (${webhook_timestamp}) may be from now, either
+	// way. Must be positive: '0s' is refused ('webhook.New' holds the rule for
+	// every surface); a preset that signs no timestamp does not read it.
+	//
+	// Default: 5m.
+	WebhookTolerance time.Duration `json:"webhook_tolerance" needs:"webhook" go:"'webhook.Webhook.Tolerance'"`
+
+	// ${webhook_custom}: the header carrying the signature.
+	//
+	// Default: none.
+	WebhookHeader string `json:"webhook_header" needs:"webhook" go:"'webhook.Webhook.Header'"`
+
+	// ${webhook_custom}: the signature's encoding, ${webhook_encoding}.
+	//
+	// Default: hex.
+	WebhookEncoding string `json:"webhook_encoding" needs:"webhook" go:"'webhook.Webhook.Encoding'"`
+
+	// ${webhook_custom}: text before the signature in its header, e.g.
+	// 'sha256='.
+	//
+	// Default: none.
+	WebhookPrefix string `json:"webhook_prefix" needs:"webhook" go:"'webhook.Webhook.Prefix'"`
+
+	// How the body counts in the fingerprint: 'bytes' (as sent), 'json' (RFC
+	// 8785 canonical form: member order, whitespace, number forms and escapes do
+	// not count), 'form' (fields sorted; a repeated field's values keep their
+	// order), 'multipart' (each part's meaningful headers and bytes, not the
+	// boundary); a body that cannot be read one way only is '400' (see
+	// docs/fingerprints.md).
+	//
+	// Default: bytes.
+	FingerprintSpec string `json:"fingerprint" go:"'BodyFingerprint', 'fingerprint.Parse'"`
+
+	// RFC 6901 pointers left out of a 'json', 'form' or 'multipart' fingerprint:
+	// '/request_time', '/meta/sent_at'; for a form or multipart body a field,
+	// '/name'.
+	//
+	// Default: none.
+	FingerprintIgnore []string `json:"fingerprint_ignore" go:"the pointers of 'fingerprint.Parse'"`
+
+	// Shape of the answers the core writes itself (409, 422, 400, 503, …):
+	// ${error_format}, or a JSON template whose strings hold '{type}' '{title}'
+	// '{status}' '{detail}' '{code}' '{retry_after}'. Every such answer carries
+	// Idempotency-Problem (its type), Cache-Control: no-store, and the request's
+	// key (see docs/clients.md#error-formats).
+	//
+	// Default: problem.
+	ErrorFormatSpec string `json:"error_format" go:"'ErrorFormat', 'errformat.Parse'"`
+
+	// The reconcile… settings: settling held unknown outcomes by asking
+	// the upstream (reconcile.go), the proxy's only. Default: off (no
+	// reconcile request).
+	Reconcile Reconcile `conf:"prefix=" go:"reconcile.Rules"`
 
 	set map[string]bool // the settings set (MarkSet), by name
 }

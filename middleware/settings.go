@@ -12,9 +12,11 @@ import (
 // Settings are the core's settings. Each tagged field is a setting of every
 // surface: its json name is the proxy's config-file key (and, with dashes, its
 // flag), a Caddyfile subdirective and a key of Caddy's JSON (package config
-// derives them all from these tags), and its help tag is its documentation,
-// the one text that --help and the settings table (docs/settings.md, generated
-// from the tags) show. The other fields are Go's only. Go users change them
+// derives them all from these tags), and its doc comment is its
+// documentation, ending with its default: the one text that go doc, --help
+// and the settings table (docs/settings.md) show, go generate
+// ./test/settingsdoc writing the last two from it. The other fields
+// (json:"-") are Go's only. Go users change them
 // with an Option:
 //
 //	middleware.New(store, func(s *middleware.Settings) {
@@ -24,32 +26,187 @@ import (
 //
 // DefaultSettings holds every default; New checks the result.
 type Settings struct {
-	Methods            []string      `json:"methods" help:"methods tracked, written in upper case ('post' is an error); a request's method matches in any case, and others pass through untouched, key or not"`
-	KeyHeader          string        `json:"key_header" help:"request header carrying the key"`
-	RequireKey         bool          `json:"require_key" help:"answer '400' to a tracked request without a key, instead of passing it through untracked"`
-	MinKeyLength       int           `json:"min_key_length" help:"shortest key accepted, in characters, from any key source: a shorter one gets '400' 'invalid-key' and nothing runs (36, a UUID's length, refuses made-up keys such as '1', which collide across a client's own operations); 1 to 255"`
-	ScopeHeaders       []string      `json:"scope_headers" help:"request headers that, with the Host, scope a key, so that one client never reads another's stored response (which holds only when the client's credential is in one of them); 'Cookie:NAME' names one cookie; empty: the Host only"`
-	ScopeHost          bool          `json:"scope_host" help:"scope keys by the Host, in canonical form (lower case, no default port, no trailing dot); off for an API served under several names whose clients may retry through another. A webhook route never does: its Host is not signed"`
-	KeyNamespace       string        `json:"key_namespace" help:"namespace of these keys: the same key in two namespaces is two records; keys from different key sources never meet; a proxy webhook route without one gets its path"`
-	FingerprintHeaders []string      `json:"fingerprint_headers" help:"request headers added to the fingerprint (method, path and query, body), which decides whether a repeat is the same request"`
-	MaxRequestBody     int64         `json:"max_request_body" unit:"bytes" help:"largest request body accepted with a key ('413' above)"`
-	BodyBudget         int64         `json:"body_budget" unit:"bytes" help:"request-body bytes tracked requests hold in memory at once (and stored bodies being replayed: a replay holds its body's size until the client took it), shared by every handler of the process with the same value (the proxy's routes; a Caddy config's handlers, and those of the config that replaces it on a reload). A declared Content-Length is reserved before the body is read, an unknown length as it arrives; past it '503' 'overloaded' with Retry-After, nothing claimed, forwarded or replayed. When the bodies held fall back to none after a quarter of it or more was in use, the memory is returned to the operating system, at most once a minute. At least max_request_body; there is no unbounded setting"`
-	MaxBody            int64         `json:"max_body" unit:"bytes" help:"largest response body stored for replay; a larger response is remembered as done, and repeats get a not-replayable problem, never a second execution"`
-	StoreStatuses      StatusSet     `json:"store_statuses" go:"'StoreStatuses' ('ParseStatuses(…)')" help:"statuses stored for replay: codes, ranges ('200-299'), classes ('2xx') and exclusions ('!404'); the others release the key, so that a retry runs again"`
-	BodyReadTimeout    time.Duration `json:"body_read_timeout" help:"time a client has to send the body of a keyed request, which is buffered; then '400' and the connection is closed (HTTP/2: the stream ends). Also the time a client has to take each 64 KiB of an answer (a replay, or a first execution's, which is still stored in full); then its connection is closed. '0': none"`
-	IgnoreHeaders      []string      `json:"ignore_headers" help:"response headers never stored nor replayed"`
-	FailOpen           bool          `json:"fail_open" help:"on store failure, pass requests through untracked instead of '503' (never when the memory store is full)"`
-	TTL                time.Duration `json:"ttl" help:"how long a completed response is kept for replay"`
-	LockTTL            time.Duration `json:"lock_ttl" help:"in-flight lease, renewed every third of it while the first execution runs and while its answer is stored; once the lease of an instance that died lapses, its key is held as an unknown outcome (unknown_outcome; see docs/unknown-outcomes.md). At least 3ms"`
-	HandlerTimeout     time.Duration `json:"handler_timeout" help:"bound on a first execution, which does not stop when the client hangs up (its response is stored for the retry); when it passes, the key is held with '504' (an unknown outcome), whatever the handler does after; '0' means no bound, on every surface"`
-	StoreTimeout       time.Duration `json:"store_timeout" help:"bound on each store call: claim, complete, release, lease renewal (on DynamoDB, on each of its requests: a large response's completion takes as many as it needs)"`
-	CompleteRetry      time.Duration `json:"complete_retry" help:"how long a finished response is retried into an unreachable store, also past its lease while nobody else claims the key"`
-	UnknownOutcome     string        `json:"unknown_outcome" help:"a first execution sent upstream with no complete answer (a reset after the request was written, a timeout, a body cut mid-stream, handler_timeout), or whose lease lapsed (its instance died): 'hold' its key for unknown_hold (retries get the same outcome-unknown answer, nothing runs twice, until the route's reconcile or an operator settles it) or 'release' it, so that a retry runs again (see docs/unknown-outcomes.md)"`
-	UnknownHold        time.Duration `json:"unknown_hold" help:"how long an unknown outcome holds its key (a lapsed lease's: from the lease's end)"`
-	RetryAfter         time.Duration `json:"retry_after" help:"Retry-After sent with '409' (in flight) and '503' (store unavailable, overloaded)"`
-	Wait               time.Duration `json:"wait" help:"a duplicate of an in-flight request waits this long for its result, then replays it, instead of an immediate '409' (which it still gets on timeout); if the first's key is released, one waiter claims it and runs. Stores that notify wake waiters at once; others are read again every wait_poll. '0': no waiting"`
-	WaitPoll           time.Duration `json:"wait_poll" help:"how often a waiter reads the store again when no notification comes"`
-	InFlightOnly       bool          `json:"in_flight_only" help:"deduplicate concurrent duplicates but store no result: the key is released when the response is done, so that a later retry runs again"`
+	// Methods tracked, written in upper case ('post' is an error); a request's
+	// method matches in any case, and others pass through untouched, key or not.
+	//
+	// Default: POST, PATCH.
+	Methods []string `json:"methods"`
+
+	// Request header carrying the key.
+	//
+	// Default: Idempotency-Key.
+	KeyHeader string `json:"key_header"`
+
+	// Answer '400' to a tracked request without a key, instead of passing it
+	// through untracked.
+	//
+	// Default: false.
+	RequireKey bool `json:"require_key"`
+
+	// Shortest key accepted, in characters, from any key source: a shorter one
+	// gets '400' 'invalid-key' and nothing runs (36, a UUID's length, refuses
+	// made-up keys such as '1', which collide across a client's own operations);
+	// 1 to 255.
+	//
+	// Default: 1.
+	MinKeyLength int `json:"min_key_length"`
+
+	// Request headers that, with the Host, scope a key, so that one client never
+	// reads another's stored response (which holds only when the client's
+	// credential is in one of them); 'Cookie:NAME' names one cookie; empty: the
+	// Host only.
+	//
+	// Default: Authorization.
+	ScopeHeaders []string `json:"scope_headers"`
+
+	// Scope keys by the Host, in canonical form (lower case, no default port, no
+	// trailing dot); off for an API served under several names whose clients may
+	// retry through another. A webhook route never does: its Host is not signed.
+	//
+	// Default: true.
+	ScopeHost bool `json:"scope_host"`
+
+	// Namespace of these keys: the same key in two namespaces is two records;
+	// keys from different key sources never meet; a proxy webhook route without
+	// one gets its path.
+	//
+	// Default: none.
+	KeyNamespace string `json:"key_namespace"`
+
+	// Request headers added to the fingerprint (method, path and query, body),
+	// which decides whether a repeat is the same request.
+	//
+	// Default: none.
+	FingerprintHeaders []string `json:"fingerprint_headers"`
+
+	// Largest request body accepted with a key ('413' above).
+	//
+	// Default: 10MiB.
+	MaxRequestBody int64 `json:"max_request_body" unit:"bytes"`
+
+	// Request-body bytes tracked requests hold in memory at once (and stored
+	// bodies being replayed: a replay holds its body's size until the client
+	// took it), shared by every handler of the process with the same value (the
+	// proxy's routes; a Caddy config's handlers, and those of the config that
+	// replaces it on a reload). A declared Content-Length is reserved before the
+	// body is read, an unknown length as it arrives; past it '503' 'overloaded'
+	// with Retry-After, nothing claimed, forwarded or replayed. When the bodies
+	// held fall back to none after a quarter of it or more was in use, the
+	// memory is returned to the operating system, at most once a minute. At
+	// least max_request_body; there is no unbounded setting.
+	//
+	// Default: 256MiB.
+	BodyBudget int64 `json:"body_budget" unit:"bytes"`
+
+	// Largest response body stored for replay; a larger response is remembered
+	// as done, and repeats get a not-replayable problem, never a second
+	// execution.
+	//
+	// Default: 10MiB.
+	MaxBody int64 `json:"max_body" unit:"bytes"`
+
+	// Statuses stored for replay: codes, ranges ('200-299'), classes ('2xx') and
+	// exclusions ('!404'); the others release the key, so that a retry runs
+	// again.
+	//
+	// Default: 200-499, !408, !425, !429.
+	StoreStatuses StatusSet `json:"store_statuses" go:"'StoreStatuses' ('ParseStatuses(…)')"`
+
+	// Time a client has to send the body of a keyed request, which is buffered;
+	// then '400' and the connection is closed (HTTP/2: the stream ends). Also
+	// the time a client has to take each 64 KiB of an answer (a replay, or a
+	// first execution's, which is still stored in full); then its connection is
+	// closed. '0': none.
+	//
+	// Default: 1m.
+	BodyReadTimeout time.Duration `json:"body_read_timeout"`
+
+	// Response headers never stored nor replayed.
+	//
+	// Default: none.
+	IgnoreHeaders []string `json:"ignore_headers"`
+
+	// On store failure, pass requests through untracked instead of '503' (never
+	// when the memory store is full).
+	//
+	// Default: false.
+	FailOpen bool `json:"fail_open"`
+
+	// How long a completed response is kept for replay.
+	//
+	// Default: 24h.
+	TTL time.Duration `json:"ttl"`
+
+	// In-flight lease, renewed every third of it while the first execution runs
+	// and while its answer is stored; once the lease of an instance that died
+	// lapses, its key is held as an unknown outcome (unknown_outcome; see
+	// docs/unknown-outcomes.md). At least 3ms.
+	//
+	// Default: 30s.
+	LockTTL time.Duration `json:"lock_ttl"`
+
+	// Bound on a first execution, which does not stop when the client hangs up
+	// (its response is stored for the retry); when it passes, the key is held
+	// with '504' (an unknown outcome), whatever the handler does after; '0'
+	// means no bound, on every surface.
+	//
+	// Default: 5m.
+	HandlerTimeout time.Duration `json:"handler_timeout"`
+
+	// Bound on each store call: claim, complete, release, lease renewal (on
+	// DynamoDB, on each of its requests: a large response's completion takes as
+	// many as it needs).
+	//
+	// Default: 5s.
+	StoreTimeout time.Duration `json:"store_timeout"`
+
+	// How long a finished response is retried into an unreachable store, also
+	// past its lease while nobody else claims the key.
+	//
+	// Default: 5m.
+	CompleteRetry time.Duration `json:"complete_retry"`
+
+	// A first execution sent upstream with no complete answer (a reset after the
+	// request was written, a timeout, a body cut mid-stream, handler_timeout),
+	// or whose lease lapsed (its instance died): 'hold' its key for unknown_hold
+	// (retries get the same outcome-unknown answer, nothing runs twice, until
+	// the route's reconcile or an operator settles it) or 'release' it, so that
+	// a retry runs again (see docs/unknown-outcomes.md).
+	//
+	// Default: hold.
+	UnknownOutcome string `json:"unknown_outcome"`
+
+	// How long an unknown outcome holds its key (a lapsed lease's: from the
+	// lease's end).
+	//
+	// Default: 24h.
+	UnknownHold time.Duration `json:"unknown_hold"`
+
+	// Retry-After sent with '409' (in flight) and '503' (store unavailable,
+	// overloaded).
+	//
+	// Default: 1s.
+	RetryAfter time.Duration `json:"retry_after"`
+
+	// A duplicate of an in-flight request waits this long for its result, then
+	// replays it, instead of an immediate '409' (which it still gets on
+	// timeout); if the first's key is released, one waiter claims it and runs.
+	// Stores that notify wake waiters at once; others are read again every
+	// wait_poll. '0': no waiting.
+	//
+	// Default: 0s.
+	Wait time.Duration `json:"wait"`
+
+	// How often a waiter reads the store again when no notification comes.
+	//
+	// Default: 250ms.
+	WaitPoll time.Duration `json:"wait_poll"`
+
+	// Deduplicate concurrent duplicates but store no result: the key is released
+	// when the response is done, so that a later retry runs again.
+	//
+	// Default: false.
+	InFlightOnly bool `json:"in_flight_only"`
 
 	// KeySource finds the key; nil means HeaderKey{KeyHeader}. Package
 	// keysource has the others (and config builds them from key_source).

@@ -17,33 +17,139 @@ import (
 )
 
 // Config is the proxy's whole configuration: flags, IDEMPROXY_* variables and the
-// optional file (YAML or JSON) all land here. Every setting (a field with a help
-// tag, internal/conf) is a flag (its json name with dashes: lock_ttl →
+// optional file (YAML or JSON) all land here. Every setting (a field with a json
+// name, internal/conf) is a flag (its json name with dashes: lock_ttl →
 // --lock-ttl), a variable (IDEMPROXY_LOCK_TTL) and a file key (lock_ttl): the
 // proxy's own, the stores' (stores.Settings, prefixed: redis_prefix) and the
-// core's (config.Config, which is also each route's). A setting's help tag is
-// its documentation: --help prints it, and go generate ./test/settingsdoc
-// makes it its row in docs/settings.md.
+// core's (config.Config, which is also each route's). A setting's doc comment
+// is its documentation: go generate ./test/settingsdoc makes it its row in
+// docs/settings.md and the help --help prints (internal/conf's
+// settingshelp_gen.go).
 type Config struct {
-	Listen            string        `json:"listen" reload:"restart" caddy:"site address" help:"address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port of 0: a free one, named in the start-up line)"`
-	Upstream          string        `json:"upstream" caddy:"'reverse_proxy'" default:"required" help:"the API behind the proxy: an http:// or https:// URL (HTTP/2 by ALPN), or h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server without TLS; see docs/grpc.md)"`
-	Store             string        `json:"store" go:"the 'cache.Store' given to 'middleware.New'" help:"where locks and responses live (see docs/stores.md): ${stores}"`
-	Admin             string        `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off" help:"address of the admin listener: health, metrics, keys ('/healthz', '/readyz', '/metrics', '/keys/'); off when empty"`
-	AdminToken        string        `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off" help:"off when empty; else the bearer token the admin API requires on every endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows in 'ps'); 'idemproxy keys' sends it from the same variable"`
-	AdminHosts        []string      `json:"admin_hosts" reload:"restart" caddy:"Caddy admin: its 'origins'" help:"host names the admin listener answers to, besides IP addresses and 'localhost'; a request with any other Host gets '403' (DNS rebinding). List the names you reach the admin port by"`
-	Metrics           string        `json:"metrics" reload:"restart" caddy:"Caddy admin '/metrics', or Caddy's 'metrics' handler" default:"off" help:"address of a metrics-only listener ('/metrics', '/healthz', '/readyz'; no token), for Prometheus and probes ('idemproxy healthcheck' asks its '/readyz'); off when empty"`
-	UpstreamTimeout   time.Duration `json:"upstream_timeout" caddy:"'reverse_proxy' transport" help:"wait for the upstream's response headers; '0': none (handler_timeout still applies). With 'reconcile', also how long the upstream may still run a request the proxy gave up on: no not-found answer releases a key before"`
-	ShutdownTimeout   time.Duration `json:"shutdown_timeout" caddy:"Caddy 'grace_period'" help:"drain time on SIGINT/SIGTERM: how long in-flight requests may take to finish and be stored; after a SIGHUP reload, how long the replaced configuration's responses may take to be stored before its store is closed"`
-	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" caddy:"Caddy 'timeouts'" help:"time a client has to send its request headers (over TLS, its handshake)"`
-	IdleTimeout       time.Duration `json:"idle_timeout" reload:"restart" caddy:"Caddy 'timeouts'" help:"how long an idle keep-alive client connection is kept"`
-	LogFormat         string        `json:"log_format" reload:"restart" caddy:"Caddy's logging" help:"'auto' (JSON unless stderr is a terminal), 'json' or 'text'"`
-	LogLevel          string        `json:"log_level" reload:"restart" caddy:"Caddy's logging" help:"'debug', 'info', 'warn' or 'error'"`
-	AccessLog         bool          `json:"access_log" help:"log a request line for every request, the untracked ones too (outcome 'untracked'); off: tracked requests only"`
-	TLSCert           string        `json:"tls_cert" reload:"restart-on-off" caddy:"Caddy's 'tls'" help:"PEM certificate chain of the client listener; with tls_key it serves HTTPS, HTTP/2 and HTTP/1.1, with the same limits. Read again on SIGHUP; turning TLS on or off takes a restart (see docs/proxy.md#reload-tls-load-balancers)"`
-	TLSKey            string        `json:"tls_key" reload:"restart-on-off" caddy:"Caddy's 'tls'" help:"PEM private key of tls_cert; read again on SIGHUP"`
-	TrustedProxies    []string      `json:"trusted_proxies" caddy:"Caddy's 'trusted_proxies'" help:"CIDRs or addresses ('10.0.0.0/8', 'fd00::/8', '192.0.2.7') of load balancers whose X-Forwarded-For, -Proto, -Host, Forwarded and request id are kept and extended, and whose other client-address headers (X-Real-IP, True-Client-IP, CF-Connecting-IP, … see docs/proxy.md#reload-tls-load-balancers) are kept; from any other peer they are removed or replaced by what the proxy saw (X-Real-IP: the peer)"`
-	UpstreamHost      string        `json:"upstream_host" caddy:"'reverse_proxy' 'header_up Host'" help:"the Host the upstream receives: 'upstream' (the upstream URL's), 'client' (the client's Host, in canonical form: lower case, without a default port or a trailing dot), or a literal 'host[:port]'; reconcile requests get the same"`
-	RequestIDHeader   string        `json:"request_id_header" caddy:"Caddy's '{http.request.uuid}'" help:"header of the request id every request line logs: kept from a trusted proxy when well formed (1–128 visible characters), generated otherwise; sent upstream. Empty: generated and logged, not sent"`
+	// Address the proxy serves clients on, HTTP/1.1 and cleartext HTTP/2 with
+	// prior knowledge (h2c, for gRPC clients; over TLS, HTTP/2 by ALPN) (a port
+	// of 0: a free one, named in the start-up line).
+	//
+	// Default: 127.0.0.1:8080.
+	Listen string `json:"listen" reload:"restart" caddy:"site address"`
+
+	// The API behind the proxy: an http:// or https:// URL (HTTP/2 by ALPN), or
+	// h2c://host:port for cleartext HTTP/2 with prior knowledge (a gRPC server
+	// without TLS; see docs/grpc.md).
+	//
+	// Default: required.
+	Upstream string `json:"upstream" caddy:"'reverse_proxy'" default:"required"`
+
+	// Where locks and responses live (see docs/stores.md): ${stores}.
+	//
+	// Default: memory.
+	Store string `json:"store" go:"the 'cache.Store' given to 'middleware.New'"`
+
+	// Address of the admin listener: health, metrics, keys ('/healthz',
+	// '/readyz', '/metrics', '/keys/'); off when empty.
+	//
+	// Default: off.
+	Admin string `json:"admin" reload:"restart" caddy:"Caddy admin; its '/metrics' has the same 'idemproxy_*' metrics" default:"off"`
+
+	// Off when empty; else the bearer token the admin API requires on every
+	// endpoint but '/healthz'; set it with IDEMPROXY_ADMIN_TOKEN (a flag shows
+	// in 'ps'); 'idemproxy keys' sends it from the same variable.
+	//
+	// Default: off.
+	AdminToken string `json:"admin_token" reload:"restart" caddy:"Caddy admin" default:"off"`
+
+	// Host names the admin listener answers to, besides IP addresses and
+	// 'localhost'; a request with any other Host gets '403' (DNS rebinding).
+	// List the names you reach the admin port by.
+	//
+	// Default: none.
+	AdminHosts []string `json:"admin_hosts" reload:"restart" caddy:"Caddy admin: its 'origins'"`
+
+	// Address of a metrics-only listener ('/metrics', '/healthz', '/readyz'; no
+	// token), for Prometheus and probes ('idemproxy healthcheck' asks its
+	// '/readyz'); off when empty.
+	//
+	// Default: off.
+	Metrics string `json:"metrics" reload:"restart" caddy:"Caddy admin '/metrics', or Caddy's 'metrics' handler" default:"off"`
+
+	// Wait for the upstream's response headers; '0': none (handler_timeout still
+	// applies). With 'reconcile', also how long the upstream may still run a
+	// request the proxy gave up on: no not-found answer releases a key before.
+	//
+	// Default: 0s.
+	UpstreamTimeout time.Duration `json:"upstream_timeout" caddy:"'reverse_proxy' transport"`
+
+	// Drain time on SIGINT/SIGTERM: how long in-flight requests may take to
+	// finish and be stored; after a SIGHUP reload, how long the replaced
+	// configuration's responses may take to be stored before its store is
+	// closed.
+	//
+	// Default: 30s.
+	ShutdownTimeout time.Duration `json:"shutdown_timeout" caddy:"Caddy 'grace_period'"`
+
+	// Time a client has to send its request headers (over TLS, its handshake).
+	//
+	// Default: 10s.
+	ReadHeaderTimeout time.Duration `json:"read_header_timeout" reload:"restart" caddy:"Caddy 'timeouts'"`
+
+	// How long an idle keep-alive client connection is kept.
+	//
+	// Default: 2m.
+	IdleTimeout time.Duration `json:"idle_timeout" reload:"restart" caddy:"Caddy 'timeouts'"`
+
+	// 'auto' (JSON unless stderr is a terminal), 'json' or 'text'.
+	//
+	// Default: auto.
+	LogFormat string `json:"log_format" reload:"restart" caddy:"Caddy's logging"`
+
+	// 'debug', 'info', 'warn' or 'error'.
+	//
+	// Default: info.
+	LogLevel string `json:"log_level" reload:"restart" caddy:"Caddy's logging"`
+
+	// Log a request line for every request, the untracked ones too (outcome
+	// 'untracked'); off: tracked requests only.
+	//
+	// Default: false.
+	AccessLog bool `json:"access_log"`
+
+	// PEM certificate chain of the client listener; with tls_key it serves
+	// HTTPS, HTTP/2 and HTTP/1.1, with the same limits. Read again on SIGHUP;
+	// turning TLS on or off takes a restart (see
+	// docs/proxy.md#reload-tls-load-balancers).
+	//
+	// Default: none.
+	TLSCert string `json:"tls_cert" reload:"restart-on-off" caddy:"Caddy's 'tls'"`
+
+	// PEM private key of tls_cert; read again on SIGHUP.
+	//
+	// Default: none.
+	TLSKey string `json:"tls_key" reload:"restart-on-off" caddy:"Caddy's 'tls'"`
+
+	// CIDRs or addresses ('10.0.0.0/8', 'fd00::/8', '192.0.2.7') of load
+	// balancers whose X-Forwarded-For, -Proto, -Host, Forwarded and request id
+	// are kept and extended, and whose other client-address headers (X-Real-IP,
+	// True-Client-IP, CF-Connecting-IP, … see
+	// docs/proxy.md#reload-tls-load-balancers) are kept; from any other peer
+	// they are removed or replaced by what the proxy saw (X-Real-IP: the peer).
+	//
+	// Default: none.
+	TrustedProxies []string `json:"trusted_proxies" caddy:"Caddy's 'trusted_proxies'"`
+
+	// The Host the upstream receives: 'upstream' (the upstream URL's), 'client'
+	// (the client's Host, in canonical form: lower case, without a default port
+	// or a trailing dot), or a literal 'host[:port]'; reconcile requests get the
+	// same.
+	//
+	// Default: upstream.
+	UpstreamHost string `json:"upstream_host" caddy:"'reverse_proxy' 'header_up Host'"`
+
+	// Header of the request id every request line logs: kept from a trusted
+	// proxy when well formed (1–128 visible characters), generated otherwise;
+	// sent upstream. Empty: generated and logged, not sent.
+	//
+	// Default: X-Request-Id.
+	RequestIDHeader string `json:"request_id_header" caddy:"Caddy's '{http.request.uuid}'"`
 
 	// Stores are every store's settings (internal/stores.Kinds), each named
 	// with its store's name in front (redis_prefix); Store's URL picks which

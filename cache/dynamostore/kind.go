@@ -35,9 +35,29 @@ var Kind = cache.Kind{
 // Settings are the DynamoDB store's settings from configuration: shared by
 // every instance pointing at the same table.
 type Settings struct {
-	CreateTable bool  `json:"create_table" help:"create the DynamoDB table (on-demand billing, time to live on 'ttl') at start-up when missing; 'false': a missing table stops start-up with one line ('idemproxy migrate --store dynamodb://TABLE' prints or applies its definition)"`
-	InlineLimit int64 `json:"inline_limit" unit:"bytes" help:"largest encoded response kept in the record item, at most '300KiB'; a larger one goes to chunk items, read with one more request. Every replay, 409 and 422 is a failed write charged 1 write unit per KB of the record item it finds, so that a small limit keeps them cheap (see docs/stores.md#dynamodb)"`
-	MaxResponse int64 `json:"max_response" unit:"bytes" help:"largest encoded response (body, headers, trailers) the DynamoDB store keeps, at most '256MiB'; a larger one is remembered as done, not replayable (retries get '409'). Keep it above max_body"`
+	// Create the DynamoDB table (on-demand billing, time to live on 'ttl') at
+	// start-up when missing; 'false': a missing table stops start-up with one
+	// line ('idemproxy migrate --store dynamodb://TABLE' prints or applies its
+	// definition).
+	//
+	// Default: true.
+	CreateTable bool `json:"create_table"`
+
+	// Largest encoded response kept in the record item, at most '300KiB'; a
+	// larger one goes to chunk items, read with one more request. Every replay,
+	// 409 and 422 is a failed write charged 1 write unit per KB of the record
+	// item it finds, so that a small limit keeps them cheap (see
+	// docs/stores.md#dynamodb).
+	//
+	// Default: 4KiB.
+	InlineLimit int64 `json:"inline_limit" unit:"bytes"`
+
+	// Largest encoded response (body, headers, trailers) the DynamoDB store
+	// keeps, at most '256MiB'; a larger one is remembered as done, not
+	// replayable (retries get '409'). Keep it above max_body.
+	//
+	// Default: 16MiB.
+	MaxResponse int64 `json:"max_response" unit:"bytes"`
 }
 
 // DefaultSettings are the DynamoDB store's defaults.

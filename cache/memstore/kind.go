@@ -23,8 +23,17 @@ var Kind = cache.Kind{
 // locks (Apply). The shard count, the sweep interval and the per-client share
 // floor are constants of the store there, not settings: nothing to reload.
 type Settings struct {
-	MaxRecords int64 `json:"max_records" reload:"live" help:"memory store bound (records, in flight and completed), shared fairly between client scopes: a client's records are evicted only for its own volume or when it holds more than its share (see docs/clients.md)"`
-	MaxBytes   int64 `json:"max_bytes" unit:"bytes" reload:"live" help:"memory store bound (bytes, approximate), shared the same way"`
+	// Memory store bound (records, in flight and completed), shared fairly
+	// between client scopes: a client's records are evicted only for its own
+	// volume or when it holds more than its share (see docs/clients.md).
+	//
+	// Default: 1000000.
+	MaxRecords int64 `json:"max_records" reload:"live"`
+
+	// Memory store bound (bytes, approximate), shared the same way.
+	//
+	// Default: 512MiB.
+	MaxBytes int64 `json:"max_bytes" unit:"bytes" reload:"live"`
 }
 
 // DefaultSettings are the memory store's defaults.

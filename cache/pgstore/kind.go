@@ -30,11 +30,41 @@ var Kind = cache.Kind{
 // Settings are the PostgreSQL store's settings from configuration: durable,
 // shared by every instance pointing at the same database.
 type Settings struct {
-	Table             string        `json:"table" schema:"" help:"the PostgreSQL store's table; 'schema.name' allowed"`
-	CreateSchema      bool          `json:"create_schema" go:"'pgstore.Options.SkipCreateSchema', inverted" help:"create the table and its index at start-up when missing; 'false': they must exist ('idemproxy migrate' prints or applies the DDL)"`
-	SweepInterval     time.Duration `json:"sweep_interval" go:"'pgstore.Options.SweepInterval' (off: negative)" help:"how often expired rows are deleted, in batches of 1000; '0': never by this instance (reads ignore expired rows anyway)"`
-	LocalCache        int64         `json:"local_cache" unit:"bytes" size:"auto" go:"'pgstore.Options.LocalCache' (auto: 0, off: negative)" help:"bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through LISTEN/NOTIFY, and a delete or resolve waits 200ms for every instance's cache (see docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit), between 8MiB and 256MiB, 64MiB without a budget. 'off' (or '0B'): none"`
-	SynchronousCommit string        `json:"synchronous_commit" go:"the pool's 'ConnConfig.RuntimeParams' ('synchronous_commit')" help:"PostgreSQL's synchronous_commit for the store's connections ('on', 'off', 'local', 'remote_write', 'remote_apply'); empty: the server's ('on' unless configured). 'off' answers before a commit is flushed: a database crash may lose the last moments' claims and completions, and a retry of one then runs again (see docs/stores.md#durability-trade-offs)"`
+	// The PostgreSQL store's table; 'schema.name' allowed.
+	//
+	// Default: idemproxy_records.
+	Table string `json:"table" schema:""`
+
+	// Create the table and its index at start-up when missing; 'false': they
+	// must exist ('idemproxy migrate' prints or applies the DDL).
+	//
+	// Default: true.
+	CreateSchema bool `json:"create_schema" go:"'pgstore.Options.SkipCreateSchema', inverted"`
+
+	// How often expired rows are deleted, in batches of 1000; '0': never by this
+	// instance (reads ignore expired rows anyway).
+	//
+	// Default: 1m.
+	SweepInterval time.Duration `json:"sweep_interval" go:"'pgstore.Options.SweepInterval' (off: negative)"`
+
+	// Bytes of completed records kept in each instance's memory, so that a
+	// replay costs no round trip; exact across instances through LISTEN/NOTIFY,
+	// and a delete or resolve waits 200ms for every instance's cache (see
+	// docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of
+	// the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit),
+	// between 8MiB and 256MiB, 64MiB without a budget. 'off' (or '0B'): none.
+	//
+	// Default: auto.
+	LocalCache int64 `json:"local_cache" unit:"bytes" size:"auto" go:"'pgstore.Options.LocalCache' (auto: 0, off: negative)"`
+
+	// PostgreSQL's synchronous_commit for the store's connections ('on', 'off',
+	// 'local', 'remote_write', 'remote_apply'); empty: the server's ('on' unless
+	// configured). 'off' answers before a commit is flushed: a database crash
+	// may lose the last moments' claims and completions, and a retry of one then
+	// runs again (see docs/stores.md#durability-trade-offs).
+	//
+	// Default: none.
+	SynchronousCommit string `json:"synchronous_commit" go:"the pool's 'ConnConfig.RuntimeParams' ('synchronous_commit')"`
 }
 
 // synchronousCommit is what synchronous_commit accepts.

@@ -27,11 +27,42 @@ var Kind = cache.Kind{
 // Settings are the Redis store's settings from configuration: shared by every
 // instance pointing at the same Redis.
 type Settings struct {
-	Prefix        string        `json:"prefix" help:"prefix of every Redis key"`
-	AllowEviction bool          `json:"allow_eviction" go:"'redisstore.CheckEviction', which 'redisstore.New' leaves to its caller" help:"start even when Redis's maxmemory-policy may evict keys (in-flight locks included, so that a duplicate could run while the first runs); by default idemproxy refuses (see docs/stores.md#redis)"`
-	WaitReplicas  int64         `json:"wait_replicas" help:"replicas that must acknowledge every write (Redis WAIT, same round trip) before a request is forwarded or answered; too few within redis_wait_timeout is a store error ('503', nothing forwarded). '0': none (see docs/stores.md#redis)"`
-	WaitTimeout   time.Duration `json:"wait_timeout" help:"how long a write waits for redis_wait_replicas"`
-	LocalCache    int64         `json:"local_cache" unit:"bytes" size:"auto" go:"'redisstore.Options.LocalCache' (auto: 0, off: negative)" help:"bytes of completed records kept in each instance's memory, so that a replay costs no round trip; exact across instances through pub/sub, and a delete or resolve waits 200ms for every instance's cache (see docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit), between 8MiB and 256MiB, 64MiB without a budget; off with Redis Cluster, whose pub/sub keeps no single order (a size is refused there). 'off' (or '0B'): none"`
+	// Prefix of every Redis key.
+	//
+	// Default: idem:.
+	Prefix string `json:"prefix"`
+
+	// Start even when Redis's maxmemory-policy may evict keys (in-flight locks
+	// included, so that a duplicate could run while the first runs); by default
+	// idemproxy refuses (see docs/stores.md#redis).
+	//
+	// Default: false.
+	AllowEviction bool `json:"allow_eviction" go:"'redisstore.CheckEviction', which 'redisstore.New' leaves to its caller"`
+
+	// Replicas that must acknowledge every write (Redis WAIT, same round trip)
+	// before a request is forwarded or answered; too few within
+	// redis_wait_timeout is a store error ('503', nothing forwarded). '0': none
+	// (see docs/stores.md#redis).
+	//
+	// Default: 0.
+	WaitReplicas int64 `json:"wait_replicas"`
+
+	// How long a write waits for redis_wait_replicas.
+	//
+	// Default: 250ms.
+	WaitTimeout time.Duration `json:"wait_timeout"`
+
+	// Bytes of completed records kept in each instance's memory, so that a
+	// replay costs no round trip; exact across instances through pub/sub, and a
+	// delete or resolve waits 200ms for every instance's cache (see
+	// docs/stores.md#local-cache-of-completed-records). 'auto': a sixteenth of
+	// the process's memory budget (GOMEMLIMIT, else its cgroup's memory limit),
+	// between 8MiB and 256MiB, 64MiB without a budget; off with Redis Cluster,
+	// whose pub/sub keeps no single order (a size is refused there). 'off' (or
+	// '0B'): none.
+	//
+	// Default: auto.
+	LocalCache int64 `json:"local_cache" unit:"bytes" size:"auto" go:"'redisstore.Options.LocalCache' (auto: 0, off: negative)"`
 }
 
 // DefaultSettings are the Redis store's defaults.

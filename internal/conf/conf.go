@@ -1,11 +1,15 @@
 // Package conf derives every surface of a settings struct (command-line flags,
 // environment variables, the config file, Caddy's JSON and Caddyfile
 // subdirectives, --help, the settings table in docs/settings.md) from the struct itself, so a
-// setting is declared once: a field with a json name and a help tag.
+// setting is declared once: a field with a json name and a doc comment.
 //
-// A field is a setting when it has a `help` tag; its name is its json name. A
-// help tag may name a list a registry keeps, ${name}, which the struct's
-// HelpList fills (Lister).
+// A field is a setting when it has a json name (not "-", and no `conf:"-"`
+// tag); its name is its json name. Its doc comment is its help: go generate
+// ./test/settingsdoc reads the comments and writes them, as phrases, into
+// this package's help table (settingshelp_gen.go), which Fields reads at run
+// time (help.go). Help may name a list a registry keeps, ${name}, which the
+// struct's HelpList fills (Lister).
+//
 // Kinds, by the field's Go type:
 //
 //   - string, bool, int, int64, []string;
@@ -40,7 +44,7 @@
 // one check of it, refuses such a setting set while its feature is off.
 //
 // The other tags are for the settings table, docs/settings.md, which `go
-// generate ./test/settingsdoc` writes from them: `go` (the Go column,
+// generate ./test/settingsdoc` writes from them and the doc comments: `go` (the Go column,
 // when the field is not the Go setting itself), `caddy` (the Caddy column of a
 // proxy setting Caddy has no subdirective for) and `default` (the default
 // column, when the default value's text is not what to show).
@@ -76,9 +80,9 @@ const (
 // Field is one setting of a struct type.
 type Field struct {
 	Name string // the json name: lock_ttl
-	// Help is the setting's description: the one text --help, the settings
-	// table and Go's documentation of the field (its tag) show. 'x' marks x
-	// as a literal (code in the table).
+	// Help is the setting's description: its doc comment, the one text Go's
+	// documentation, --help and the settings table show, as a phrase. 'x'
+	// marks x as a literal (code in the table).
 	Help string
 	// Reload is what a reload does when the setting changes: "" (it takes
 	// effect), ReloadLive, ReloadRestart or ReloadRestartOnOff.

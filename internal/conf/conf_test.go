@@ -221,8 +221,8 @@ func TestFieldsPanicsOnWhatItCannotServe(t *testing.T) {
 		typ  reflect.Type
 		want string
 	}{
-		{reflect.TypeFor[noName](), "field X has a help tag but no json name"},
-		{reflect.TypeFor[emptyName](), "field X has a help tag but no json name"},
+		{reflect.TypeFor[noName](), "field X has help but no json name"},
+		{reflect.TypeFor[emptyName](), "field X has help but no json name"},
 		{reflect.TypeFor[float](), "field x has unsupported type float64"},
 		{reflect.TypeFor[mapping](), "field x has unsupported type map[string]string"},
 		{reflect.TypeFor[ints](), "field x has unsupported type []int"},

@@ -6,15 +6,20 @@ import (
 	"strings"
 )
 
-// The settings of a struct type, found by walking it: its fields with a help
-// tag, in anonymous and prefixed struct fields and sections (sections.go).
+// The settings of a struct type, found by walking it: its fields with a json
+// name, in anonymous and prefixed struct fields and sections (sections.go).
 
-// Fields lists the settings of struct type t, in declaration order. It panics on
-// a setting of a kind it does not know: a programming error, caught by any test
-// that builds the list.
-func Fields(t reflect.Type) []Field {
+// Fields lists the settings of struct type t, in declaration order, each with
+// its help (help.go). It panics on a setting of a kind it does not know: a
+// programming error, caught by any test that builds the list.
+func Fields(t reflect.Type) []Field { return FieldsWith(t, help) }
+
+// FieldsWith is Fields with the help of each setting from help instead of
+// the table generated from the doc comments: test/settingsdoc, which
+// makes that table, reads the comments themselves.
+func FieldsWith(t reflect.Type, help HelpFunc) []Field {
 	var out []Field
-	walk(t, nil, "", nil, &out)
+	walk(t, nil, "", nil, help, &out)
 	expandLists(t, out)
 	return out
 }
@@ -22,31 +27,34 @@ func Fields(t reflect.Type) []Field {
 // walk appends the settings of struct type t to out, index leading to t,
 // prefix in front of their names and outer the prefixed struct fields t is
 // inside.
-func walk(t reflect.Type, index []int, prefix string, outer []reflect.StructField, out *[]Field) {
+func walk(t reflect.Type, index []int, prefix string, outer []reflect.StructField, help HelpFunc, out *[]Field) {
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		idx := append(append([]int(nil), index...), i)
 		if sections, ok := sectionsOf(sf.Type); ok {
-			walkSections(sections, idx, prefix, outer, out)
+			walkSections(sections, idx, prefix, outer, help, out)
 			continue
 		}
 		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
-			walk(sf.Type, idx, prefix, outer, out)
+			walk(sf.Type, idx, prefix, outer, help, out)
 			continue
 		}
 		if p, ok := strings.CutPrefix(sf.Tag.Get("conf"), "prefix="); ok && sf.Type.Kind() == reflect.Struct {
-			walk(sf.Type, idx, prefix+p, append(append([]reflect.StructField(nil), outer...), sf), out)
-			continue
-		}
-		help, ok := sf.Tag.Lookup("help")
-		if !ok {
+			walk(sf.Type, idx, prefix+p, append(append([]reflect.StructField(nil), outer...), sf), help, out)
 			continue
 		}
 		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			panic(fmt.Sprintf("conf: field %s has a help tag but no json name", sf.Name))
+		if name == "-" || sf.Tag.Get("conf") == "-" {
+			continue
 		}
-		f := Field{Name: prefix + name, Help: help, Reload: sf.Tag.Get("reload"), StructField: sf, Owner: t, Outer: outer,
+		text := help(t, sf)
+		if name == "" {
+			if text != "" {
+				panic(fmt.Sprintf("conf: field %s has help but no json name", sf.Name))
+			}
+			continue
+		}
+		f := Field{Name: prefix + name, Help: text, Reload: sf.Tag.Get("reload"), StructField: sf, Owner: t, Outer: outer,
 			index: idx, typ: sf.Type, bytes: sf.Tag.Get("unit") == "bytes", auto: sf.Tag.Get("size") == "auto"}
 		f.Needs, _ = f.Tag("needs")
 		switch f.Reload {

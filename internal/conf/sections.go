@@ -50,7 +50,7 @@ func sectionsOf(t reflect.Type) ([]Section, bool) {
 
 // walkSections appends the settings of each section to out, the Sections at
 // index inside the prefixed struct fields outer.
-func walkSections(sections []Section, index []int, prefix string, outer []reflect.StructField, out *[]Field) {
+func walkSections(sections []Section, index []int, prefix string, outer []reflect.StructField, help HelpFunc, out *[]Field) {
 	for _, sec := range sections {
 		if sec.Type.Kind() != reflect.Struct {
 			panic(fmt.Sprintf("conf: section %s: %v is not a struct", sec.Prefix, sec.Type))
@@ -59,7 +59,7 @@ func walkSections(sections []Section, index []int, prefix string, outer []reflec
 		// inside, with its tags (Field.Tag).
 		in := append(append([]reflect.StructField(nil), outer...), reflect.StructField{Name: sec.Prefix, Type: sec.Type, Tag: sec.Tag})
 		var inner []Field
-		walk(sec.Type, nil, prefix+sec.Prefix, in, &inner)
+		walk(sec.Type, nil, prefix+sec.Prefix, in, help, &inner)
 		for _, f := range inner {
 			f.in = &section{prefix: sec.Prefix, index: f.index}
 			f.index = index

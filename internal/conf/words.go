@@ -16,7 +16,7 @@ type Lister interface {
 	HelpList(name string) (list string, ok bool)
 }
 
-// listRef is a ${name} in a help tag.
+// listRef is a ${name} in a setting's help.
 var listRef = regexp.MustCompile(`\$\{([a-z_]+)\}`)
 
 // expandLists fills the ${name}s in the help of fields, settings of type t,

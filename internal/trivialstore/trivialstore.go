@@ -30,9 +30,10 @@ var Kind = cache.Kind{
 
 // Settings are the trivial store's one setting.
 type Settings struct {
-	// MaxKeys is the most keys the map keeps; a claim of another is
-	// cache.ErrFull.
-	MaxKeys int64 `json:"max_keys" help:"trivial store: most keys kept"`
+	// Trivial store: most keys kept.
+	//
+	// Default: 100.
+	MaxKeys int64 `json:"max_keys"`
 }
 
 // Check implements cache.Settings.

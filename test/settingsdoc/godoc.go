@@ -10,10 +10,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idemproxy/idemproxy/internal/conf"
 )
 
 // docComment returns the doc comment of field of struct type owner, on one
-// line: the description of a row that has no help tag (a Go-only field, a
+// line: the description of a row that is no setting (a Go-only field, a
 // Caddy-only JSON member). A field without one fails (m.fail): its row would
 // say nothing.
 func (m *model) docComment(owner reflect.Type, field string) string {
@@ -37,6 +41,52 @@ func (m *model) findDoc(owner reflect.Type, field string) (string, error) {
 		return "", fmt.Errorf("%s.%s has no doc comment, the description of its row", owner, field)
 	}
 	return text, nil
+}
+
+// help is the conf.HelpFunc of the settings this generator walks: a
+// setting's doc comment as --help and the table show it (phrase), recorded
+// in m.phrases for settingshelp_gen.go and its stated default in m.stated.
+// A setting without a doc comment fails (m.fail).
+func (m *model) help(owner reflect.Type, sf reflect.StructField) string {
+	if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); name == "" {
+		return "" // not a setting: its doc comment is no help
+	}
+	key := conf.HelpKey(owner, sf.Name)
+	if text, ok := m.phrases[key]; ok {
+		return text
+	}
+	fl, err := m.structField(owner.PkgPath(), owner.Name(), sf.Name)
+	if err == nil && (fl == nil || fl.Doc == nil) {
+		err = fmt.Errorf("setting %s has no doc comment: its documentation, which go doc, --help and docs/settings.md show", goName(owner, sf.Name))
+	}
+	if err != nil {
+		m.fail(err)
+		return ""
+	}
+	text, stated := phrase(fl.Doc.Text())
+	m.phrases[key], m.stated[key] = text, stated
+	return text
+}
+
+// phrase returns the help a setting's doc comment makes, and the default its
+// last paragraph states ("Default: 24h."; "" when it states none). The help is
+// the rest on one line as a phrase: its final period dropped, its first
+// letter in lower case unless its first word is a name written so
+// (Retry-After, PEM, PostgreSQL's): the comment "How long a completed
+// response is kept for replay." is the help "how long a completed response
+// is kept for replay".
+func phrase(doc string) (help, stated string) {
+	paras := strings.Split(strings.TrimSpace(doc), "\n\n")
+	if last, ok := strings.CutPrefix(paras[len(paras)-1], "Default: "); ok && len(paras) > 1 {
+		stated = strings.TrimSuffix(strings.Join(strings.Fields(last), " "), ".")
+		paras = paras[:len(paras)-1]
+	}
+	help = strings.TrimSuffix(strings.Join(strings.Fields(strings.Join(paras, " ")), " "), ".")
+	first, _, _ := strings.Cut(help, " ")
+	if r, size := utf8.DecodeRuneInString(first); unicode.IsUpper(r) && strings.IndexFunc(first[size:], unicode.IsUpper) < 0 {
+		help = string(unicode.ToLower(r)) + help[size:]
+	}
+	return help, stated
 }
 
 // hasField reports whether struct type typ of package pkg has a field named
@@ -87,11 +137,28 @@ func (m *model) structField(pkg, typ, field string) (*ast.Field, error) {
 							return fl, nil
 						}
 					}
+					if len(fl.Names) == 0 && embeddedName(fl.Type) == field {
+						return fl, nil
+					}
 				}
 			}
 		}
 	}
 	return nil, nil
+}
+
+// embeddedName is the name of an embedded field of type expression x:
+// Settings for middleware.Settings or *Settings.
+func embeddedName(x ast.Expr) string {
+	switch x := x.(type) {
+	case *ast.StarExpr:
+		return embeddedName(x.X)
+	case *ast.SelectorExpr:
+		return x.Sel.Name
+	case *ast.Ident:
+		return x.Name
+	}
+	return ""
 }
 
 // dir is the directory of the package with import path pkg. go list runs in

@@ -2,14 +2,19 @@
 // the settings themselves: every setting reached from the proxy's
 // configuration (proxy.Config) and from the Caddy handler's JSON (with the
 // store modules it loads) is a row, with its flag, variable, file key,
-// Caddyfile subdirective, Go field and default, and its help tag as what it
-// does; every Go-only field reached from them (json:"-") is a row described by
-// its doc comment. The prose around the tables is settings.md.tmpl.
+// Caddyfile subdirective, Go field and default, and its doc comment as what
+// it does; every Go-only field reached from them (json:"-") is a row
+// described by its doc comment. The prose around the tables is
+// settings.md.tmpl.
 //
-// Run it with go generate ./test/settingsdoc; its test fails when
-// docs/settings.md is not what it writes.
+// It also writes internal/conf/settingshelp_gen.go, the same doc comments as
+// a table of help for the program that runs, which has no source to read:
+// --help prints it.
 //
-//go:generate go run . -o ../../docs/settings.md
+// Run it with go generate ./test/settingsdoc; its tests fail when
+// docs/settings.md or settingshelp_gen.go is not what it writes.
+//
+//go:generate go run . -o ../../docs/settings.md -go ../../internal/conf/settingshelp_gen.go
 package main
 
 import (
@@ -28,16 +33,20 @@ import (
 var page string
 
 func main() {
-	out := flag.String("o", "", "write to this file (default: standard output)")
+	out := flag.String("o", "", "write docs/settings.md to this file (default: standard output)")
+	goOut := flag.String("go", "", "write the help table, internal/conf/settingshelp_gen.go, to this file")
 	flag.Parse()
 	root, err := moduleRoot()
 	if err == nil {
-		var text []byte
-		if text, err = render(root); err == nil {
+		var text, src []byte
+		if text, src, err = render(root); err == nil {
 			if *out == "" {
 				_, err = os.Stdout.Write(text)
 			} else {
 				err = os.WriteFile(*out, text, 0o644)
+			}
+			if err == nil && *goOut != "" {
+				err = os.WriteFile(*goOut, src, 0o644)
 			}
 		}
 	}
@@ -47,21 +56,24 @@ func main() {
 	}
 }
 
-// render returns docs/settings.md.
-func render(root string) ([]byte, error) {
+// render returns docs/settings.md and internal/conf/settingshelp_gen.go.
+func render(root string) (text, src []byte, err error) {
 	m, err := newModel(root)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	core, _ := m.coreTable()
 	proxyTable, err := m.proxyTable() // the first error of either
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var b bytes.Buffer
 	tmpl := template.Must(template.New("settings.md.tmpl").Option("missingkey=error").Parse(page))
-	err = tmpl.Execute(&b, map[string]string{"Core": core, "Proxy": proxyTable})
-	return b.Bytes(), err
+	if err := tmpl.Execute(&b, map[string]string{"Core": core, "Proxy": proxyTable}); err != nil {
+		return nil, nil, err
+	}
+	src, err = m.helpTable()
+	return b.Bytes(), src, err
 }
 
 // moduleRoot is the nearest directory above the working directory whose

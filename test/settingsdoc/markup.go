@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// The text of a help tag (and of a go, caddy or default tag) is plain, as
+// The help of a setting (its doc comment; and a go, caddy or default tag) is plain, as
 // --help prints it, with one mark: 'x' is a literal, code in the table. A quote
 // opens a literal only at the start or after a space or one of ([{,;:/" and
 // closes it before the end, a space or one of ,.;:)]}, so an apostrophe

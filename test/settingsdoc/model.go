@@ -11,6 +11,7 @@ import (
 	"github.com/idemproxy/idemproxy/caddymodule"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
+	"github.com/idemproxy/idemproxy/internal/trivialstore"
 	"github.com/idemproxy/idemproxy/middleware"
 	"github.com/idemproxy/idemproxy/proxy"
 )
@@ -24,6 +25,7 @@ var (
 	proxyType    = reflect.TypeFor[proxy.Config]()
 	handlerType  = reflect.TypeFor[caddymodule.Handler]()
 	settingsType = reflect.TypeFor[middleware.Settings]() // the Go column's own fields
+	trivialType  = reflect.TypeFor[trivialstore.Settings]()
 )
 
 // model is what the tables are made of.
@@ -42,6 +44,8 @@ type model struct {
 	proxyGo []goField     // Go-only fields reached from the proxy's configuration only
 
 	docs    map[string]string // package path → directory, for doc comments
+	phrases map[string]string // conf.HelpKey → a setting's help, from its doc comment (help)
+	stated  map[string]string // conf.HelpKey → the default its doc comment states
 	err     error             // the first error of a cell (fail)
 	linkErr error             // the first bad link of the text being rendered
 }
@@ -72,8 +76,13 @@ type goField struct {
 }
 
 func newModel(root string) (*model, error) {
-	m := &model{root: root, proxy: conf.Fields(proxyType), proxyDef: proxy.DefaultConfig(), core: conf.Fields(handlerType),
-		isCore: map[string]bool{}, names: map[string]bool{}, docs: map[string]string{}}
+	m := &model{root: root, proxyDef: proxy.DefaultConfig(), isCore: map[string]bool{}, names: map[string]bool{},
+		docs: map[string]string{}, phrases: map[string]string{}, stated: map[string]string{}}
+	m.proxy, m.core = conf.FieldsWith(proxyType, m.help), conf.FieldsWith(handlerType, m.help)
+	conf.FieldsWith(trivialType, m.help) // a store of the tests, whose --help they read
+	if m.err != nil {
+		return nil, m.err
+	}
 	for _, f := range m.core {
 		m.isCore[f.Name] = true
 		m.names[f.Name] = true
@@ -94,7 +103,7 @@ func newModel(root string) (*model, error) {
 		for _, opt := range strings.Fields(sf.Tag.Get("caddy")) {
 			if ns, ok := strings.CutPrefix(opt, "namespace="); ok {
 				mb.namespace = ns
-				sms, err := modules(ns)
+				sms, err := m.storeModules(ns)
 				if err != nil {
 					return nil, err
 				}
@@ -119,16 +128,16 @@ func newModel(root string) (*model, error) {
 	return m, nil
 }
 
-// modules returns the Caddy store modules of namespace ns: one for each store
+// storeModules returns the Caddy store modules of namespace ns: one for each store
 // of the registry (internal/stores.Kinds), which describes it (its name, its
 // locator, its settings); each must be registered in ns.
-func modules(ns string) ([]storeModule, error) {
+func (m *model) storeModules(ns string) ([]storeModule, error) {
 	var out []storeModule
 	for _, k := range stores.Kinds {
 		if _, err := caddy.GetModule(ns + "." + k.Name); err != nil {
 			return nil, fmt.Errorf("the %s store has no Caddy module: %w", k.Name, err)
 		}
-		sm := storeModule{name: k.Name, fields: stores.Fields(k.Settings())}
+		sm := storeModule{name: k.Name, fields: conf.FieldsWith(reflect.TypeOf(k.Settings()).Elem(), m.help)}
 		if k.Locator != "" {
 			sm.locators = []string{k.Locator}
 		}

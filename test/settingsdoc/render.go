@@ -56,7 +56,13 @@ func (m *model) settingRow(f conf.Field, withCaddy bool) []string {
 	if withCaddy {
 		row = append(row, m.caddyCell(f))
 	}
-	return append(row, m.goCell(f), m.defaultCell(f), m.cell(f.Name+": help", f.Help))
+	def := m.defaultCell(f)
+	key := conf.HelpKey(f.Owner, f.StructField.Name)
+	if stated, want := m.stated[key], strings.ReplaceAll(def, "`", ""); stated != want {
+		m.fail(fmt.Errorf("%s: the doc comment of %s ends in %q, the default is %s: its last paragraph says \"Default: %s.\"",
+			f.Name, goName(f.Owner, f.StructField.Name), "Default: "+stated+".", want, want))
+	}
+	return append(row, m.goCell(f), def, m.cell(f.Name+": help", f.Help))
 }
 
 // goRow is the row of a Go-only field: its description is its doc comment,

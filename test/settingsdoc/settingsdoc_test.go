@@ -25,7 +25,7 @@ func TestSettingsDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := render(root)
+	want, _, err := render(root)
 	if err != nil {
 		t.Fatal(err)
 	}
