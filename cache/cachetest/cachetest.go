@@ -30,6 +30,11 @@ type Harness struct {
 	// sleeping; leases and TTLs they use are long in real time (a minute or more), so
 	// only the injected clock can make them lapse.
 	Clock *Clock
+	// Neighbour, when set, opens another store on the same server, reading
+	// Clock, whose namespace begins with Store's (a Redis prefix that extends
+	// Store's, a PostgreSQL table whose name does): NamespacesApart holds the
+	// two to never seeing each other's records. nil skips it.
+	Neighbour func(t *testing.T) cache.Store
 }
 
 // Clock is a manually advanced clock, safe for concurrent use.
@@ -97,6 +102,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"TraceContextKept", testTraceContextKept},
 		{"ReconcileJobs", testReconcileJobs},
 		{"ListHeld", testListHeld},
+		{"NamespacesApart", testNamespacesApart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,7 +38,11 @@ func TestConformance(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	cachetest.Run(t, func(t *testing.T) cachetest.Harness {
 		clk := cachetest.NewClock()
-		return cachetest.Harness{Store: mustNew(t, pool, pgstore.Options{Table: freshTable(), Now: clk.Now}), Clock: clk}
+		table := freshTable()
+		neighbour := func(t *testing.T) cache.Store {
+			return mustNew(t, pool, pgstore.Options{Table: table + "_eu", Now: clk.Now})
+		}
+		return cachetest.Harness{Store: mustNew(t, pool, pgstore.Options{Table: table, Now: clk.Now}), Clock: clk, Neighbour: neighbour}
 	})
 }
 

@@ -37,7 +37,9 @@ const (
 // clients are not blocked. For each key that matches, one pipelined HMGET
 // tells whether it may be held, and the records listed are read as Get reads
 // them. A page may be empty while its cursor is not, hold a few more than
-// q.Limit, and SCAN may list a key twice.
+// q.Limit, and SCAN may list a key twice. The records of a store whose
+// prefix extends this one's, which the pattern matches too, are left out
+// (longerPrefixes).
 func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {
@@ -60,7 +62,9 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 		if cursor = next; cursor == 0 {
 			node++
 		}
-		keys = slices.DeleteFunc(keys, func(k string) bool { return slices.Contains(jobs, k) || k == s.channel() })
+		keys = slices.DeleteFunc(keys, func(k string) bool {
+			return slices.Contains(jobs, k) || k == s.channel() || longerPrefixes(k[len(s.prefix):])
+		})
 		if q.Held {
 			if keys, err = mayBeHeld(ctx, n, keys); err != nil {
 				return cache.ListPage{}, fmt.Errorf("redisstore: listing: %w", err)
@@ -81,6 +85,25 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 		page.Cursor = strconv.Itoa(node) + ":" + strconv.FormatUint(cursor, 10)
 	}
 	return page, nil
+}
+
+// longerPrefixes reports whether rest, what follows the store's prefix in a
+// Redis key, is the record of a store whose prefix begins with this one's
+// (idem:eu: after idem:), which SCAN's pattern matches too: the middleware's
+// key (64 lowercase hex digits) after more of a prefix. No key of the
+// middleware is longer, so such a key is never this store's. (The other
+// store's reconcile keys are no records, and are dropped as any foreign
+// value is.)
+func longerPrefixes(rest string) bool {
+	if len(rest) <= 64 {
+		return false
+	}
+	for _, c := range []byte(rest[len(rest)-64:]) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // mayBeHeld keeps the keys whose hash may be a held unknown outcome: one

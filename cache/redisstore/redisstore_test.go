@@ -22,7 +22,14 @@ func harness(client redis.UniversalClient) func(t *testing.T) cachetest.Harness 
 		clk := cachetest.NewClock()
 		s := mustNew(t, client, redisstore.Options{Now: clk.Now})
 		t.Cleanup(func() { s.Close() })
-		return cachetest.Harness{Store: s, Clock: clk}
+		// A prefix that begins with the default one, its own SCAN pattern's
+		// metacharacters in it.
+		neighbour := func(t *testing.T) cache.Store {
+			n := mustNew(t, client, redisstore.Options{Prefix: redisstore.DefaultPrefix + "eu:*?[x]\\:", Now: clk.Now})
+			t.Cleanup(func() { n.Close() })
+			return n
+		}
+		return cachetest.Harness{Store: s, Clock: clk, Neighbour: neighbour}
 	}
 }
 
