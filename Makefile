@@ -54,6 +54,10 @@ vet: ## go vet in every module, gofmt, every go.mod tidy and in go.work, the cor
 	@bad=$$($(GO) list -deps github.com/idemproxy/idemproxy/middleware/... github.com/idemproxy/idemproxy/cache/... | grep -E 'caddyserver|go.uber.org/zap|prometheus|go.opentelemetry.io' || true); \
 	if [ -n "$$bad" ]; then echo "the core must not import these:"; echo "$$bad"; exit 1; fi
 	GO='$(GO)' ./.ci/depcheck
+	GO='$(GO)' ./.ci/release check
+	GO='$(GO)' ./.ci/builtcheck
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 {print "  " $$2 " (" $$1 " bytes)"}'); \
+	if [ -n "$$big" ]; then echo "vet: tracked files over 1 MB (a build output? .gitignore it and git rm --cached it):"; echo "$$big"; exit 1; fi
 	@echo "vet: ok (core free of Caddy, zap, Prometheus and OpenTelemetry; a middleware user's modules free of the heavy ones)"
 
 .PHONY: tidy
@@ -98,8 +102,14 @@ rules: ## Check the Prometheus alert rules in examples/prometheus (promtool chec
 	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install -y prometheus"; exit 1; }
 	cd examples/prometheus && promtool check rules idemproxy-rules.yml && promtool test rules idemproxy-rules.test.yml
 
+.PHONY: release-rehearsal
+release-rehearsal: ## Cut release VERSION of every module in versions.yaml (a release commit with no replace directives, a module proxy directory) in OUT, then install it as users do: go install, xcaddy build, go get (.ci/release; ~4 min).
+	@[ -n "$(OUT)" ] || { echo "usage: make release-rehearsal VERSION=v0.1.0 OUT=DIR"; exit 2; }
+	GO='$(GO)' ./.ci/release rehearse $(VERSION) $(OUT)
+
 .PHONY: ci
-ci: vet build rules test demo-check soak ## Everything CI runs.
+ci: vet build rules test demo-check soak ## Everything CI runs, and a release rehearsal at v0.1.0 (REHEARSAL_OUT, default a temporary directory).
+	$(MAKE) release-rehearsal VERSION=v0.1.0 OUT=$(or $(REHEARSAL_OUT),$(shell mktemp -d /tmp/idemproxy-release.XXXXXX))
 
 .PHONY: clean
 clean: ## Remove build output.
