@@ -1,12 +1,128 @@
 package middleware
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
+
+// A request's identity: its key (from its source), the store key its record
+// is kept under (the key in its scope), the owner its records belong to, and
+// the fingerprint that tells a repeat from another request under the same key;
+// each hashed with a pooled digest.
+
+// MaxKeyLength is the longest key accepted, in characters.
+const MaxKeyLength = 255
+
+// Key parsing errors; their text is the detail of the 400 problem.
+var (
+	errKeyMany   = errors.New("the Idempotency-Key header must appear exactly once")
+	errKeyEmpty  = errors.New("the idempotency key is empty")
+	errKeyLong   = errors.New("the idempotency key is longer than 255 characters")
+	errKeyChars  = errors.New("the idempotency key must be visible ASCII characters, without commas outside a quoted string")
+	errKeyQuoted = errors.New("the idempotency key is a malformed quoted string (RFC 8941 sf-string)")
+)
+
+// ParseKey extracts the key from the values of the key header. It accepts exactly
+// one value, either an RFC 8941 sf-string ("…", with \" and \\ escapes, printable
+// ASCII inside) or a bare value of visible ASCII characters without commas, and
+// returns 1–255 characters.
+func ParseKey(values []string) (string, error) {
+	if len(values) != 1 {
+		return "", errKeyMany
+	}
+	v := values[0]
+	if v == "" {
+		return "", errKeyEmpty
+	}
+	if v[0] == '"' {
+		return parseSFString(v)
+	}
+	if len(v) > MaxKeyLength {
+		return "", errKeyLong
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x21 || c > 0x7e || c == ',' {
+			if c == ',' {
+				return "", errKeyMany
+			}
+			return "", errKeyChars
+		}
+	}
+	return v, nil
+}
+
+func parseSFString(v string) (string, error) {
+	var b strings.Builder
+	escaped := false
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c < 0x20 || c > 0x7e:
+			return "", errKeyQuoted
+		case escaped:
+			if c != '"' && c != '\\' {
+				return "", errKeyQuoted
+			}
+			b.WriteByte(c)
+			escaped = false
+		case c == '\\':
+			escaped = true
+		case c == '"':
+			if i != len(v)-1 {
+				return "", errKeyQuoted // trailing data, parameters or a second member
+			}
+			key := b.String()
+			switch {
+			case key == "":
+				return "", errKeyEmpty
+			case len(key) > MaxKeyLength:
+				return "", errKeyLong
+			}
+			return key, nil
+		default:
+			b.WriteByte(c)
+		}
+		if b.Len() > MaxKeyLength {
+			return "", errKeyLong
+		}
+	}
+	return "", errKeyQuoted // unterminated
+}
+
+// HeaderKey takes the key from a request header (ParseKey: one RFC 8941
+// sf-string or bare token of 1–255 visible ASCII characters). It is the core's
+// default, on Settings.KeyHeader. The core echoes a header key back on the
+// answers it writes, as Stripe does.
+type HeaderKey struct {
+	Name string // canonical (http.CanonicalHeaderKey)
+}
+
+// Key implements KeySource.
+func (k HeaderKey) Key(r *http.Request, _ []byte) (string, error) {
+	values := r.Header.Values(k.Name)
+	if len(values) == 0 {
+		return "", ErrNoKey
+	}
+	return ParseKey(values)
+}
+
+// NeedsBody implements KeySource.
+func (HeaderKey) NeedsBody() bool { return false }
+
+// ID implements KeySource.
+func (HeaderKey) ID() string { return "header" }
+
+// Describe implements KeySource.
+func (k HeaderKey) Describe() string { return "an " + k.Name + " header" }
 
 // A fingerprint decides whether a repeat is the same request: a SHA-256 of the
 // method, the canonical path and query, the fingerprint headers and the body
@@ -239,3 +355,211 @@ func plainPointer(p string) bool {
 	}
 	return true
 }
+
+// StoreKey returns the store key for key as sent with r: a hex SHA-256 of the
+// key's namespace (key_namespace and the key source that produced it), the
+// request's scope and the key, so keys of different clients, or of different
+// sources, never meet and a client's key never reaches the store verbatim. The
+// Host is read in canonical form (CanonicalHost).
+func (h *Handler) StoreKey(r *http.Request, key string) string {
+	host, err := CanonicalHost(r.Host)
+	if err != nil {
+		host = r.Host // no request with this Host is ever claimed
+	}
+	return h.storeKey(r, host, key)
+}
+
+// storeKey is StoreKey with the canonical Host.
+func (h *Handler) storeKey(r *http.Request, host, key string) string {
+	d := getDigest()
+	defer digests.Put(d)
+	h.writeScope(d, r, host)
+	d.field(key)
+	// The sum goes into the digest's own buffer, as in owner: a local array
+	// would escape through the hash.Hash interface.
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], d.sum(d.buf[:0]))
+	return string(out[:]) // one allocation, where EncodeToString makes two
+}
+
+// storeKeyV2 marks a store key derived with its namespace. A Host never
+// contains '/', so no scope of the first derivation can begin with it.
+const storeKeyV2 = "idemproxy/2"
+
+// writeScope writes what a key belongs to.
+//
+// A header key on a route with no key_namespace, scoped by the Host, keeps the
+// first derivation (the Host, the scope headers, then the key), so records
+// stored by earlier versions are still found. Every other route's keys begin
+// with storeKeyV2, the namespace and the key source (a webhook's preset
+// included), so a header key can never claim the store key of a webhook id or
+// of a body-derived key. A webhook route's scope is the route and the signed
+// key alone: the Host and the other headers are not signed, and a captured
+// delivery must not run again under another Host.
+func (h *Handler) writeScope(d *digest, r *http.Request, host string) {
+	s, c := &h.s, h.compiled
+	if !c.legacyScope {
+		d.field(storeKeyV2)
+		d.field(s.KeyNamespace)
+		d.field(c.keySourceID)
+		if s.Verifier != nil {
+			return
+		}
+		if s.ScopeFunc != nil {
+			d.field("func")
+			d.field(s.ScopeFunc(r))
+			return
+		}
+		if s.ScopeHost {
+			d.field("host")
+			d.field(host)
+		} else {
+			d.field("no-host")
+		}
+	} else if s.ScopeFunc != nil {
+		d.field(s.ScopeFunc(r))
+		return
+	} else {
+		d.field(host)
+	}
+	for _, sp := range c.scope {
+		if sp.cookie {
+			d.cookie(r, sp.name)
+		} else {
+			d.header(r.Header, sp.name)
+		}
+	}
+}
+
+// digest is a SHA-256 state with a scratch buffer: fields are length-prefixed (so
+// their boundaries are unambiguous) and gathered before hashing, which spares an
+// allocation per field. Recycled through digests.
+type digest struct {
+	h   hash.Hash
+	buf []byte
+}
+
+var digests = sync.Pool{New: func() any { return &digest{h: sha256.New(), buf: make([]byte, 0, 512)} }}
+
+func getDigest() *digest {
+	d := digests.Get().(*digest)
+	d.h.Reset()
+	d.buf = d.buf[:0]
+	return d
+}
+
+func (d *digest) field(s string) {
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(s)))
+	d.buf = append(d.buf, s...)
+	if len(d.buf) > 4096 {
+		d.flush()
+	}
+}
+
+// fields adds one field: a and b joined by sep.
+func (d *digest) fields(sep, a, b string) {
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(a)+len(sep)+len(b)))
+	d.buf = append(append(append(d.buf, a...), sep...), b...)
+	if len(d.buf) > 4096 {
+		d.flush()
+	}
+}
+
+func (d *digest) header(hdr http.Header, name string) {
+	vals := hdr.Values(name)
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(vals)))
+	for _, v := range vals {
+		d.field(v)
+	}
+}
+
+// cookie adds the raw values of every cookie named name (in the order sent; see
+// eachCookie).
+func (d *digest) cookie(r *http.Request, name string) {
+	lines, n := r.Header["Cookie"], 0
+	eachCookie(lines, name, func(string) { n++ })
+	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(n))
+	eachCookie(lines, name, d.field)
+}
+
+func (d *digest) flush() {
+	_, _ = d.h.Write(d.buf)
+	d.buf = d.buf[:0]
+}
+
+func (d *digest) sum(b []byte) []byte {
+	d.flush()
+	if cap(d.buf) > 64<<10 {
+		d.buf = make([]byte, 0, 512) // do not keep a huge scratch buffer pooled
+	}
+	return d.h.Sum(b)
+}
+
+// Lock tokens need only be unique per claim across every process sharing a
+// store (they fence writes; they are never shown to clients). A random 64-bit
+// prefix per process and a counter give that without a trip to the system's
+// random source per request.
+var (
+	tokenPrefix = func() (p [8]byte) {
+		_, _ = rand.Read(p[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+		return p
+	}()
+	tokenCounter atomic.Uint64
+)
+
+func newToken() string {
+	var b [16]byte
+	copy(b[:8], tokenPrefix[:])
+	binary.BigEndian.PutUint64(b[8:], tokenCounter.Add(1))
+	var out [32]byte
+	hex.Encode(out[:], b[:])
+	return string(out[:])
+}
+
+// ownerDomain keeps an owner digest apart from every store key: both hash the
+// scope, and only the store key goes on to hash the client's key.
+const ownerDomain = "idemproxy owner"
+
+// owner returns the client scope a request's records belong to, as
+// cache.Lock.Owner: 16 hex digits of a SHA-256 of exactly the scope the store
+// key uses (writeScope: the namespace and key source, and the scope function's
+// result or the canonical Host and the scope headers and cookies), so a client's credential never reaches the store. A bounded
+// store shares its room by owner (the memory store's eviction).
+func (h *Handler) owner(r *http.Request, host string) string {
+	d := getDigest()
+	defer digests.Put(d)
+	d.field(ownerDomain)
+	h.writeScope(d, r, host)
+	// The sum goes into the digest's own (pooled, just flushed) buffer: a
+	// local array would escape through the hash.Hash interface.
+	sum := d.sum(d.buf[:0])
+	var out [16]byte
+	hex.Encode(out[:], sum[:8])
+	return string(out[:])
+}
+
+// eachCookie calls f with the value of every cookie named name in the Cookie
+// header lines, in the order sent, raw: byte for byte as the client sent it
+// (quotes, backslashes and non-ASCII bytes included), with only the optional
+// whitespace around the pair, its name and its value trimmed.
+//
+// It is the scope's cookie parser, and deliberately not net/http's: that one
+// drops a value with a quote, a backslash or a non-ASCII byte, and every cookie
+// once a request carries more than 3000, so sessions that differ only there
+// would share one scope. Nothing is dropped here and there is no count limit;
+// the server's header size limit bounds the work.
+func eachCookie(lines []string, name string, f func(value string)) {
+	for _, line := range lines {
+		for line != "" {
+			var pair string
+			pair, line, _ = strings.Cut(line, ";")
+			n, v, ok := strings.Cut(pair, "=")
+			if ok && trimOWS(n) == name {
+				f(trimOWS(v))
+			}
+		}
+	}
+}
+
+// trimOWS trims optional whitespace (spaces and tabs, RFC 9110 §5.6.3).
+func trimOWS(s string) string { return strings.Trim(s, " \t") }
