@@ -384,3 +384,14 @@ func Canonicalize(r *http.Request) (Canonical, error) {
 	}
 	return c, nil
 }
+
+// canonicalMethod is standardMethod, also upper-casing a tracked custom method.
+func (c *compiled) canonicalMethod(m string) string {
+	if cm := standardMethod(m); cm != m || c.tracked[m] {
+		return cm
+	}
+	if u := strings.ToUpper(m); c.tracked[u] {
+		return u
+	}
+	return m
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
@@ -13,9 +14,9 @@ import (
 
 // claim is one first execution: the lease this request holds on a store key,
 // from the claim to what settles it (stored, released, or held as an unknown
-// outcome). Its methods are the one place that settles a claim: run (this
-// file), store and release (complete.go), settleUnknown (unknown.go), and the
-// lease's renewal (renew.go).
+// outcome). Its methods are the one place that settles a claim: run, store,
+// release and the lease's renewal (this file, in that order), and
+// settleUnknown (unknown.go).
 type claim struct {
 	h        *Handler
 	storeKey string // the digest the store knows the record by (storeKey)
@@ -47,6 +48,7 @@ var errHandlerTimeout = timeoutError("handler_timeout passed before the handler 
 type timeoutError string
 
 func (e timeoutError) Error() string { return string(e) }
+
 func (e timeoutError) Timeout() bool { return true }
 
 // lockOrGet claims c's store key, or returns the record that holds it.
@@ -63,6 +65,85 @@ func (c *claim) lockOrGet(r *http.Request, owner string, ev *Event) (*cache.Reco
 func (c *claim) lock(owner string) cache.Lock {
 	h := c.h
 	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
+}
+
+// storeCtx returns the context for one store call: not cancelled by the client
+// (an abandoned claim would hold the key for a whole lease), bounded by the store
+// timeout unless the store is in-process.
+func (h *Handler) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	if h.inProcess {
+		return parent, noCancel // nothing in the store waits on it
+	}
+	return context.WithTimeout(context.WithoutCancel(parent), h.s.StoreTimeout)
+}
+
+// completeCtx returns the context for one Complete: as storeCtx's, except on
+// a store that bounds each of its requests itself (cache.RequestBounded), where
+// it has no overall deadline: a large response written at the pace the store
+// takes it may need longer than the store timeout, and each request is still
+// bounded.
+func (h *Handler) completeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := h.store.(cache.RequestBounded); ok && !h.inProcess {
+		return context.WithoutCancel(parent), noCancel
+	}
+	return h.storeCtx(parent)
+}
+
+func noCancel() {}
+
+// waitForFirst waits, up to the configured wait, for the in-flight request holding
+// c's key to finish. It returns the record as last read (loaded=true), or
+// loaded=false when c claimed the key itself (the first one was released). seen
+// is when the lock the caller read was created; owner is c's (Handler.owner).
+//
+// A store may announce only the changes of a lock that was in flight when
+// Subscribe ran (PostgreSQL and Redis mark it then). A lock the read finds that
+// was not the one read before Subscribe (another waiter claimed the key after a
+// release, or took over a lapsed lock) may be younger than the mark: it is
+// subscribed to and read once more before waiting for it.
+func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*cache.Record, bool, error) {
+	h, key, lock := c.h, c.storeKey, c.lock(owner)
+	deadline := time.NewTimer(h.s.Wait)
+	defer deadline.Stop()
+	notifier, _ := h.store.(cache.Notifier)
+	reread := false // the last pass found a lock other than seen, and did not wait
+	for {
+		var changed <-chan struct{}
+		cancel := func() {}
+		if notifier != nil {
+			changed, cancel = notifier.Subscribe(key)
+		}
+		// Read after subscribing: a change in between still wakes us.
+		sctx, scancel := h.storeCtx(r.Context())
+		rec, loaded, err := h.store.LockOrGet(sctx, key, lock)
+		scancel()
+		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != lock.Fingerprint {
+			cancel()
+			return rec, loaded, err
+		}
+		if !rec.CreatedAt.Equal(seen) && notifier != nil && !reread {
+			seen, reread = rec.CreatedAt, true
+			cancel()
+			continue
+		}
+		reread = false
+		seen = rec.CreatedAt
+		poll := time.NewTimer(h.s.WaitPoll)
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-deadline.C:
+			poll.Stop()
+			cancel()
+			return rec, true, nil // still in flight: 409
+		case <-r.Context().Done():
+			poll.Stop()
+			cancel()
+			return rec, true, nil // the client left
+		}
+		poll.Stop()
+		cancel()
+	}
 }
 
 // stopRenewal ends the lease's renewal, once what settles the claim is stored
@@ -139,7 +220,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 			rw.client.finish()
 		}
 	}()
-	narrowAcceptEncoding(r.Header) // encoding.go: only what a retry can be given
+	narrowAcceptEncoding(r.Header) // replay.go: only what a retry can be given
 	if c.grpc {
 		// A gRPC client's deadline would cancel the call upstream when it
 		// passes, as a hang-up would: the call runs to its end instead
@@ -210,7 +291,7 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 		resp.Oversize = true
 	} else {
 		resp.Header, resp.Body, resp.Trailer = rw.header, rw.body, rw.trailers()
-		c.h.unechoKey(resp.Header, r) // keyecho.go: an echoed key is not stored
+		c.h.unechoKey(resp.Header, r) // replay.go: an echoed key is not stored
 	}
 	err := c.store(resp, c.h.s.TTL)
 	if errors.Is(err, cache.ErrFull) && !resp.Oversize {
@@ -226,4 +307,260 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 	if err != nil {
 		c.ev.Outcome, c.ev.Err = OutcomeNotStored, err
 	}
+}
+
+// store completes the claim with resp for ttl and returns Complete's error. A
+// store failure (Redis restarting) is retried in the background: the finished
+// response is kept and retried for complete_retry, the lease renewed all the
+// while; while the lease holds, retries get 409, and should it lapse, the lock
+// is held as an unknown outcome (retries get that answer) which Complete still
+// replaces, each try at most a second after the store answers again.
+func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
+	h := c.h
+	// The fingerprint and start go with the record: should the lock be gone
+	// (its hold ended during a store outage), Complete recreates the record on
+	// the free key.
+	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: c.fp, CreatedAt: c.started, Response: resp}
+	// Detached from the handler's deadline: storing must not fail because the
+	// handler used its time; the store timeout bounds it instead (each of the
+	// store's requests, on a store that bounds them itself).
+	sctx, scancel := h.completeCtx(c.ctx)
+	c.renew.storing()
+	err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
+	scancel()
+	switch {
+	case err == nil, errors.Is(err, cache.ErrFull):
+	case errors.Is(err, cache.ErrLockLost):
+		h.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request's claim or answer holds the key",
+			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status))
+	default:
+		h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency record not stored yet; retrying in the background",
+			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status), slog.Any("error", err))
+		h.pending.Add(1)
+		release := func() {}
+		if h.pinned != nil {
+			release = h.pinned.Pin() // taken while this request still pins it
+		}
+		// Outlives the request, and renews the lease until it is done.
+		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
+		c.renew = nil
+		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
+	}
+	return err
+}
+
+// storeLater retries Complete until it succeeds, another request's answer
+// holds the key, or complete_retry passes. While another request's claim holds
+// the key it keeps trying: that claim may be refused and undone, or released.
+// Handler.Wait waits for it.
+func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Duration, release func()) {
+	h := c.h
+	defer h.pending.Done()
+	defer release()
+	defer c.stopRenewal()
+	deadline := time.Now().Add(h.s.CompleteRetry)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		if time.Until(deadline) < backoff {
+			msg := "idempotency record not stored within complete_retry; once its lease lapses the key is held as an unknown outcome"
+			if h.lapseHold == 0 {
+				msg = "idempotency record not stored within complete_retry; once its lease lapses a retry will run again"
+			}
+			h.logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
+			return
+		}
+		time.Sleep(backoff)
+		sctx, cancel := h.completeCtx(ctx)
+		err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			h.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", c.keyHash))
+			return
+		case errors.Is(err, cache.ErrLockLost) && c.answeredByAnother(ctx):
+			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request's answer holds the key",
+				slog.String("key_hash", c.keyHash))
+			return
+		}
+	}
+}
+
+// answeredByAnother reports whether the key holds another request's completed
+// record, which ends a pending completion for good. Another request's in-flight
+// claim does not: it may yet be refused and undone (a Redis claim no replica
+// acknowledged exists on the primary until it is) or released, and by the time
+// this reads the key it may be free already; nor does a failed read, nor a
+// lapsed lock held as an unknown outcome (this completion's own, which it
+// replaces).
+func (c *claim) answeredByAnother(ctx context.Context) bool {
+	sctx, cancel := c.h.storeCtx(ctx)
+	defer cancel()
+	rec, err := c.h.store.Get(sctx, c.storeKey)
+	return err == nil && rec.State == cache.StateCompleted && !rec.Lapsed
+}
+
+// release releases the claim, so a retry runs again.
+func (c *claim) release() {
+	c.stopRenewal()
+	h := c.h
+	sctx, cancel := h.storeCtx(c.ctx)
+	defer cancel()
+	if err := h.store.Release(sctx, c.storeKey, c.token); err != nil {
+		level := slog.LevelError
+		if errors.Is(err, cache.ErrLockLost) {
+			level = slog.LevelWarn
+		}
+		h.logger.LogAttrs(c.ctx, level, "idempotency lock not released; the key stays locked until its lease lapses",
+			slog.String("key_hash", c.keyHash), slog.Any("error", err))
+	}
+}
+
+// undo undoes a claim whose call failed (a lost reply, a store timeout, an
+// unacknowledged write): the store may have made it, and nothing is sent
+// under it. Left alone, it would lapse, and its key would be held as an
+// unknown outcome although this request never reached the upstream. The
+// token's release is retried in the background until the store answers (it
+// frees the lock, lapsed and held or not), another claim or record holds the
+// key (the lock was never made, or is gone), or complete_retry passes.
+func (c *claim) undo(ctx context.Context) {
+	h := c.h
+	if h.inProcess {
+		return // an in-process store's failed call wrote nothing
+	}
+	h.pending.Add(1)
+	release := func() {}
+	if h.pinned != nil {
+		release = h.pinned.Pin()
+	}
+	bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token}
+	go bg.undoLater(context.WithoutCancel(ctx), release)
+}
+
+func (c *claim) undoLater(ctx context.Context, release func()) {
+	h := c.h
+	defer h.pending.Done()
+	defer release()
+	deadline := time.Now().Add(h.s.CompleteRetry)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		sctx, cancel := h.storeCtx(ctx)
+		err := h.store.Release(sctx, c.storeKey, c.token)
+		cancel()
+		if err == nil {
+			h.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency claim whose store call failed undone: the key is free, nothing was sent under it",
+				slog.String("key_hash", c.keyHash))
+			return
+		}
+		if errors.Is(err, cache.ErrLockLost) {
+			return
+		}
+		if time.Until(deadline) < backoff {
+			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its lease lapses",
+				slog.String("key_hash", c.keyHash), slog.Any("error", err))
+			return
+		}
+		time.Sleep(backoff)
+	}
+}
+
+// Wait blocks until responses whose storing is being retried in the background
+// are stored or given up, or ctx is done. Call it on shutdown, after the server
+// stopped accepting requests.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { h.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// renewal extends a claim's lease every third of it while next runs, and on
+// while what settles the claim is stored, its background retries included: a
+// lease lapses only when its instance stopped, or the store took no write for
+// a whole lease. It uses a timer, not a goroutine, so fast requests pay
+// almost nothing for it.
+type renewal struct {
+	h        *Handler
+	ctx      context.Context
+	storeKey string
+	token    string
+	keyHash  string
+	t        *time.Timer
+	mu       sync.Mutex
+	stopped  bool
+	store    bool // the claim's answer is being stored: a lost lease may be its own Complete
+	running  sync.WaitGroup
+}
+
+// storing tells the renewal that the claim's answer is being stored: from
+// then on, a lease found lost may be the claim's own completion, and is not
+// reported.
+func (rn *renewal) storing() {
+	if rn == nil {
+		return
+	}
+	rn.mu.Lock()
+	rn.store = true
+	rn.mu.Unlock()
+}
+
+func (c *claim) startRenewal() *renewal {
+	// The renewal holds copies, not the claim, which may then stay on the
+	// request's stack.
+	rn := &renewal{h: c.h, ctx: c.ctx, storeKey: c.storeKey, token: c.token, keyHash: c.keyHash}
+	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
+	rn.t = time.AfterFunc(c.h.s.LockTTL/3, rn.fire)
+	rn.mu.Unlock()
+	return rn
+}
+
+func (rn *renewal) fire() {
+	rn.mu.Lock()
+	if rn.stopped {
+		rn.mu.Unlock()
+		return
+	}
+	rn.running.Add(1)
+	rn.mu.Unlock()
+	defer rn.running.Done()
+
+	s := &rn.h.s
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(s.StoreTimeout, s.LockTTL/3))
+	err := rn.h.store.Extend(ctx, rn.storeKey, rn.token, s.LockTTL)
+	cancel()
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	switch {
+	case errors.Is(err, cache.ErrLockLost):
+		switch {
+		case rn.store || rn.stopped:
+			// Completed by now, or lapsed during a store outage: the
+			// completion under way reports what it finds.
+		case rn.h.lapseHold > 0:
+			// Its Complete still replaces the held record when it lands.
+			rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
+				slog.String("key_hash", rn.keyHash))
+		default:
+			// Its Complete still lands if nobody else claims the key meanwhile.
+			rn.h.logger.LogAttrs(rn.ctx, slog.LevelError, "idempotency lease lost while the request ran; a duplicate may run now",
+				slog.String("key_hash", rn.keyHash))
+		}
+		return
+	case err != nil:
+		rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease not renewed; retrying",
+			slog.String("key_hash", rn.keyHash), slog.Any("error", err))
+	}
+	if !rn.stopped {
+		rn.t.Reset(s.LockTTL / 3)
+	}
+}
+
+// stop ends renewal and waits for a renewal under way.
+func (rn *renewal) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.mu.Unlock()
+	rn.t.Stop()
+	rn.running.Wait()
 }

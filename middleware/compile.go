@@ -138,17 +138,6 @@ func compile(s *Settings) (*compiled, error) {
 	return c, nil
 }
 
-// canonicalMethod is standardMethod, also upper-casing a tracked custom method.
-func (c *compiled) canonicalMethod(m string) string {
-	if cm := standardMethod(m); cm != m || c.tracked[m] {
-		return cm
-	}
-	if u := strings.ToUpper(m); c.tracked[u] {
-		return u
-	}
-	return m
-}
-
 // validToken reports whether s is an RFC 9110 token (header names, methods).
 var validToken = httpguts.ValidHeaderFieldName
 

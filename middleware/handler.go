@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/internal/status"
 )
 
 // Next is the rest of the chain. Its method set is caddyhttp.Handler's, so Caddy's
@@ -34,30 +36,6 @@ type Handler struct {
 	budget    *budget        // body_budget: shared by every Handler of its size
 	pending   sync.WaitGroup // responses whose storing is being retried
 }
-
-// storeCtx returns the context for one store call: not cancelled by the client
-// (an abandoned claim would hold the key for a whole lease), bounded by the store
-// timeout unless the store is in-process.
-func (h *Handler) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	if h.inProcess {
-		return parent, noCancel // nothing in the store waits on it
-	}
-	return context.WithTimeout(context.WithoutCancel(parent), h.s.StoreTimeout)
-}
-
-// completeCtx returns the context for one Complete: as storeCtx's, except on
-// a store that bounds each of its requests itself (cache.RequestBounded), where
-// it has no overall deadline: a large response written at the pace the store
-// takes it may need longer than the store timeout, and each request is still
-// bounded.
-func (h *Handler) completeCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := h.store.(cache.RequestBounded); ok && !h.inProcess {
-		return context.WithoutCancel(parent), noCancel
-	}
-	return h.storeCtx(parent)
-}
-
-func noCancel() {}
 
 // New returns a Handler over store, with DefaultSettings changed by opts. A
 // setting it refuses is a *cache.FieldError naming it.
@@ -124,22 +102,22 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	// The request goes on as the core read it: a tracked method in another
 	// case is forwarded in its canonical spelling.
 	r.Method = method
+	var cerr error
+	if canon.Path == "" { // not read yet
+		canon, cerr = Canonicalize(r)
+	}
 	if h.pinned != nil {
 		defer h.pinned.Pin()()
 	}
 	t := &tracker{h: h, start: time.Now(), ev: Event{Request: r}, reserved: reservation{b: h.budget}, grpc: IsGRPC(r)}
 	defer t.finish()
-
-	if canon.Path == "" { // not read yet
-		var err error
-		if canon, err = Canonicalize(r); errors.Is(err, ErrNonCanonicalPath) {
-			t.problem(w, OutcomeInvalid, err, NonCanonicalPathProblem(r.URL.EscapedPath(), err), 0)
-			return nil
-		} else if err != nil {
-			t.problem(w, OutcomeInvalid, err, newProblem(ProblemInvalidHost, http.StatusBadRequest,
-				err.Error()+"; send a host name or an IP literal, with an optional port"), 0)
-			return nil
-		}
+	if errors.Is(cerr, ErrNonCanonicalPath) {
+		t.problem(w, OutcomeInvalid, cerr, NonCanonicalPathProblem(r.URL.EscapedPath(), cerr), 0)
+		return nil
+	} else if cerr != nil {
+		t.problem(w, OutcomeInvalid, cerr, newProblem(ProblemInvalidHost, http.StatusBadRequest,
+			cerr.Error()+"; send a host name or an IP literal, with an optional port"), 0)
+		return nil
 	}
 	path, host := canon.Path, canon.Host
 	key, body, ok := h.keyOf(w, r, t)
@@ -250,7 +228,7 @@ func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request, t *tracker) (key
 	if h.keyHeader != "" {
 		t.key = key // echoed on the answers the core writes
 	}
-	if h.refuseUpgrade(w, r, t) { // upgrade.go
+	if h.refuseUpgrade(w, r, t) { // below
 		return "", nil, false
 	}
 	if !h.bodyFirst {
@@ -361,4 +339,72 @@ func (t *tracker) problem(w http.ResponseWriter, o Outcome, err error, p Problem
 	t.ev.Outcome, t.ev.Status, t.ev.Err = o, p.Status, err
 	t.emit()
 	t.h.writeProblem(w, p, retryAfter, t.key, t.grpc)
+}
+
+// errSwitched: a first execution switched protocols or took the connection over.
+var errSwitched = errors.New("the first execution switched protocols (101) or took the connection over: no answer to store, and it may have acted")
+
+// asksUpgrade reports whether a request asks to switch protocols: it carries an
+// Upgrade header, or a Connection header naming upgrade (RFC 9110 §7.8).
+func asksUpgrade(h http.Header) bool {
+	if len(h["Upgrade"]) > 0 {
+		return true
+	}
+	for _, v := range h["Connection"] {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// refuseUpgrade answers 400 upgrade-refused to a request with a key that asks to
+// switch protocols, and reports whether it did. A switched connection leaves no
+// answer to store and replay, while the upstream may have acted on the request:
+// every retry would run it again. So it is refused before anything is claimed or
+// forwarded.
+func (h *Handler) refuseUpgrade(w http.ResponseWriter, r *http.Request, t *tracker) bool {
+	if !asksUpgrade(r.Header) {
+		return false
+	}
+	t.problem(w, OutcomeInvalid, nil, newProblem(ProblemUpgradeRefused, http.StatusBadRequest,
+		"a request with an idempotency key must not ask to switch protocols (Upgrade): a switched connection leaves no answer to replay; nothing was executed"), 0)
+	return true
+}
+
+// passThrough calls next untracked, noting the status for the observer.
+func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, next Next, ev *Event) error {
+	sw := &status.Writer{ResponseWriter: w}
+	err := next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), runningKey{}, ev.Outcome)))
+	ev.Status = sw.Status
+	if err == nil {
+		ev.Status = sw.Final()
+	}
+	if err != nil && ev.Err == nil {
+		ev.Err = err
+	}
+	return err
+}
+
+// runningKey marks the context of a request the core passed to next with
+// how it did (Running): outcomeFirst, or the outcome of a pass-through.
+type runningKey struct{}
+
+// outcomeFirst marks a first execution in runningKey.
+const outcomeFirst Outcome = "first"
+
+// Running says, inside next, how the core passed r on: first for a first
+// execution (the request that claimed its key, whose response the core
+// records and stores when its status is one of store_statuses); else pass,
+// the outcome of a request passed through untracked (OutcomeBypass: no key
+// and none required; OutcomeStoreError: the store failed under fail_open).
+// Both are zero for a request that did not come through the core.
+func Running(r *http.Request) (first bool, pass Outcome) {
+	o, _ := r.Context().Value(runningKey{}).(Outcome)
+	if o == outcomeFirst {
+		return true, ""
+	}
+	return false, o
 }

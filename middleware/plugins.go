@@ -38,32 +38,6 @@ type KeySource interface {
 // ErrNoKey is what a KeySource answers for a request without a key.
 var ErrNoKey = errors.New("no idempotency key")
 
-// HeaderKey takes the key from a request header (ParseKey: one RFC 8941
-// sf-string or bare token of 1–255 visible ASCII characters). It is the core's
-// default, on Settings.KeyHeader. The core echoes a header key back on the
-// answers it writes, as Stripe does.
-type HeaderKey struct {
-	Name string // canonical (http.CanonicalHeaderKey)
-}
-
-// Key implements KeySource.
-func (k HeaderKey) Key(r *http.Request, _ []byte) (string, error) {
-	values := r.Header.Values(k.Name)
-	if len(values) == 0 {
-		return "", ErrNoKey
-	}
-	return ParseKey(values)
-}
-
-// NeedsBody implements KeySource.
-func (HeaderKey) NeedsBody() bool { return false }
-
-// ID implements KeySource.
-func (HeaderKey) ID() string { return "header" }
-
-// Describe implements KeySource.
-func (k HeaderKey) Describe() string { return "an " + k.Name + " header" }
-
 // Verifier authenticates a request before its key is claimed: a webhook
 // provider's signature (package webhook). A request that does not verify gets
 // 401 and nothing is claimed, stored or forwarded. With a Verifier, a key's

@@ -32,7 +32,7 @@ func anchors(text string) map[string]bool {
 func TestDocsLinksResolve(t *testing.T) {
 	root := Root(t)
 	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	for _, top := range []string{"README.md", "SECURITY.md", "RELIABILITY.md", "BENCHMARKS.md"} {
+	for _, top := range []string{"README.md", "SECURITY.md", "RELIABILITY.md", "BENCHMARKS.md", "CONTRIBUTING.md"} {
 		pages = append(pages, filepath.Join(root, top))
 	}
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)

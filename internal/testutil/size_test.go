@@ -9,13 +9,16 @@ import (
 	"testing"
 )
 
-// maxFileLines is the most lines a non-test Go file may have (issue 35): past
-// it a file holds more than one responsibility, and is split by them.
-const maxFileLines = 400
+// warnFileLines is the length past which a non-test Go file is worth a second
+// look. The rule is that a file holds one idea (CONTRIBUTING.md, "Files"), cut
+// where the idea changes, not where it grows long: length is only a hint, so
+// this is a warning, never a failure.
+const warnFileLines = 800
 
-// No non-test Go file the repository tracks, in any of its modules, is longer
-// than maxFileLines.
-func TestNoLongSourceFile(t *testing.T) {
+// Each non-test Go file the repository tracks, in any of its modules, that is
+// longer than warnFileLines is logged (go test -v shows it), as a question:
+// is it still one idea?
+func TestLongSourceFileWarning(t *testing.T) {
 	root := Root(t)
 	out, err := exec.Command("git", "-C", root, "ls-files", "*.go").Output()
 	if err != nil {
@@ -31,8 +34,8 @@ func TestNoLongSourceFile(t *testing.T) {
 			continue // deleted in the working tree
 		}
 		n++
-		if lines := bytes.Count(b, []byte("\n")); lines > maxFileLines {
-			t.Errorf("%s has %d lines, more than %d: split it by responsibility", f, lines, maxFileLines)
+		if lines := bytes.Count(b, []byte("\n")); lines > warnFileLines {
+			t.Logf("warning: %s has %d lines, more than %d: is it still one idea? (CONTRIBUTING.md, Files)", f, lines, warnFileLines)
 		}
 	}
 	if n < 100 {
