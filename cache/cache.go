@@ -1,9 +1,9 @@
 // Package cache defines what idemproxy stores and the contract every store meets.
 //
 // A record lives under an opaque store key (the middleware passes a hash of the
-// request's scope and its Idempotency-Key). It is first claimed as an in-flight lock
-// with a lease, then either completed with the response or released. Writes after the
-// claim are fenced by the lock token returned at claim time, so a holder whose lease
+// request's scope and its Idempotency-Key). It is first claimed as an in-flight claim
+// with a claim, then either completed with the response or released. Writes after the
+// claim are fenced by the claim token returned at claim time, so a holder whose claim
 // lapsed can never overwrite a newer holder.
 package cache
 
@@ -15,32 +15,32 @@ import (
 
 // Errors that callers branch on. Stores wrap them with %w; compare with errors.Is.
 var (
-	// ErrLockLost: the token no longer holds the key (lease lapsed, record deleted,
+	// ErrClaimLost: the token no longer holds the key (claim lapsed, record deleted,
 	// or already completed/released).
-	ErrLockLost = errors.New("idempotency lock lost")
+	ErrClaimLost = errors.New("idempotency claim lost")
 	// ErrNotFound: no live record under the key (Get and Delete only).
 	ErrNotFound = errors.New("idempotency record not found")
 	// ErrFull: the store is at its configured bound and nothing may be evicted
-	// to make room (only in-flight locks are left).
+	// to make room (only in-flight claims are left).
 	ErrFull = errors.New("idempotency store full")
 	// ErrCorrupt: the value under a key is not a record this version can read.
 	ErrCorrupt = errors.New("idempotency record corrupt")
 	// ErrNotUnknown: Resolve found a live record that is not a held unknown
-	// outcome (a lock in flight, or a completed answer).
+	// outcome (a claim in flight, or a completed answer).
 	ErrNotUnknown = errors.New("idempotency record is not an unknown outcome")
 )
 
-// Lock is what a caller asks for when it claims a key.
-type Lock struct {
+// Claim is what a caller asks for when it claims a key.
+type Claim struct {
 	// Token fences every later write; it must be unique per claim (e.g. 128 random bits).
 	Token string
-	// Fingerprint identifies the request; it is stored with the lock so duplicates
+	// Fingerprint identifies the request; it is stored with the claim so duplicates
 	// that arrive while the first is in flight can be told apart from misuse.
 	Fingerprint string
-	// Lease is how long the lock lives unless it is extended or completed.
-	Lease time.Duration
+	// Duration is how long the claim lives unless it is extended or completed.
+	Duration time.Duration
 	// Trace is the first execution's trace context (opaque bytes from the
-	// caller, at most MaxTrace), kept with the lock and returned as
+	// caller, at most MaxTrace), kept with the claim and returned as
 	// Record.Trace while it is in flight, so a duplicate can link to it.
 	// Optional.
 	Trace []byte
@@ -48,14 +48,14 @@ type Lock struct {
 	// string (the middleware passes 16 hex digits of a digest of the request's
 	// scope, never a credential). A bounded store may use it to share its room
 	// between clients, so that one client's volume cannot evict another's
-	// completed records (the memory store does, keeping it with the lock and
+	// completed records (the memory store does, keeping it with the claim and
 	// the completed record). Stores without eviction ignore it (Redis and
 	// PostgreSQL do). Optional: records without an owner share one.
 	Owner string
-	// Hold is how long the key stays held as an unknown outcome once the lease
-	// lapses with the lock neither completed nor released (the instance that
+	// Hold is how long the key stays held as an unknown outcome once the claim
+	// lapses with the claim neither completed nor released (the instance that
 	// claimed it died, or its writes stopped reaching the store). From the
-	// lapse until Hold has passed, every claim and Get reads the lock as a held
+	// lapse until Hold has passed, every claim and Get reads the claim as a held
 	// unknown outcome (LapsedRecord), which Resolve settles like any other,
 	// and which the token's own Complete or Release still replaces or frees (a
 	// completion that lands late). Extend never revives it. Zero: a lapsed
@@ -64,14 +64,14 @@ type Lock struct {
 	Hold time.Duration
 	// TTL is how long the record will be kept once completed: the ttl the
 	// caller means to give Complete (the middleware passes the route's
-	// TTL). A store may use it to place the lock where its completed record
+	// TTL). A store may use it to place the claim where its completed record
 	// will belong (PostgreSQL: the row's sweep_at, so that the completion
 	// changes no indexed column); Complete's own ttl still decides the
 	// record's expiry. Zero: not known.
 	TTL time.Duration
 }
 
-// MaxTrace bounds Lock.Trace and Response.Trace.
+// MaxTrace bounds Claim.Trace and Response.Trace.
 const MaxTrace = 64
 
 // Store is the storage contract. Every method is safe for concurrent use, and the
@@ -81,43 +81,43 @@ const MaxTrace = 64
 // call after a lost reply (go-redis does, on a broken connection) gets the answer
 // the first call got, never a conflict with itself.
 type Store interface {
-	// LockOrGet claims key if no live record exists: it stores an in-flight record
+	// ClaimOrGet claims key if no live record exists: it stores an in-flight record
 	// with lock.Fingerprint and returns (nil, false, nil), and the caller now holds the
-	// lease. A claim by the token that already holds the live lock answers the
+	// lease. A claim by the token that already holds the live claim answers the
 	// same (a re-sent claim). Otherwise it returns the existing record (in flight
 	// or completed) with loaded=true. Check and claim are one atomic step.
 	//
-	// A lock whose lease lapsed within its Lock.Hold is returned as a held
+	// A claim that lapsed within its Claim.Hold is returned as a held
 	// unknown outcome (LapsedRecord). The first claim that finds it with the
 	// lock's fingerprint marks it found, with its token, and gets it with
 	// Record.Found set (a re-sent claim of that token too), so that exactly
 	// one caller reports the hold; that mark is the only write a loaded claim
 	// makes.
-	LockOrGet(ctx context.Context, key string, lock Lock) (rec *Record, loaded bool, err error)
+	ClaimOrGet(ctx context.Context, key string, lock Claim) (rec *Record, loaded bool, err error)
 
-	// Complete replaces the caller's in-flight lock with the completed record rec,
-	// which then lives for ttl: its live lock, or its lock whose lease lapsed and
-	// which is held (Lock.Hold; found or not). It also succeeds when the key is
-	// free (no live lock or record: the lease lapsed during a store outage, the
+	// Complete replaces the caller's in-flight claim with the completed record rec,
+	// which then lives for ttl: its live claim, or its claim that lapsed and
+	// which is held (Claim.Hold; found or not). It also succeeds when the key is
+	// free (no live claim or record: the claim lapsed during a store outage, the
 	// lock is gone, and nobody claimed the key since), storing rec with its
 	// Fingerprint and CreatedAt; and when token already completed the live record
-	// (a re-sent Complete, which writes nothing). It fails with ErrLockLost when
+	// (a re-sent Complete, which writes nothing). It fails with ErrClaimLost when
 	// another claim or record holds the key.
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 
-	// Release deletes the caller's in-flight lock (live, or lapsed and held) so
+	// Release deletes the caller's in-flight claim (live, or lapsed and held) so
 	// the key can be claimed again. It succeeds when the key is free afterwards,
-	// also when nobody held it (a re-sent Release); it fails with ErrLockLost when
+	// also when nobody held it (a re-sent Release); it fails with ErrClaimLost when
 	// another claim or a completed record holds the key.
 	Release(ctx context.Context, key, token string) error
 
-	// Extend renews the caller's lease to lease from now (and the lock's hold
-	// with it). It fails with ErrLockLost unless token holds the key with a
+	// Extend renews the caller's claim to lease from now (and the claim's hold
+	// with it). It fails with ErrClaimLost unless token holds the key with a
 	// lease that has not lapsed.
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 
 	// Resolve settles a held unknown outcome (a completed record whose
-	// Response.Unknown is set, or a lapsed lock held as one) for an operator: with resp, the record's response
+	// Response.Unknown is set, or a lapsed claim held as one) for an operator: with resp, the record's response
 	// becomes resp, which then lives for ttl, keeping the record's fingerprint and
 	// creation time (a retry of the same request is answered resp, another
 	// request under the key 422); with a nil resp, the record is deleted and the
@@ -131,7 +131,7 @@ type Store interface {
 	Get(ctx context.Context, key string) (*Record, error)
 
 	// Delete removes the record under key whatever its state, or returns
-	// ErrNotFound. For operators: a deleted in-flight lock lets the key run again.
+	// ErrNotFound. For operators: a deleted in-flight claim lets the key run again.
 	Delete(ctx context.Context, key string) error
 
 	// Ping reports whether the store is reachable.
@@ -147,8 +147,8 @@ type Notifier interface {
 	// Subscribe returns a channel that is closed at the key's next change, and a
 	// function to call when the caller no longer waits. Subscribe before reading the
 	// record, so a change between the read and the wait is not missed. A store may
-	// announce only the changes of a lock in flight when Subscribe ran (PostgreSQL
-	// and Redis mark it): a waiter that reads a lock claimed after that subscribes
+	// announce only the changes of a claim in flight when Subscribe ran (PostgreSQL
+	// and Redis mark it): a waiter that reads a claim claimed after that subscribes
 	// and reads again before waiting for it.
 	Subscribe(key string) (changed <-chan struct{}, cancel func())
 }

@@ -91,7 +91,7 @@ func (q ListQuery) Keep(page *ListPage, key string, rec *Record, err error) erro
 var ErrBadCursor = errors.New("idempotency list cursor not recognised")
 
 // IsHeld reports whether rec is a held unknown outcome: a completed record
-// whose response is one, or a lapsed lock held as one (LapsedRecord).
+// whose response is one, or a lapsed claim held as one (LapsedRecord).
 func IsHeld(rec *Record) bool {
 	return rec != nil && rec.State == StateCompleted && rec.Response != nil && rec.Response.Unknown
 }

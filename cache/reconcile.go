@@ -90,10 +90,10 @@ func DecodeJob(b []byte) (*Job, error) {
 
 // Reconciler is implemented by stores that keep reconcile jobs: an index of
 // held unknown outcomes by when they are next due, from which any instance
-// sharing the store claims the next one. A claim is a lease fenced by its
+// sharing the store claims the next one. A claim is a claim fenced by its
 // token, so one instance at a time works on a job, and a job whose instance
-// died is claimed again when its lease lapses. Times are the caller's clock:
-// instances sharing a store must agree on time to well within a lease.
+// died is claimed again when its claim lapses. Times are the caller's clock:
+// instances sharing a store must agree on time to well within a claim.
 type Reconciler interface {
 	// ScheduleReconcile stores job under key (replacing any job there, and
 	// any claim on it), due at job.Due.
@@ -107,12 +107,12 @@ type Reconciler interface {
 	ClaimReconcile(ctx context.Context, now time.Time, token string, lease time.Duration) (key string, job *Job, err error)
 
 	// UpdateReconcile replaces the claimed job under key with job, due at
-	// job.Due, and ends the claim. It fails with ErrLockLost unless token
+	// job.Due, and ends the claim. It fails with ErrClaimLost unless token
 	// still holds the claim.
 	UpdateReconcile(ctx context.Context, key, token string, job *Job) error
 
 	// FinishReconcile deletes the claimed job under key. It fails with
-	// ErrLockLost unless token still holds the claim.
+	// ErrClaimLost unless token still holds the claim.
 	FinishReconcile(ctx context.Context, key, token string) error
 
 	// GetReconcile returns the job under key, or ErrNotFound. For operators.

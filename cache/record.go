@@ -41,30 +41,30 @@ type Record struct {
 	State       State     `msgpack:"s"`
 	Fingerprint string    `msgpack:"f"`
 	CreatedAt   time.Time `msgpack:"c"`
-	// ExpiresAt is when the lease (in flight) or the record (completed) lapses.
+	// ExpiresAt is when the claim (in flight) or the record (completed) lapses.
 	// Stores fill it in on read; it is informational.
 	ExpiresAt time.Time `msgpack:"e,omitempty"`
 	// Response is set on completed records.
 	Response *Response `msgpack:"r,omitempty"`
-	// Trace is an in-flight record's Lock.Trace (a completed record's is in
+	// Trace is an in-flight record's Claim.Trace (a completed record's is in
 	// Response.Trace).
 	Trace []byte `msgpack:"x,omitempty"`
-	// Lapsed marks a lock whose lease lapsed, held as an unknown outcome for
-	// its Lock.Hold (see LapsedRecord). Stores set it on read; it is not stored.
+	// Lapsed marks a claim that lapsed, held as an unknown outcome for
+	// its Claim.Hold (see LapsedRecord). Stores set it on read; it is not stored.
 	Lapsed bool `msgpack:"-"`
-	// Found is set by the LockOrGet that first found a lapsed lock with the
+	// Found is set by the ClaimOrGet that first found a lapsed claim with the
 	// lock's fingerprint (or a re-sent call of its token): that caller reports
 	// the hold. Not stored.
 	Found bool `msgpack:"-"`
 }
 
-// LapsedStatus is the status of a held unknown outcome whose lease lapsed:
+// LapsedStatus is the status of a held unknown outcome whose claim lapsed:
 // the gateway got no answer in time.
 const LapsedStatus = http.StatusGatewayTimeout
 
-// LapsedRecord is how a store returns an in-flight lock whose lease lapsed and
-// which is held (Lock.Hold): a completed record holding an unknown outcome
-// (status LapsedStatus, no rendered answer), with the lock's fingerprint,
+// LapsedRecord is how a store returns an in-flight claim that lapsed and
+// which is held (Claim.Hold): a completed record holding an unknown outcome
+// (status LapsedStatus, no rendered answer), with the claim's fingerprint,
 // creation time and trace context, expiring when the hold ends.
 func LapsedRecord(fingerprint string, created, holdEnd time.Time, trace []byte, found bool) *Record {
 	return &Record{
@@ -95,7 +95,7 @@ type Response struct {
 	// complete answer came back; the stored response is the outcome-unknown
 	// problem its retries get.
 	Unknown bool `msgpack:"u,omitempty"`
-	// Trace is the first execution's trace context (see Lock.Trace).
+	// Trace is the first execution's trace context (see Claim.Trace).
 	Trace []byte `msgpack:"x,omitempty"`
 }
 

@@ -83,7 +83,7 @@ func TestAdminPinsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := strings.Repeat("ab", 32)
-	if _, _, err := mem.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := mem.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var closed atomic.Bool

@@ -198,7 +198,7 @@ func TestHandlerOptionsApply(t *testing.T) {
 }
 
 // A config reload provisions the new handler (and store module) before cleaning up
-// the old: stored responses and in-flight locks survive.
+// the old: stored responses and in-flight claims survive.
 func TestReloadKeepsStore(t *testing.T) {
 	const cfg = `{"store":{"type":"memory","max_records":777}}`
 	old, _, cancelOld := provision(t, cfg)

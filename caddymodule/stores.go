@@ -133,7 +133,7 @@ func registerStore(k stores.Kind) { caddy.RegisterModule(newStore(k)) }
 // replaced. Then the store's settings, by name, each over its default. The
 // memory store has no locator: there is one per process, shared by every site
 // and handler and kept across reloads, and a reload that changes its settings
-// applies them to it, its records and in-flight locks kept. Every other store
+// applies them to it, its records and in-flight claims kept. Every other store
 // is shared by the configs that agree on its identity (its locator and
 // settings, internal/stores.Key), kept across reloads.
 type Store struct {
@@ -271,7 +271,7 @@ func (s *Store) Provision(ctx caddy.Context) error {
 				args = append(args, name, f.Text(s.Settings))
 			}
 		}
-		ctx.Slogger().Info("idempotency: store settings changed; applied to the live store, its records and in-flight locks kept", args...)
+		ctx.Slogger().Info("idempotency: store settings changed; applied to the live store, its records and in-flight claims kept", args...)
 	}
 	return nil
 }

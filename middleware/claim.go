@@ -12,10 +12,10 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// claim is one first execution: the lease this request holds on a store key,
+// claim is one first execution: the claim this request holds on a store key,
 // from the claim to what settles it (stored, released, or held as an unknown
 // outcome). Its methods are the one place that settles a claim: run, store,
-// release and the lease's renewal (this file, in that order), and
+// release and the claim's renewal (this file, in that order), and
 // settleUnknown (unknown.go).
 type claim struct {
 	h        *Handler
@@ -36,7 +36,7 @@ type claim struct {
 	// must not cancel the work whose result the retry will ask for), bounded
 	// by handler_timeout.
 	ctx context.Context
-	// renew renews the lease from the claim until what settles it is stored
+	// renew renews the claim from the claim until what settles it is stored
 	// (a background retry of the store takes it over); nil once stopped.
 	renew *renewal
 }
@@ -51,24 +51,24 @@ func (e timeoutError) Error() string { return string(e) }
 
 func (e timeoutError) Timeout() bool { return true }
 
-// lockOrGet claims c's store key, or returns the record that holds it.
-func (c *claim) lockOrGet(r *http.Request, owner string, ev *Event) (*cache.Record, bool, error) {
+// claimOrGet claims c's store key, or returns the record that holds it.
+func (c *claim) claimOrGet(r *http.Request, owner string, ev *Event) (*cache.Record, bool, error) {
 	t0 := time.Now()
 	sctx, scancel := c.h.storeCtx(r.Context())
 	defer scancel()
-	rec, loaded, err := c.h.store.LockOrGet(sctx, c.storeKey, c.lock(owner))
+	rec, loaded, err := c.h.store.ClaimOrGet(sctx, c.storeKey, c.asked(owner))
 	ev.StoreDuration = time.Since(t0)
 	return rec, loaded, err
 }
 
-// lock is what c asks the store for.
-func (c *claim) lock(owner string) cache.Lock {
+// asked is the claim c asks the store for.
+func (c *claim) asked(owner string) cache.Claim {
 	h := c.h
-	return cache.Lock{Token: c.token, Fingerprint: c.fp, Lease: h.s.LockTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
+	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
 }
 
 // storeCtx returns the context for one store call: not cancelled by the client
-// (an abandoned claim would hold the key for a whole lease), bounded by the store
+// (an abandoned claim would hold the key for a whole claim), bounded by the store
 // timeout unless the store is in-process.
 func (h *Handler) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
 	if h.inProcess {
@@ -94,19 +94,19 @@ func noCancel() {}
 // waitForFirst waits, up to the configured wait, for the in-flight request holding
 // c's key to finish. It returns the record as last read (loaded=true), or
 // loaded=false when c claimed the key itself (the first one was released). seen
-// is when the lock the caller read was created; owner is c's (Handler.owner).
+// is when the claim the caller read was created; owner is c's (Handler.owner).
 //
-// A store may announce only the changes of a lock that was in flight when
+// A store may announce only the changes of a claim that was in flight when
 // Subscribe ran (PostgreSQL and Redis mark it then). A lock the read finds that
 // was not the one read before Subscribe (another waiter claimed the key after a
-// release, or took over a lapsed lock) may be younger than the mark: it is
+// release, or took over a lapsed claim) may be younger than the mark: it is
 // subscribed to and read once more before waiting for it.
 func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*cache.Record, bool, error) {
-	h, key, lock := c.h, c.storeKey, c.lock(owner)
+	h, key, want := c.h, c.storeKey, c.asked(owner)
 	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
-	reread := false // the last pass found a lock other than seen, and did not wait
+	reread := false // the last pass found a claim other than seen, and did not wait
 	for {
 		var changed <-chan struct{}
 		cancel := func() {}
@@ -115,9 +115,9 @@ func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*ca
 		}
 		// Read after subscribing: a change in between still wakes us.
 		sctx, scancel := h.storeCtx(r.Context())
-		rec, loaded, err := h.store.LockOrGet(sctx, key, lock)
+		rec, loaded, err := h.store.ClaimOrGet(sctx, key, want)
 		scancel()
-		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != lock.Fingerprint {
+		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != want.Fingerprint {
 			cancel()
 			return rec, loaded, err
 		}
@@ -146,7 +146,7 @@ func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*ca
 	}
 }
 
-// stopRenewal ends the lease's renewal, once what settles the claim is stored
+// stopRenewal ends the claim's renewal, once what settles the claim is stored
 // (or given up) or the key is released.
 func (c *claim) stopRenewal() {
 	if c.renew != nil {
@@ -311,13 +311,13 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 
 // store completes the claim with resp for ttl and returns Complete's error. A
 // store failure (Redis restarting) is retried in the background: the finished
-// response is kept and retried for complete_retry, the lease renewed all the
-// while; while the lease holds, retries get 409, and should it lapse, the lock
+// response is kept and retried for complete_retry, the claim renewed all the
+// while; while the claim holds, retries get 409, and should it lapse, the claim
 // is held as an unknown outcome (retries get that answer) which Complete still
 // replaces, each try at most a second after the store answers again.
 func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	h := c.h
-	// The fingerprint and start go with the record: should the lock be gone
+	// The fingerprint and start go with the record: should the claim be gone
 	// (its hold ended during a store outage), Complete recreates the record on
 	// the free key.
 	rec := &cache.Record{State: cache.StateCompleted, Fingerprint: c.fp, CreatedAt: c.started, Response: resp}
@@ -330,7 +330,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	scancel()
 	switch {
 	case err == nil, errors.Is(err, cache.ErrFull):
-	case errors.Is(err, cache.ErrLockLost):
+	case errors.Is(err, cache.ErrClaimLost):
 		h.logger.LogAttrs(c.ctx, slog.LevelError, "idempotency record not stored: another request's claim or answer holds the key",
 			slog.String("key_hash", c.keyHash), slog.Int("status", resp.Status))
 	default:
@@ -341,7 +341,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 		if h.pinned != nil {
 			release = h.pinned.Pin() // taken while this request still pins it
 		}
-		// Outlives the request, and renews the lease until it is done.
+		// Outlives the request, and renews the claim until it is done.
 		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
 		c.renew = nil
 		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
@@ -361,9 +361,9 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 	deadline := time.Now().Add(h.s.CompleteRetry)
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		if time.Until(deadline) < backoff {
-			msg := "idempotency record not stored within complete_retry; once its lease lapses the key is held as an unknown outcome"
+			msg := "idempotency record not stored within complete_retry; once its claim lapses the key is held as an unknown outcome"
 			if h.lapseHold == 0 {
-				msg = "idempotency record not stored within complete_retry; once its lease lapses a retry will run again"
+				msg = "idempotency record not stored within complete_retry; once its claim lapses a retry will run again"
 			}
 			h.logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("key_hash", c.keyHash), slog.Duration("complete_retry", h.s.CompleteRetry))
 			return
@@ -376,7 +376,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 		case err == nil:
 			h.logger.LogAttrs(ctx, slog.LevelInfo, "idempotency record stored after a retry", slog.String("key_hash", c.keyHash))
 			return
-		case errors.Is(err, cache.ErrLockLost) && c.answeredByAnother(ctx):
+		case errors.Is(err, cache.ErrClaimLost) && c.answeredByAnother(ctx):
 			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency record not stored: another request's answer holds the key",
 				slog.String("key_hash", c.keyHash))
 			return
@@ -389,7 +389,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 // claim does not: it may yet be refused and undone (a Redis claim no replica
 // acknowledged exists on the primary until it is) or released, and by the time
 // this reads the key it may be free already; nor does a failed read, nor a
-// lapsed lock held as an unknown outcome (this completion's own, which it
+// lapsed claim held as an unknown outcome (this completion's own, which it
 // replaces).
 func (c *claim) answeredByAnother(ctx context.Context) bool {
 	sctx, cancel := c.h.storeCtx(ctx)
@@ -406,10 +406,10 @@ func (c *claim) release() {
 	defer cancel()
 	if err := h.store.Release(sctx, c.storeKey, c.token); err != nil {
 		level := slog.LevelError
-		if errors.Is(err, cache.ErrLockLost) {
+		if errors.Is(err, cache.ErrClaimLost) {
 			level = slog.LevelWarn
 		}
-		h.logger.LogAttrs(c.ctx, level, "idempotency lock not released; the key stays locked until its lease lapses",
+		h.logger.LogAttrs(c.ctx, level, "idempotency lock not released; the key stays locked until its claim lapses",
 			slog.String("key_hash", c.keyHash), slog.Any("error", err))
 	}
 }
@@ -419,8 +419,8 @@ func (c *claim) release() {
 // under it. Left alone, it would lapse, and its key would be held as an
 // unknown outcome although this request never reached the upstream. The
 // token's release is retried in the background until the store answers (it
-// frees the lock, lapsed and held or not), another claim or record holds the
-// key (the lock was never made, or is gone), or complete_retry passes.
+// frees the claim, lapsed and held or not), another claim or record holds the
+// key (the claim was never made, or is gone), or complete_retry passes.
 func (c *claim) undo(ctx context.Context) {
 	h := c.h
 	if h.inProcess {
@@ -449,11 +449,11 @@ func (c *claim) undoLater(ctx context.Context, release func()) {
 				slog.String("key_hash", c.keyHash))
 			return
 		}
-		if errors.Is(err, cache.ErrLockLost) {
+		if errors.Is(err, cache.ErrClaimLost) {
 			return
 		}
 		if time.Until(deadline) < backoff {
-			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its lease lapses",
+			h.logger.LogAttrs(ctx, slog.LevelError, "idempotency claim whose store call failed not undone within complete_retry; should the store have made it, its key is held as an unknown outcome once its claim lapses",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))
 			return
 		}
@@ -475,10 +475,10 @@ func (h *Handler) Wait(ctx context.Context) error {
 	}
 }
 
-// renewal extends a claim's lease every third of it while next runs, and on
+// renewal extends a claim's claim every third of it while next runs, and on
 // while what settles the claim is stored, its background retries included: a
-// lease lapses only when its instance stopped, or the store took no write for
-// a whole lease. It uses a timer, not a goroutine, so fast requests pay
+// claim lapses only when its instance stopped, or the store took no write for
+// a whole claim. It uses a timer, not a goroutine, so fast requests pay
 // almost nothing for it.
 type renewal struct {
 	h        *Handler
@@ -494,7 +494,7 @@ type renewal struct {
 }
 
 // storing tells the renewal that the claim's answer is being stored: from
-// then on, a lease found lost may be the claim's own completion, and is not
+// then on, a claim found lost may be the claim's own completion, and is not
 // reported.
 func (rn *renewal) storing() {
 	if rn == nil {
@@ -510,7 +510,7 @@ func (c *claim) startRenewal() *renewal {
 	// request's stack.
 	rn := &renewal{h: c.h, ctx: c.ctx, storeKey: c.storeKey, token: c.token, keyHash: c.keyHash}
 	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
-	rn.t = time.AfterFunc(c.h.s.LockTTL/3, rn.fire)
+	rn.t = time.AfterFunc(c.h.s.ClaimTTL/3, rn.fire)
 	rn.mu.Unlock()
 	return rn
 }
@@ -526,20 +526,20 @@ func (rn *renewal) fire() {
 	defer rn.running.Done()
 
 	s := &rn.h.s
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(s.StoreTimeout, s.LockTTL/3))
-	err := rn.h.store.Extend(ctx, rn.storeKey, rn.token, s.LockTTL)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rn.ctx), min(s.StoreTimeout, s.ClaimTTL/3))
+	err := rn.h.store.Extend(ctx, rn.storeKey, rn.token, s.ClaimTTL)
 	cancel()
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	switch {
-	case errors.Is(err, cache.ErrLockLost):
+	case errors.Is(err, cache.ErrClaimLost):
 		switch {
 		case rn.store || rn.stopped:
 			// Completed by now, or lapsed during a store outage: the
 			// completion under way reports what it finds.
 		case rn.h.lapseHold > 0:
 			// Its Complete still replaces the held record when it lands.
-			rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency lease lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
+			rn.h.logger.LogAttrs(rn.ctx, slog.LevelWarn, "idempotency claim lapsed while the request ran; retries get the outcome-unknown answer until its answer is stored",
 				slog.String("key_hash", rn.keyHash))
 		default:
 			// Its Complete still lands if nobody else claims the key meanwhile.
@@ -552,7 +552,7 @@ func (rn *renewal) fire() {
 			slog.String("key_hash", rn.keyHash), slog.Any("error", err))
 	}
 	if !rn.stopped {
-		rn.t.Reset(s.LockTTL / 3)
+		rn.t.Reset(s.ClaimTTL / 3)
 	}
 }
 

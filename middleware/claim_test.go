@@ -252,7 +252,7 @@ func TestWrappedStoreKeepsItsInterfaces(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "every hold to be released", func() bool { return w.holds.Load() == 0 })
 }
 
-// The lease is renewed while next runs: the fake clock moves well past the lease,
+// The lease is renewed while next runs: the fake clock moves well past the claim,
 // but only in steps shorter than it, each after a renewal.
 func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	clk := cachetest.NewClock()
@@ -261,7 +261,7 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	c := &counter{Fn: func(w http.ResponseWriter, r *http.Request) { close(started); <-release; w.WriteHeader(200) }}
-	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = lease }).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.ClaimTTL = lease }).Wrap(c)
 	done := make(chan struct{})
 	go func() { defer close(done); serve(h, req{Key: "slow"}) }()
 	<-started
@@ -286,7 +286,7 @@ func TestLeaseRenewalKeepsSlowRequestLocked(t *testing.T) {
 	}
 }
 
-// Under unknown_outcome release, a holder whose lease lapsed (no renewal got
+// Under unknown_outcome release, a holder whose claim lapsed (no renewal got
 // through) cannot overwrite the newer holder's record.
 func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	clk := cachetest.NewClock()
@@ -305,7 +305,7 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	}
 	// The lease is long in real time (no renewal fires during the test) and
 	// lapses by moving the fake clock.
-	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL, s.UnknownOutcome = time.Hour, middleware.UnknownRelease },
+	h := newHandler(t, store, func(s *middleware.Settings) { s.ClaimTTL, s.UnknownOutcome = time.Hour, middleware.UnknownRelease },
 		func(s *middleware.Settings) { s.Observer = evs.Observe }).Wrap(c)
 	done := make(chan struct{})
 	go func() { defer close(done); serve(h, req{Key: "k", Header: http.Header{"X-Which": {"first"}}}) }()
@@ -323,8 +323,8 @@ func TestLapsedLeaseOldHolderCannotOverwrite(t *testing.T) {
 	if len(o) != 3 || o[0] != middleware.OutcomeStored || o[1] != middleware.OutcomeNotStored {
 		t.Fatalf("outcomes %v: want the second stored, then the lapsed first not stored", o)
 	}
-	if evs.All()[1].Err == nil || !errors.Is(evs.All()[1].Err, cache.ErrLockLost) {
-		t.Fatalf("lapsed holder's error = %v, want ErrLockLost", evs.All()[1].Err)
+	if evs.All()[1].Err == nil || !errors.Is(evs.All()[1].Err, cache.ErrClaimLost) {
+		t.Fatalf("lapsed holder's error = %v, want ErrClaimLost", evs.All()[1].Err)
 	}
 }
 
@@ -349,7 +349,7 @@ func TestLapsedLeaseIsHeld(t *testing.T) {
 	var holds []middleware.Held
 	var mu sync.Mutex
 	h := newHandler(t, store, func(s *middleware.Settings) {
-		s.LockTTL = time.Hour // long in real time: no renewal fires; the fake clock lapses it
+		s.ClaimTTL = time.Hour // long in real time: no renewal fires; the fake clock lapses it
 		s.Observer = evs.Observe
 		s.FingerprintHeaders = nil
 		s.OnHold = func(_ context.Context, held middleware.Held) error {

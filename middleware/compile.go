@@ -23,9 +23,9 @@ type compiled struct {
 	bodyFirst   bool   // the body is read before the key: a signature, or a key in it
 	errorFormat ErrorFormat
 	logger      *slog.Logger
-	// lapseHold is how long a lock whose lease lapses is held as an unknown
-	// outcome (cache.Lock.Hold): unknown_hold under the hold policy, none
-	// when a lapsed lock is released (unknown_outcome release, in_flight_only).
+	// lapseHold is how long a claim that lapses is held as an unknown
+	// outcome (cache.Claim.Hold): unknown_hold under the hold policy, none
+	// when a lapsed claim is released (unknown_outcome release, in_flight_only).
 	lapseHold time.Duration
 }
 
@@ -98,8 +98,8 @@ func compile(s *Settings) (*compiled, error) {
 	switch {
 	case s.TTL <= 0:
 		return nil, settingErr("ttl", "must be positive, got %v", s.TTL)
-	case s.LockTTL < 3*time.Millisecond:
-		return nil, settingErr("lock_ttl", "must be at least 3ms, got %v", s.LockTTL)
+	case s.ClaimTTL < 3*time.Millisecond:
+		return nil, settingErr("lock_ttl", "must be at least 3ms, got %v", s.ClaimTTL)
 	case s.MinKeyLength < 1 || s.MinKeyLength > MaxKeyLength:
 		return nil, settingErr("min_key_length", "must be 1 to %d characters, got %d", MaxKeyLength, s.MinKeyLength)
 	case s.MaxRequestBody < 0:

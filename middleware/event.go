@@ -43,7 +43,7 @@ type Event struct {
 	Status int
 	// Duration is the time spent in Handle.
 	Duration time.Duration
-	// StoreDuration is the time spent in the claim (LockOrGet) call.
+	// StoreDuration is the time spent in the claim (ClaimOrGet) call.
 	StoreDuration time.Duration
 	// KeyHash is a short hash of the store key, safe to log; empty when the request
 	// had no valid key.

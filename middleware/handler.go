@@ -148,7 +148,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 		}
 	}
 	owner := h.owner(r, host)
-	rec, loaded, err := c.lockOrGet(r, owner, &t.ev)
+	rec, loaded, err := c.claimOrGet(r, owner, &t.ev)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
@@ -177,7 +177,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	if loaded {
 		if rec.Found {
 			h.lapsed(r, c, key, body, rec) // unknown.go
-			t.ev.Outcome, t.ev.Err = OutcomeUnknown, errLeaseLapsed
+			t.ev.Outcome, t.ev.Err = OutcomeUnknown, errClaimLapsed
 		}
 		h.answerDuplicate(w, r, rec, c.fp, t)
 		return nil

@@ -54,21 +54,21 @@ func newHandler(t testing.TB, store cache.Store, opts ...middleware.Option) *mid
 // flaky wraps a store and fails chosen operations.
 type flaky struct {
 	cache.Store
-	failLock, failComplete, failRelease atomic.Bool
-	extends                             chan struct{}
-	completes                           atomic.Int64 // Complete calls
-	// lockLostOnce makes the next Complete answer ErrLockLost, as when another
+	failClaim, failComplete, failRelease atomic.Bool
+	extends                              chan struct{}
+	completes                            atomic.Int64 // Complete calls
+	// claimLostOnce makes the next Complete answer ErrClaimLost, as when another
 	// claim held the key for a moment (a refused claim, since undone).
-	lockLostOnce atomic.Bool
+	claimLostOnce atomic.Bool
 }
 
 var errDown = errors.New("store down")
 
-func (f *flaky) LockOrGet(ctx context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
-	if f.failLock.Load() {
+func (f *flaky) ClaimOrGet(ctx context.Context, key string, l cache.Claim) (*cache.Record, bool, error) {
+	if f.failClaim.Load() {
 		return nil, false, errDown
 	}
-	return f.Store.LockOrGet(ctx, key, l)
+	return f.Store.ClaimOrGet(ctx, key, l)
 }
 
 func (f *flaky) Complete(ctx context.Context, key, tok string, rec *cache.Record, ttl time.Duration) error {
@@ -76,8 +76,8 @@ func (f *flaky) Complete(ctx context.Context, key, tok string, rec *cache.Record
 	if f.failComplete.Load() {
 		return errDown
 	}
-	if f.lockLostOnce.CompareAndSwap(true, false) {
-		return cache.ErrLockLost
+	if f.claimLostOnce.CompareAndSwap(true, false) {
+		return cache.ErrClaimLost
 	}
 	return f.Store.Complete(ctx, key, tok, rec, ttl)
 }

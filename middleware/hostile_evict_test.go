@@ -25,8 +25,8 @@ func TestFullStoreRefusedEvenWhenFailOpen(t *testing.T) {
 	// Two requests of other clients in flight fill the store: locks are never
 	// evicted.
 	for i := range 2 {
-		if _, _, err := store.LockOrGet(context.Background(), fmt.Sprint("other-", i),
-			cache.Lock{Token: fmt.Sprint("t", i), Fingerprint: "fp", Lease: time.Minute, Owner: fmt.Sprint("other-", i)}); err != nil {
+		if _, _, err := store.ClaimOrGet(context.Background(), fmt.Sprint("other-", i),
+			cache.Claim{Token: fmt.Sprint("t", i), Fingerprint: "fp", Duration: time.Minute, Owner: fmt.Sprint("other-", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,11 +50,11 @@ type owners struct {
 	seen []string
 }
 
-func (o *owners) LockOrGet(ctx context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
+func (o *owners) ClaimOrGet(ctx context.Context, key string, l cache.Claim) (*cache.Record, bool, error) {
 	o.mu.Lock()
 	o.seen = append(o.seen, l.Owner)
 	o.mu.Unlock()
-	return o.Store.LockOrGet(ctx, key, l)
+	return o.Store.ClaimOrGet(ctx, key, l)
 }
 
 func (o *owners) last() string {

@@ -521,7 +521,7 @@ func newToken() string {
 const ownerDomain = "idemproxy owner"
 
 // owner returns the client scope a request's records belong to, as
-// cache.Lock.Owner: 16 hex digits of a SHA-256 of exactly the scope the store
+// cache.Claim.Owner: 16 hex digits of a SHA-256 of exactly the scope the store
 // key uses (writeScope: the namespace and key source, and the scope function's
 // result or the canonical Host and the scope headers and cookies), so a client's credential never reaches the store. A bounded
 // store shares its room by owner (the memory store's eviction).

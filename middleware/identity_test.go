@@ -201,7 +201,7 @@ func TestBytesFingerprintReadsEarlierRecords(t *testing.T) {
 	}
 	sum := sha256.Sum256(append(pre, `{"a":1}`...))
 	key := h.StoreKey(r, "old")
-	if _, _, err := store.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: string(sum[:]), Lease: time.Minute}); err != nil {
+	if _, _, err := store.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: string(sum[:]), Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	rec := &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: string(sum[:]),

@@ -349,7 +349,7 @@ func TestBadOptions(t *testing.T) {
 		"empty header":    func(s *middleware.Settings) { s.KeyHeader = "" },
 		"bad scope":       func(s *middleware.Settings) { s.ScopeHeaders = []string{"a:b"} },
 		"zero ttl":        func(s *middleware.Settings) { s.TTL = 0 },
-		"tiny lock ttl":   func(s *middleware.Settings) { s.LockTTL = 1 },
+		"tiny lock ttl":   func(s *middleware.Settings) { s.ClaimTTL = 1 },
 		"min key 0":       func(s *middleware.Settings) { s.MinKeyLength = 0 },
 		"min key 256":     func(s *middleware.Settings) { s.MinKeyLength = 256 },
 		"negative body":   func(s *middleware.Settings) { s.MaxRequestBody = -1 },

@@ -65,7 +65,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 				"the bodies held in memory reached their budget; the request was not executed, retry later with the same key"), h.s.RetryAfter)
 			return
 		}
-		if t.ev.Outcome != OutcomeUnknown { // a lapsed lease this request found: reported so
+		if t.ev.Outcome != OutcomeUnknown { // a lapsed claim this request found: reported so
 			t.ev.Outcome = OutcomeReplayed
 		}
 		t.ev.Status = resp.Status

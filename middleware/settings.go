@@ -138,12 +138,12 @@ type Settings struct {
 	TTL time.Duration `json:"ttl"`
 
 	// In-flight lease, renewed every third of it while the first execution runs
-	// and while its answer is stored; once the lease of an instance that died
+	// and while its answer is stored; once the claim of an instance that died
 	// lapses, its key is held as an unknown outcome (unknown_outcome; see
 	// docs/unknown-outcomes.md). At least 3ms.
 	//
 	// Default: 30s.
-	LockTTL time.Duration `json:"lock_ttl"`
+	ClaimTTL time.Duration `json:"lock_ttl"`
 
 	// Bound on a first execution, which does not stop when the client hangs up
 	// (its response is stored for the retry); when it passes, the key is held
@@ -153,7 +153,7 @@ type Settings struct {
 	// Default: 5m.
 	HandlerTimeout time.Duration `json:"handler_timeout"`
 
-	// Bound on each store call: claim, complete, release, lease renewal (on
+	// Bound on each store call: claim, complete, release, claim renewal (on
 	// DynamoDB, on each of its requests: a large response's completion takes as
 	// many as it needs).
 	//
@@ -161,14 +161,14 @@ type Settings struct {
 	StoreTimeout time.Duration `json:"store_timeout"`
 
 	// How long a finished response is retried into an unreachable store, also
-	// past its lease while nobody else claims the key.
+	// past its claim while nobody else claims the key.
 	//
 	// Default: 5m.
 	CompleteRetry time.Duration `json:"complete_retry"`
 
 	// A first execution sent upstream with no complete answer (a reset after the
 	// request was written, a timeout, a body cut mid-stream, handler_timeout),
-	// or whose lease lapsed (its instance died): 'hold' its key for unknown_hold
+	// or whose claim lapsed (its instance died): 'hold' its key for unknown_hold
 	// (retries get the same outcome-unknown answer, nothing runs twice, until
 	// the route's reconcile or an operator settles it) or 'release' it, so that
 	// a retry runs again (see docs/unknown-outcomes.md).
@@ -176,7 +176,7 @@ type Settings struct {
 	// Default: hold.
 	UnknownOutcome string `json:"unknown_outcome"`
 
-	// How long an unknown outcome holds its key (a lapsed lease's: from the
+	// How long an unknown outcome holds its key (a lapsed claim's: from the
 	// lease's end).
 	//
 	// Default: 24h.
@@ -248,7 +248,7 @@ type Settings struct {
 
 	// TraceContext is called at each claim with the request's context: the
 	// bytes it returns (at most cache.MaxTrace; nil for none) are the first
-	// execution's trace context, kept with the lock and the stored response,
+	// execution's trace context, kept with the claim and the stored response,
 	// and handed to the observer of every duplicate as Event.Origin, so a
 	// tracer can link the duplicate's span to the first's. Package tracing
 	// fits it to OpenTelemetry.
@@ -291,7 +291,7 @@ func DefaultSettings() Settings {
 		StoreStatuses:   defaultStoreStatuses(),
 		BodyReadTimeout: time.Minute,
 		TTL:             24 * time.Hour,
-		LockTTL:         30 * time.Second,
+		ClaimTTL:        30 * time.Second,
 		HandlerTimeout:  5 * time.Minute,
 		StoreTimeout:    5 * time.Second,
 		CompleteRetry:   5 * time.Minute,

@@ -19,7 +19,7 @@ import (
 
 func TestStoreFailure(t *testing.T) {
 	store := &flaky{Store: newMem(t)}
-	store.failLock.Store(true)
+	store.failClaim.Store(true)
 	var logs testutil.SyncBuffer // the undo of the failed claim logs from its own goroutine
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	c := &counter{}
@@ -42,10 +42,10 @@ func TestStoreFailure(t *testing.T) {
 		t.Fatalf("fail open events: %+v", evs.All())
 	}
 
-	// Complete failing after the execution (the store restarting): the lock still
+	// Complete failing after the execution (the store restarting): the claim still
 	// holds the key, so a retry gets 409 and nothing runs twice; storing is retried
 	// in the background, and once the store is back the retry is replayed.
-	store.failLock.Store(false)
+	store.failClaim.Store(false)
 	store.failComplete.Store(true)
 	calls := c.Calls.Load()
 	core := newHandler(t, store, func(s *middleware.Settings) { s.Logger = logger })
@@ -66,7 +66,7 @@ func TestStoreFailure(t *testing.T) {
 }
 
 // completeDown is a first execution of key "k" whose response the store
-// refuses to complete (a lease of 60 ms): storing it goes on in the background.
+// refuses to complete (a claim of 60 ms): storing it goes on in the background.
 type completeDown struct {
 	store *flaky
 	core  *middleware.Handler
@@ -78,7 +78,7 @@ type completeDown struct {
 func newCompleteDown(t *testing.T, opts ...middleware.Option) *completeDown {
 	d := &completeDown{store: &flaky{Store: newMem(t)}, c: &counter{}}
 	d.store.failComplete.Store(true)
-	d.core = newHandler(t, d.store, append([]middleware.Option{func(s *middleware.Settings) { s.LockTTL = 60 * time.Millisecond }}, opts...)...)
+	d.core = newHandler(t, d.store, append([]middleware.Option{func(s *middleware.Settings) { s.ClaimTTL = 60 * time.Millisecond }}, opts...)...)
 	d.h = d.core.Wrap(d.c)
 	d.first = serve(d.h, req{Key: "k"})
 	return d
@@ -104,8 +104,8 @@ func (d *completeDown) replaysTheOneRun(t *testing.T, retry string) {
 	}
 }
 
-// A store outage longer than the lease no longer makes a second run: the
-// finished response is kept and stored once the store answers, the lease having
+// A store outage longer than the claim no longer makes a second run: the
+// finished response is kept and stored once the store answers, the claim having
 // lapsed, because nobody claimed the key meanwhile. (It used to give up at the
 // lease's end, and the retry ran again.)
 func TestCompleteRetryOutlivesTheLease(t *testing.T) {
@@ -124,12 +124,12 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 	d := newCompleteDown(t)
 	mem := d.store.Store
 	key := d.core.StoreKey(req{Key: "k"}.Build(), "k")
-	time.Sleep(100 * time.Millisecond) // the outage outlasts the lease
-	// The lapsed lock is held; a failover that lost it frees the key.
+	time.Sleep(100 * time.Millisecond) // the outage outlasts the claim
+	// The lapsed claim is held; a failover that lost it frees the key.
 	if err := mem.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if _, loaded, err := mem.LockOrGet(context.Background(), key, cache.Lock{Token: "other", Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := mem.ClaimOrGet(context.Background(), key, cache.Claim{Token: "other", Fingerprint: "fp", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("another claim on the lapsed key: loaded=%v err=%v", loaded, err)
 	}
 	tries := d.store.completes.Load()
@@ -147,14 +147,14 @@ func TestCompleteRetryOutlivesAnotherClaim(t *testing.T) {
 // failover round, with the first version of the fix above).
 func TestCompleteRetryKeepsOnAFreedKey(t *testing.T) {
 	d := newCompleteDown(t)
-	time.Sleep(100 * time.Millisecond) // the lease lapses: the key reads as free
-	d.store.lockLostOnce.Store(true)
+	time.Sleep(100 * time.Millisecond) // the claim lapses: the key reads as free
+	d.store.claimLostOnce.Store(true)
 	d.store.failComplete.Store(false)
 	d.wait(t, "finish")
 	d.replaysTheOneRun(t, "retry")
 }
 
-// complete_retry bounds the background completion; past it the lock lapses
+// complete_retry bounds the background completion; past it the claim lapses
 // and the key is held as an unknown outcome: the retry is not run again. (It
 // used to run again: the documented limit.) Under unknown_outcome release it
 // still runs again.
@@ -243,7 +243,7 @@ func TestStoreHeldWhileUsed(t *testing.T) {
 		during = store.holds.Load()
 		w.WriteHeader(201)
 	}}
-	h := newHandler(t, store, func(s *middleware.Settings) { s.LockTTL = 10 * time.Second }).Wrap(c)
+	h := newHandler(t, store, func(s *middleware.Settings) { s.ClaimTTL = 10 * time.Second }).Wrap(c)
 	serve(h, req{Key: "held"})
 	if during != 1 {
 		t.Fatalf("holds while the request ran: %d, want 1", during)

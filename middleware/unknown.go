@@ -42,23 +42,23 @@ type Held struct {
 	Hold     time.Duration // how long the key is held (unknown_hold)
 	// Sent is when the first execution began (its request went upstream
 	// then, or after): the upstream may still be working on it for as long
-	// as it may take a request. For a lease that lapsed, it is when the key
+	// as it may take a request. For a claim that lapsed, it is when the key
 	// was claimed, and Request and Body are the retry's that found it (the
 	// same request: its fingerprint is the first execution's).
 	Sent time.Time
 }
 
-// errLeaseLapsed is a held key's reason when its first execution's lease
+// errClaimLapsed is a held key's reason when its first execution's claim
 // lapsed: the instance running it stopped (crashed, killed) or its store
 // writes stopped before its outcome was stored.
-var errLeaseLapsed = errors.New("the first execution's lease lapsed before its outcome was stored")
+var errClaimLapsed = errors.New("the first execution's claim lapsed before its outcome was stored")
 
-// lapsed reports a lease that lapsed, which this request found first
+// lapsed reports a claim that lapsed, which this request found first
 // (rec.Found): the key is held as an unknown outcome, and the route's
 // follow-up (Settings.OnHold: reconcile) is told, with this request, which is
 // the first execution's (the same fingerprint).
 func (h *Handler) lapsed(r *http.Request, c *claim, key string, body []byte, rec *cache.Record) {
-	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "idempotency lease lapsed before the outcome was stored: the key is held, retries will not run again",
+	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "idempotency claim lapsed before the outcome was stored: the key is held, retries will not run again",
 		slog.String("key_hash", c.keyHash), slog.Time("claimed", rec.CreatedAt), slog.Duration("unknown_hold", h.s.UnknownHold))
 	if h.s.OnHold == nil {
 		return
@@ -97,11 +97,11 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 	err := c.store(h.unknownAnswer(status, c.trace), h.s.UnknownHold)
 	if errors.Is(err, cache.ErrFull) {
 		// A full store (a bounded memory store whose room belongs to other
-		// clients) keeps a record no larger than the lock it replaces: the
+		// clients) keeps a record no larger than the claim it replaces: the
 		// held outcome without its rendered answer, which a replay renders.
 		err = c.store(&cache.Response{Status: status, Unknown: true, Trace: c.trace}, h.s.UnknownHold)
 	}
-	if errors.Is(err, cache.ErrLockLost) || errors.Is(err, cache.ErrFull) {
+	if errors.Is(err, cache.ErrClaimLost) || errors.Is(err, cache.ErrFull) {
 		c.ev.Err = err
 	}
 	if answer && rw.status == 0 {
@@ -134,7 +134,7 @@ func (h *Handler) render(p Problem, trace []byte) *cache.Response {
 }
 
 // heldProblem is the problem of rec, a held unknown outcome (its response is
-// Unknown): its instance's lease lapsed, or its first execution got no
+// Unknown): its instance's claim lapsed, or its first execution got no
 // complete answer.
 func heldProblem(rec *cache.Record) Problem {
 	if rec.Lapsed {
@@ -155,7 +155,7 @@ func unknownProblem(status int, held bool) Problem {
 	return newProblem(ProblemOutcomeUnknown, status, detail)
 }
 
-// lapsedProblem is the answer to a key whose first execution's lease lapsed.
+// lapsedProblem is the answer to a key whose first execution's claim lapsed.
 func lapsedProblem(status int) Problem {
 	return newProblem(ProblemOutcomeUnknown, status, "the instance running the request with this idempotency key stopped before its outcome was stored "+
 		"(or could not write to the store), so it may have been executed; it was not run again, "+

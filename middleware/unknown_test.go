@@ -131,15 +131,15 @@ func (s fullForAnswers) Complete(ctx context.Context, key, token string, rec *ca
 // A held unknown outcome in a full store is still held: the bare record fits
 // where its rendered answer does not, and retries get that answer, rendered at
 // replay, never a second run (before, the record was not stored, and once the
-// lease lapsed a retry ran again).
+// claim lapsed a retry ran again).
 func TestUnknownOutcomeHeldInAFullStore(t *testing.T) {
-	h := newHandler(t, fullForAnswers{newMem(t)}, func(s *middleware.Settings) { s.LockTTL = 30 * time.Millisecond },
+	h := newHandler(t, fullForAnswers{newMem(t)}, func(s *middleware.Settings) { s.ClaimTTL = 30 * time.Millisecond },
 		errorFormatOpt(errformat.StripeSpec))
 	reset := &nextFunc{fn: func(http.ResponseWriter, *http.Request) error {
 		return middleware.MarkOutcomeUnknown(errors.New("read: connection reset by peer"))
 	}}
 	first, _ := handle(t, h, reset, "full-1")
-	time.Sleep(60 * time.Millisecond) // past the lease
+	time.Sleep(60 * time.Millisecond) // past the claim
 	for range 2 {
 		w, err := handle(t, h, reset, "full-1")
 		if err != nil || w.Code != 502 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != first.Body.String() ||
@@ -166,7 +166,7 @@ func TestOnHoldSeesTheHeldRequest(t *testing.T) {
 			t.Errorf("OnHold got a done context: %v", ctx.Err())
 		}
 		if rec, err := store.Get(ctx, h.StoreKey); err != nil || rec.State != cache.StateInFlight {
-			t.Errorf("OnHold ran with the record %+v (%v), want the first execution's lock", rec, err)
+			t.Errorf("OnHold ran with the record %+v (%v), want the first execution's claim", rec, err)
 		}
 		got = append(got, h)
 		bodies = append(bodies, string(h.Body))

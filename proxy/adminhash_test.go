@@ -39,7 +39,7 @@ func newTestProxy(t *testing.T, text string) *Proxy {
 func hold(t *testing.T, s cache.Store, key string, hold time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t-" + key, Fingerprint: "fp", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t-" + key, Fingerprint: "fp", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claiming %s: %v %v", key, loaded, err)
 	}
 	if err := s.Complete(ctx, key, "t-"+key, &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 504, Unknown: true}}, hold); err != nil {

@@ -26,8 +26,8 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	if cfg.TTL != 2*time.Hour {
 		t.Errorf("ttl = %v: the flag must win", cfg.TTL)
 	}
-	if cfg.LockTTL != 20*time.Second {
-		t.Errorf("lock_ttl = %v: the variable must beat the file", cfg.LockTTL)
+	if cfg.ClaimTTL != 20*time.Second {
+		t.Errorf("lock_ttl = %v: the variable must beat the file", cfg.ClaimTTL)
 	}
 	if cfg.Listen != "127.0.0.1:7000" || cfg.Upstream != "http://file:1" {
 		t.Errorf("file values lost: %+v", cfg)

@@ -34,7 +34,7 @@ const maxRequestID = 128
 // security-sensitive use; ChaCha8 is the generator it documents as
 // cryptographically strong. Its top-level functions are not used: their
 // source is not documented as such, and is shared with the whole process.) A
-// generator serves one request at a time, without a lock; the pool keeps one
+// generator serves one request at a time, without a claim; the pool keeps one
 // per busy goroutine rather than one per request.
 var idSources = sync.Pool{New: func() any {
 	var seed [32]byte

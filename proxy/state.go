@@ -41,7 +41,7 @@ type state struct {
 
 // sharedStore is an open store and the states that use it: a reload that
 // keeps the store's identity (stores.Opened.Serves: the memory store always)
-// keeps it with its records and in-flight locks, and it is closed when the
+// keeps it with its records and in-flight claims, and it is closed when the
 // last state using it is done.
 type sharedStore struct {
 	opened *stores.Opened
@@ -91,7 +91,7 @@ func (p *Proxy) newState(ctx context.Context, cfg *Config, prev *state) (st *sta
 			return nil, false, cfg.storeError(err)
 		}
 		if len(applied) > 0 {
-			p.log.Info("reload: store settings applied to the running store; its records and in-flight locks kept",
+			p.log.Info("reload: store settings applied to the running store; its records and in-flight claims kept",
 				"settings", strings.Join(applied, ", "))
 		}
 	}
@@ -201,7 +201,7 @@ func (p *Proxy) retire(old *state) {
 // Reload swaps in cfg: routes, upstream, forwarding, certificate and every
 // core setting at once, for the next request; requests in flight finish with
 // the configuration they started with. The store is kept, with its records and
-// in-flight locks, unless its identity changed (stores.Settings.Key: the URL
+// in-flight claims, unless its identity changed (stores.Settings.Key: the URL
 // or a setting of a shared store; never a memory store setting, which is
 // applied to the running store). Settings that need a restart keep their
 // running values and are named in the log. On error the running configuration

@@ -4,7 +4,7 @@
 // (cache.Reconciler): the request rendered from the first execution's request,
 // and a schedule with backoff, bounded in attempts and in time. A Worker on
 // every instance claims due jobs from the store (one claimer per job, fenced
-// by a lease), sends the request upstream, and settles the key by the route's
+// by a claim), sends the request upstream, and settles the key by the route's
 // Rules: a "done" answer becomes the stored response; a "not found" answer
 // releases the key so the client's retry runs, but only once the original
 // can no longer be running (Rules.Running after it was sent) and a second

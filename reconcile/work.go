@@ -50,7 +50,7 @@ func (w *Worker) work(ctx context.Context, key, token string, job *cache.Job) {
 		w.finish(ctx, key, token)
 		return
 	case err != nil:
-		w.Logger.Warn("reconcile: reading the held record failed; the job comes back after its lease", "key_hash", a.KeyHash, "error", err)
+		w.Logger.Warn("reconcile: reading the held record failed; the job comes back after its claim", "key_hash", a.KeyHash, "error", err)
 		return
 	case rec.State == cache.StateInFlight:
 		// The hold is not stored yet (its job is scheduled first), or the
@@ -225,15 +225,15 @@ func (w *Worker) update(ctx context.Context, key, token string, job *cache.Job) 
 	sctx, cancel := context.WithTimeout(ctx, w.StoreTimeout)
 	defer cancel()
 	if err := w.Jobs.UpdateReconcile(sctx, key, token, job); err != nil {
-		w.Logger.Warn("reconcile: updating the job failed; it comes back after its lease", "key_hash", key[:min(12, len(key))], "error", err)
+		w.Logger.Warn("reconcile: updating the job failed; it comes back after its claim", "key_hash", key[:min(12, len(key))], "error", err)
 	}
 }
 
 func (w *Worker) finish(ctx context.Context, key, token string) {
 	sctx, cancel := context.WithTimeout(ctx, w.StoreTimeout)
 	defer cancel()
-	if err := w.Jobs.FinishReconcile(sctx, key, token); err != nil && !errors.Is(err, cache.ErrLockLost) {
-		w.Logger.Warn("reconcile: finishing the job failed; it comes back after its lease", "key_hash", key[:min(12, len(key))], "error", err)
+	if err := w.Jobs.FinishReconcile(sctx, key, token); err != nil && !errors.Is(err, cache.ErrClaimLost) {
+		w.Logger.Warn("reconcile: finishing the job failed; it comes back after its claim", "key_hash", key[:min(12, len(key))], "error", err)
 	}
 }
 

@@ -96,7 +96,7 @@ func (f *fixture) holdWith(t *testing.T, key string, change func(*middleware.Hel
 	t.Helper()
 	storeKey := strings.Repeat("0", 64-len(key)) + key
 	ctx := context.Background()
-	if _, _, err := f.store.LockOrGet(ctx, storeKey, cache.Lock{Token: "tok", Fingerprint: "fp", Lease: time.Minute}); err != nil {
+	if _, _, err := f.store.ClaimOrGet(ctx, storeKey, cache.Claim{Token: "tok", Fingerprint: "fp", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	r := httptest.NewRequest("POST", "/charges", nil)

@@ -25,7 +25,7 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 
 // Server spans from otelhttp carry the outcome, the key hash and whether the
 // answer was replayed; a replay, a 409 and a 422 link to the first execution's
-// span (kept with the lock while in flight, with the response once done).
+// span (kept with the claim while in flight, with the response once done).
 func TestSpansAndLinks(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

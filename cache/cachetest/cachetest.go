@@ -119,7 +119,7 @@ func Key(t *testing.T, label string) string {
 	return fmt.Sprintf("cachetest:%s:%s:%s", t.Name(), label, hex.EncodeToString(b[:]))
 }
 
-// Token returns a fresh random lock token.
+// Token returns a fresh random claim token.
 func Token() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -129,24 +129,24 @@ func Token() string {
 func claim(t *testing.T, s cache.Store, key, fp string) string {
 	t.Helper()
 	tok := Token()
-	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: fp, Lease: lease})
+	rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: fp, Duration: lease})
 	if err != nil {
-		t.Fatalf("LockOrGet(%s): %v", key, err)
+		t.Fatalf("ClaimOrGet(%s): %v", key, err)
 	}
 	if loaded {
-		t.Fatalf("LockOrGet(%s): key already held: %+v", key, rec)
+		t.Fatalf("ClaimOrGet(%s): key already held: %+v", key, rec)
 	}
 	return tok
 }
 
 func mustLoad(t *testing.T, s cache.Store, key string) *cache.Record {
 	t.Helper()
-	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: Token(), Fingerprint: "other", Lease: lease})
+	rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: Token(), Fingerprint: "other", Duration: lease})
 	if err != nil {
-		t.Fatalf("LockOrGet(%s): %v", key, err)
+		t.Fatalf("ClaimOrGet(%s): %v", key, err)
 	}
 	if !loaded || rec == nil {
-		t.Fatalf("LockOrGet(%s): claimed a key that should be held (loaded=%v rec=%v)", key, loaded, rec)
+		t.Fatalf("ClaimOrGet(%s): claimed a key that should be held (loaded=%v rec=%v)", key, loaded, rec)
 	}
 	return rec
 }
@@ -298,8 +298,8 @@ func testGetAndDelete(t *testing.T, h Harness) {
 	// The key is free: another claim may run it; a claim that comes first fences
 	// the deleted lock's holder out.
 	tok2 := claim(t, h.Store, key, "fp")
-	if err := h.Store.Complete(ctx, key, tok, completed(200, "x"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete after Delete and a new claim: err = %v, want ErrLockLost", err)
+	if err := h.Store.Complete(ctx, key, tok, completed(200, "x"), ttl); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Complete after Delete and a new claim: err = %v, want ErrClaimLost", err)
 	}
 	if err := h.Store.Release(ctx, key, tok2); err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func testKeysAreIndependent(t *testing.T, h Harness) {
 	a, b := Key(t, "a"), Key(t, "b")
 	ta := claim(t, h.Store, a, "fa")
 	tb := claim(t, h.Store, b, "fb")
-	if err := h.Store.Complete(ctx, a, tb, completed(200, "x"), ttl); !errors.Is(err, cache.ErrLockLost) {
+	if err := h.Store.Complete(ctx, a, tb, completed(200, "x"), ttl); !errors.Is(err, cache.ErrClaimLost) {
 		t.Fatalf("b's token completed a: err = %v", err)
 	}
 	if err := h.Store.Complete(ctx, a, ta, completed(200, "a"), ttl); err != nil {
@@ -345,16 +345,16 @@ func testPing(t *testing.T, h Harness) {
 	}
 }
 
-// testTraceContextKept: the first execution's trace context is kept with the lock
+// testTraceContextKept: the first execution's trace context is kept with the claim
 // (Record.Trace while in flight, to claims and Get alike) and with the response
-// once completed; a lock without one has none.
+// once completed; a claim without one has none.
 func testTraceContextKept(t *testing.T, h Harness) {
 	ctx := context.Background()
 	key := Key(t, "k")
 	trace := []byte("\x00\x01trace-id-0123456\x00span-id\x01")
 	tok := Token()
-	if _, loaded, err := h.Store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: lease, Trace: trace}); err != nil || loaded {
-		t.Fatalf("LockOrGet: loaded=%v err=%v", loaded, err)
+	if _, loaded, err := h.Store.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: lease, Trace: trace}); err != nil || loaded {
+		t.Fatalf("ClaimOrGet: loaded=%v err=%v", loaded, err)
 	}
 	if rec := mustLoad(t, h.Store, key); string(rec.Trace) != string(trace) || rec.Response != nil {
 		t.Fatalf("in flight: Trace %q Response %+v, want %q and none", rec.Trace, rec.Response, trace)

@@ -16,14 +16,14 @@ func testWrongTokenFenced(t *testing.T, h Harness) {
 	key := Key(t, "k")
 	tok := claim(t, h.Store, key, "fp")
 	wrong := Token()
-	if err := h.Store.Complete(ctx, key, wrong, completed(200, "x"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete with wrong token: err = %v, want ErrLockLost", err)
+	if err := h.Store.Complete(ctx, key, wrong, completed(200, "x"), ttl); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Complete with wrong token: err = %v, want ErrClaimLost", err)
 	}
-	if err := h.Store.Release(ctx, key, wrong); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Release with wrong token: err = %v, want ErrLockLost", err)
+	if err := h.Store.Release(ctx, key, wrong); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Release with wrong token: err = %v, want ErrClaimLost", err)
 	}
-	if err := h.Store.Extend(ctx, key, wrong, lease); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Extend with wrong token: err = %v, want ErrLockLost", err)
+	if err := h.Store.Extend(ctx, key, wrong, lease); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Extend with wrong token: err = %v, want ErrClaimLost", err)
 	}
 	if rec := mustLoad(t, h.Store, key); rec.State != cache.StateInFlight {
 		t.Fatalf("wrong-token writes changed the record: %+v", rec)
@@ -32,8 +32,8 @@ func testWrongTokenFenced(t *testing.T, h Harness) {
 		t.Fatalf("Complete with right token: %v", err)
 	}
 	missing := Key(t, "missing")
-	if err := h.Store.Extend(ctx, missing, tok, lease); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Extend on missing key: err = %v, want ErrLockLost", err)
+	if err := h.Store.Extend(ctx, missing, tok, lease); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Extend on missing key: err = %v, want ErrClaimLost", err)
 	}
 	// Release is idempotent: a key nobody holds is free, as a Release wants it
 	// (this is also what a re-sent Release finds after a lost reply).
@@ -49,15 +49,15 @@ func testLapsedLeaseFenced(t *testing.T, h Harness) {
 	h.Clock.Advance(lease + time.Second)
 
 	// The lapsed holder cannot extend or complete, even before anyone else claims.
-	if err := h.Store.Extend(ctx, key, old, lease); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Extend after lapse: err = %v, want ErrLockLost", err)
+	if err := h.Store.Extend(ctx, key, old, lease); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Extend after lapse: err = %v, want ErrClaimLost", err)
 	}
 	newer := claim(t, h.Store, key, "fp")
-	if err := h.Store.Complete(ctx, key, old, completed(200, "stale"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("stale Complete: err = %v, want ErrLockLost", err)
+	if err := h.Store.Complete(ctx, key, old, completed(200, "stale"), ttl); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("stale Complete: err = %v, want ErrClaimLost", err)
 	}
-	if err := h.Store.Release(ctx, key, old); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("stale Release: err = %v, want ErrLockLost", err)
+	if err := h.Store.Release(ctx, key, old); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("stale Release: err = %v, want ErrClaimLost", err)
 	}
 	if rec := mustLoad(t, h.Store, key); rec.State != cache.StateInFlight {
 		t.Fatalf("stale writes touched the newer lock: %+v", rec)
@@ -80,7 +80,7 @@ func testExtendKeepsLock(t *testing.T, h Harness) {
 			t.Fatalf("Extend %d: %v", i, err)
 		}
 	}
-	// 1.5 leases have passed since the claim; the lock still holds.
+	// 1.5 leases have passed since the claim; the claim still holds.
 	if rec := mustLoad(t, h.Store, key); rec.State != cache.StateInFlight {
 		t.Fatalf("state = %v, want in_flight", rec.State)
 	}
@@ -100,14 +100,14 @@ func testNoWritesAfterComplete(t *testing.T, h Harness) {
 	if err := h.Store.Complete(ctx, key, tok, completed(200, "second"), ttl); err != nil {
 		t.Fatalf("second Complete with the same token: err = %v, want success", err)
 	}
-	if err := h.Store.Complete(ctx, key, "another-token", completed(200, "third"), ttl); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete with another token: err = %v, want ErrLockLost", err)
+	if err := h.Store.Complete(ctx, key, "another-token", completed(200, "third"), ttl); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Complete with another token: err = %v, want ErrClaimLost", err)
 	}
-	if err := h.Store.Release(ctx, key, tok); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Release after Complete: err = %v, want ErrLockLost", err)
+	if err := h.Store.Release(ctx, key, tok); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Release after Complete: err = %v, want ErrClaimLost", err)
 	}
-	if err := h.Store.Extend(ctx, key, tok, lease); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Extend after Complete: err = %v, want ErrLockLost", err)
+	if err := h.Store.Extend(ctx, key, tok, lease); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Extend after Complete: err = %v, want ErrClaimLost", err)
 	}
 	if got := mustLoad(t, h.Store, key).Response; string(got.Body) != "first" {
 		t.Fatalf("body = %q, want first", got.Body)
@@ -131,7 +131,7 @@ func raceClaim(t *testing.T, s cache.Store, key string, n int) (winners int, win
 			defer wg.Done()
 			tok := Token()
 			<-start
-			_, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: lease})
+			_, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: lease})
 			results <- result{tok, loaded, err}
 		}()
 	}
@@ -140,7 +140,7 @@ func raceClaim(t *testing.T, s cache.Store, key string, n int) (winners int, win
 	close(results)
 	for r := range results {
 		if r.err != nil {
-			t.Errorf("LockOrGet: %v", r.err)
+			t.Errorf("ClaimOrGet: %v", r.err)
 			continue
 		}
 		if !r.loaded {
@@ -181,14 +181,14 @@ func testRaceAfterRelease(t *testing.T, h Harness) {
 func testIdempotentForToken(t *testing.T, h Harness) {
 	ctx := context.Background()
 	key := Key(t, "k")
-	lock := cache.Lock{Token: Token(), Fingerprint: "fp", Lease: lease}
+	lock := cache.Claim{Token: Token(), Fingerprint: "fp", Duration: lease}
 	for i := range 2 {
-		rec, loaded, err := h.Store.LockOrGet(ctx, key, lock)
+		rec, loaded, err := h.Store.ClaimOrGet(ctx, key, lock)
 		if err != nil || loaded {
 			t.Fatalf("claim #%d with the same token: loaded=%v rec=%+v err=%v; want claimed", i+1, loaded, rec, err)
 		}
 	}
-	if _, loaded, _ := h.Store.LockOrGet(ctx, key, cache.Lock{Token: Token(), Fingerprint: "fp", Lease: lease}); !loaded {
+	if _, loaded, _ := h.Store.ClaimOrGet(ctx, key, cache.Claim{Token: Token(), Fingerprint: "fp", Duration: lease}); !loaded {
 		t.Fatal("another token claimed a held key")
 	}
 	for i := range 2 {
@@ -205,7 +205,7 @@ func testIdempotentForToken(t *testing.T, h Harness) {
 		t.Fatalf("after two Completes: %+v", got)
 	}
 	// A claim re-sent after the Complete sees the completed record.
-	if rec, loaded, err := h.Store.LockOrGet(ctx, key, lock); err != nil || !loaded || rec.State != cache.StateCompleted {
+	if rec, loaded, err := h.Store.ClaimOrGet(ctx, key, lock); err != nil || !loaded || rec.State != cache.StateCompleted {
 		t.Fatalf("claim after Complete: loaded=%v rec=%+v err=%v; want the completed record", loaded, rec, err)
 	}
 
@@ -217,15 +217,15 @@ func testIdempotentForToken(t *testing.T, h Harness) {
 		}
 	}
 	newer := claim(t, h.Store, other, "fp") // the key is free
-	if err := h.Store.Release(ctx, other, tok); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("a late Release of the old token after another claim: err = %v, want ErrLockLost", err)
+	if err := h.Store.Release(ctx, other, tok); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("a late Release of the old token after another claim: err = %v, want ErrClaimLost", err)
 	}
 	if rec := mustLoad(t, h.Store, other); rec.State != cache.StateInFlight {
 		t.Fatalf("the late Release touched the newer claim (%s): %+v", newer, rec)
 	}
 }
 
-// A Complete that comes after its lease lapsed (a store outage longer than the
+// A Complete that comes after its claim lapsed (a store outage longer than the
 // lease) still stores the response while nobody else has claimed the key: the
 // key is free, and the operation did run. Once another claim holds the key, it
 // is fenced out (testLapsedLeaseFenced).

@@ -9,16 +9,16 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// hold is how long a lapsed lock stays held in these tests.
+// hold is how long a lapsed claim stays held in these tests.
 const hold = 10 * time.Minute
 
-// claimHeld claims key with a lock that is held for hold once its lease lapses.
+// claimHeld claims key with a claim that is held for hold once its claim lapses.
 func claimHeld(t *testing.T, s cache.Store, key, fp string) string {
 	t.Helper()
 	tok := Token()
-	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: fp, Lease: lease, Hold: hold, Trace: []byte("tr")})
+	rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: fp, Duration: lease, Hold: hold, Trace: []byte("tr")})
 	if err != nil || loaded {
-		t.Fatalf("LockOrGet(%s): loaded=%v rec=%+v err=%v", key, loaded, rec, err)
+		t.Fatalf("ClaimOrGet(%s): loaded=%v rec=%+v err=%v", key, loaded, rec, err)
 	}
 	return tok
 }
@@ -26,14 +26,14 @@ func claimHeld(t *testing.T, s cache.Store, key, fp string) string {
 // claimAs makes a claim with tok and fp (and a hold), which must find a record.
 func claimAs(t *testing.T, s cache.Store, key, tok, fp string) *cache.Record {
 	t.Helper()
-	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: fp, Lease: lease, Hold: hold})
+	rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: fp, Duration: lease, Hold: hold})
 	if err != nil || !loaded || rec == nil {
-		t.Fatalf("LockOrGet(%s) by %s: claimed a held key (loaded=%v rec=%+v err=%v)", key, tok, loaded, rec, err)
+		t.Fatalf("ClaimOrGet(%s) by %s: claimed a held key (loaded=%v rec=%+v err=%v)", key, tok, loaded, rec, err)
 	}
 	return rec
 }
 
-// wantLapsed checks rec is the held view of a lapsed lock.
+// wantLapsed checks rec is the held view of a lapsed claim.
 func wantLapsed(t *testing.T, what string, rec *cache.Record, fp string, found bool) {
 	t.Helper()
 	switch {
@@ -50,8 +50,8 @@ func wantLapsed(t *testing.T, what string, rec *cache.Record, fp string, found b
 	}
 }
 
-// testLapsedLockHeld: a lock whose lease lapsed is a held unknown outcome for
-// its hold: every claim gets it, none runs; the first claim with the lock's
+// testLapsedLockHeld: a claim that lapsed is a held unknown outcome for
+// its hold: every claim gets it, none runs; the first claim with the claim's
 // fingerprint finds it (and a re-sent call of that claim does again), a claim
 // with another fingerprint does not; Get reads it so. After the hold the key
 // is free.
@@ -87,7 +87,7 @@ func testLapsedLockHeld(t *testing.T, h Harness) {
 	claimHeld(t, h.Store, key, "fp") // free again
 }
 
-// testLapsedLockSettledByItsToken: a completion that lands after the lease
+// testLapsedLockSettledByItsToken: a completion that lands after the claim
 // lapsed replaces the held record, found or not; a release frees it; no other
 // token writes to it, and nobody extends it.
 func testLapsedLockSettledByItsToken(t *testing.T, h Harness) {
@@ -100,14 +100,14 @@ func testLapsedLockSettledByItsToken(t *testing.T, h Harness) {
 			wantLapsed(t, "found", claimAs(t, h.Store, key, Token(), "fp"), "fp", true)
 		}
 		other := Token()
-		if err := h.Store.Extend(ctx, key, tok, lease); !errors.Is(err, cache.ErrLockLost) {
-			t.Fatalf("Extend of a lapsed lock: err = %v, want ErrLockLost (never revived)", err)
+		if err := h.Store.Extend(ctx, key, tok, lease); !errors.Is(err, cache.ErrClaimLost) {
+			t.Fatalf("Extend of a lapsed lock: err = %v, want ErrClaimLost (never revived)", err)
 		}
-		if err := h.Store.Complete(ctx, key, other, completed(200, "other"), ttl); !errors.Is(err, cache.ErrLockLost) {
-			t.Fatalf("another token's Complete over the held lock: err = %v, want ErrLockLost", err)
+		if err := h.Store.Complete(ctx, key, other, completed(200, "other"), ttl); !errors.Is(err, cache.ErrClaimLost) {
+			t.Fatalf("another token's Complete over the held lock: err = %v, want ErrClaimLost", err)
 		}
-		if err := h.Store.Release(ctx, key, other); !errors.Is(err, cache.ErrLockLost) {
-			t.Fatalf("another token's Release of the held lock: err = %v, want ErrLockLost", err)
+		if err := h.Store.Release(ctx, key, other); !errors.Is(err, cache.ErrClaimLost) {
+			t.Fatalf("another token's Release of the held lock: err = %v, want ErrClaimLost", err)
 		}
 		late := completed(201, "late")
 		late.Fingerprint = "ignored: the lock's is kept"
@@ -141,8 +141,8 @@ func testLapsedLockSettledByItsToken(t *testing.T, h Harness) {
 	}
 }
 
-// testLapsedLockResolved: an operator (or reconcile) settles a lapsed lock as
-// any held unknown outcome; a live lock is no unknown outcome; Delete frees it.
+// testLapsedLockResolved: an operator (or reconcile) settles a lapsed claim as
+// any held unknown outcome; a live claim is no unknown outcome; Delete frees it.
 func testLapsedLockResolved(t *testing.T, h Harness) {
 	ctx := context.Background()
 	key := Key(t, "resolve")
@@ -165,7 +165,7 @@ func testLapsedLockResolved(t *testing.T, h Harness) {
 		if got := mustLoad(t, h.Store, key); string(got.Response.Body) != "settled" {
 			t.Fatalf("a late Complete overwrote the resolution: %q", got.Response.Body)
 		}
-	} else if !errors.Is(err, cache.ErrLockLost) {
+	} else if !errors.Is(err, cache.ErrClaimLost) {
 		t.Fatalf("late Complete after Resolve: %v", err)
 	}
 
@@ -186,7 +186,7 @@ func testLapsedLockResolved(t *testing.T, h Harness) {
 	claimHeld(t, h.Store, key, "fp") // free again
 }
 
-// testHoldMovesWithTheLease: the hold counts from the lease's end, which
+// testHoldMovesWithTheLease: the hold counts from the claim's end, which
 // Extend moves.
 func testHoldMovesWithTheLease(t *testing.T, h Harness) {
 	ctx := context.Background()
@@ -200,7 +200,7 @@ func testHoldMovesWithTheLease(t *testing.T, h Harness) {
 	if rec := mustLoad(t, h.Store, key); rec.State != cache.StateInFlight {
 		t.Fatalf("extended lock reads as %+v", rec)
 	}
-	h.Clock.Advance(lease/2 + hold - 2*time.Second) // the extended lease lapsed: held
+	h.Clock.Advance(lease/2 + hold - 2*time.Second) // the extended claim lapsed: held
 	wantLapsed(t, "just before the extended hold ends", claimAs(t, h.Store, key, Token(), "other"), "fp", false)
 	h.Clock.Advance(2 * time.Second)
 	claimHeld(t, h.Store, key, "fp") // the hold, counted from the extended lease, ended

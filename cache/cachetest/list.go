@@ -43,7 +43,7 @@ func listAll(t *testing.T, s cache.Lister, q cache.ListQuery) map[string]*cache.
 }
 
 // testListHeld: a store that lists its records lists the held unknown
-// outcomes (stored ones and lapsed locks) and nothing else when asked for
+// outcomes (stored ones and lapsed claims) and nothing else when asked for
 // them, across pages; every live record by a prefix of its key; and refuses a
 // cursor it did not make.
 func testListHeld(t *testing.T, h Harness) {
@@ -78,7 +78,7 @@ func testListHeld(t *testing.T, h Harness) {
 	complete(lookalike, &cache.Response{Status: 200, Body: []byte("\xa1u\xc3 \x01u\x01"), Header: http.Header{"U": {"\xc3"}}}, ttl)
 	expired := hexKey(base)
 	complete(expired, unknown, lease/2)
-	h.Clock.Advance(2 * lease) // the lock's lease lapses; expired expires
+	h.Clock.Advance(2 * lease) // the claim's claim lapses; expired expires
 	live := hexKey(base)
 	claim(t, h.Store, live, "fp-live")
 
@@ -98,7 +98,7 @@ func testListHeld(t *testing.T, h Harness) {
 	if rec := got[lapsed]; rec != nil {
 		wantLapsed(t, "the lapsed lock as listed", rec, "fp-lapsed", false)
 	} else {
-		t.Errorf("held listing misses the lapsed lock")
+		t.Errorf("held listing misses the lapsed claim")
 	}
 
 	all := listAll(t, s, cache.ListQuery{Prefix: base, Limit: 3})
@@ -113,7 +113,7 @@ func testListHeld(t *testing.T, h Harness) {
 		}
 	}
 	if rec := all[live]; rec != nil && rec.State != cache.StateInFlight {
-		t.Errorf("the live lock lists as %+v", rec)
+		t.Errorf("the live claim lists as %+v", rec)
 	}
 	if all[expired] != nil {
 		t.Errorf("an expired record is listed")

@@ -30,7 +30,7 @@ const cacheWarm = 500 * time.Millisecond
 
 // RunLocalCache runs the local cache's promises across two instances: a
 // delete or a resolve through one reaches the other's cache before it answers
-// again, also when the channel that announces it was just cut; unknown outcomes and in-flight locks are never cached; an entry
+// again, also when the channel that announces it was just cut; unknown outcomes and in-flight claims are never cached; an entry
 // expires with its record; a retry with another fingerprint still sees the
 // first one's (the middleware answers 422).
 func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
@@ -54,11 +54,11 @@ func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
 	}
 }
 
-func lockOrGet(t *testing.T, s cache.Store, key, fp string) (*cache.Record, bool) {
+func claimOrGet(t *testing.T, s cache.Store, key, fp string) (*cache.Record, bool) {
 	t.Helper()
-	rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: Token(), Fingerprint: fp, Lease: lease})
+	rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: Token(), Fingerprint: fp, Duration: lease})
 	if err != nil {
-		t.Fatalf("LockOrGet(%s): %v", key, err)
+		t.Fatalf("ClaimOrGet(%s): %v", key, err)
 	}
 	return rec, loaded
 }
@@ -80,7 +80,7 @@ func cached(t *testing.T, in Instances, key string, rec *cache.Record, ttl time.
 		}
 		waitClosed(t, changed, "Complete")
 		cancel()
-		if _, loaded := lockOrGet(t, in.A, k, rec.Fingerprint); !loaded {
+		if _, loaded := claimOrGet(t, in.A, k, rec.Fingerprint); !loaded {
 			t.Fatalf("%s: not found after Complete", k)
 		}
 	}
@@ -96,7 +96,7 @@ func cached(t *testing.T, in Instances, key string, rec *cache.Record, ttl time.
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		before := stats().Hits
-		lockOrGet(t, in.A, probe, rec.Fingerprint)
+		claimOrGet(t, in.A, probe, rec.Fingerprint)
 		if stats().Hits > before {
 			break
 		}
@@ -105,7 +105,7 @@ func cached(t *testing.T, in Instances, key string, rec *cache.Record, ttl time.
 		}
 	}
 	in.Drop(t, probe)
-	if _, loaded := lockOrGet(t, in.A, probe, rec.Fingerprint); !loaded {
+	if _, loaded := claimOrGet(t, in.A, probe, rec.Fingerprint); !loaded {
 		t.Fatalf("A did not answer a completed record from its local cache: %+v", stats())
 	}
 }
@@ -116,7 +116,7 @@ func testCacheDeleteViaOther(t *testing.T, in Instances) {
 	if err := in.B.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded {
+	if rec, loaded := claimOrGet(t, in.A, key, "fp"); loaded {
 		t.Fatalf("after a delete through B, A still answered the deleted record: %d %q", rec.Response.Status, rec.Response.Body)
 	}
 }
@@ -132,7 +132,7 @@ func testCacheResolveViaOther(t *testing.T, in Instances) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 2; i++ { // a read that would keep it, then one that would answer it
-			if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || !rec.Response.Unknown {
+			if rec, loaded := claimOrGet(t, in.A, key, "fp"); !loaded || !rec.Response.Unknown {
 				t.Fatalf("the unknown outcome: loaded=%v %+v", loaded, rec)
 			}
 		}
@@ -143,7 +143,7 @@ func testCacheResolveViaOther(t *testing.T, in Instances) {
 		if err := in.B.Resolve(context.Background(), key, resolved, ttl); err != nil {
 			t.Fatal(err)
 		}
-		rec, loaded := lockOrGet(t, in.A, key, "fp")
+		rec, loaded := claimOrGet(t, in.A, key, "fp")
 		switch {
 		case del && loaded:
 			t.Fatalf("after B resolved by deleting, A answered %d %q", rec.Response.Status, rec.Response.Body)
@@ -158,14 +158,14 @@ func testCacheInFlight(t *testing.T, in Instances) {
 	cached(t, in, key+":warm", completed(200, "x"), ttl)
 	tok := claim(t, in.B, key, "fp")
 	for i := 0; i < 2; i++ {
-		if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateInFlight {
+		if rec, loaded := claimOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateInFlight {
 			t.Fatalf("the lock in flight: loaded=%v %+v", loaded, rec)
 		}
 	}
 	if err := in.B.Complete(context.Background(), key, tok, completed(201, "done"), ttl); err != nil {
 		t.Fatal(err)
 	}
-	if rec, loaded := lockOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateCompleted || string(rec.Response.Body) != "done" {
+	if rec, loaded := claimOrGet(t, in.A, key, "fp"); !loaded || rec.State != cache.StateCompleted || string(rec.Response.Body) != "done" {
 		t.Fatalf("after B completed, A answered loaded=%v %+v", loaded, rec)
 	}
 }
@@ -184,13 +184,13 @@ func testCacheExpiry(t *testing.T, in Instances) {
 		t.Skip("the machine is too slow to cache a record within half its life")
 	}
 	for time.Now().Before(start.Add(life + 100*time.Millisecond)) {
-		lockOrGet(t, in.A, warm+":probe", "fp")
+		claimOrGet(t, in.A, warm+":probe", "fp")
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, loaded := lockOrGet(t, in.A, warm+":probe", "fp"); !loaded {
+	if _, loaded := claimOrGet(t, in.A, warm+":probe", "fp"); !loaded {
 		t.Skip("A's cache was not trusted when the record expired (a slow machine): nothing to check")
 	}
-	if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded {
+	if rec, loaded := claimOrGet(t, in.A, key, "fp"); loaded {
 		t.Fatalf("A answered a record past its TTL: %d %q", rec.Response.Status, rec.Response.Body)
 	}
 }
@@ -199,13 +199,13 @@ func testCacheMismatch(t *testing.T, in Instances) {
 	key := Key(t, "k")
 	cached(t, in, key, completed(201, "first"), ttl)
 	in.Drop(t, key) // only A's cache has it now
-	rec, loaded := lockOrGet(t, in.A, key, "another-body")
+	rec, loaded := claimOrGet(t, in.A, key, "another-body")
 	if !loaded || rec.Fingerprint != "fp" {
 		t.Fatalf("a retry with another body: loaded=%v %+v, want the cached record with the first fingerprint", loaded, rec)
 	}
 	// The caller's copy is its own: changing it does not change the cache.
 	rec.Fingerprint, rec.Response.Body[0] = "changed", 'X'
-	if rec, _ := lockOrGet(t, in.A, key, "fp"); rec.Fingerprint != "fp" || string(rec.Response.Body) != "first" {
+	if rec, _ := claimOrGet(t, in.A, key, "fp"); rec.Fingerprint != "fp" || string(rec.Response.Body) != "first" {
 		t.Fatalf("the cache kept a caller's change: %+v", rec)
 	}
 }
@@ -222,7 +222,7 @@ func testCacheChannelCut(t *testing.T, in Instances) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		if rec, loaded := lockOrGet(t, in.A, key, "fp"); loaded && rec.State == cache.StateCompleted {
+		if rec, loaded := claimOrGet(t, in.A, key, "fp"); loaded && rec.State == cache.StateCompleted {
 			t.Fatalf("after the channel was cut and B deleted the record, A answered it: %d %q", rec.Response.Status, rec.Response.Body)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -236,9 +236,9 @@ func testCacheChannelCut(t *testing.T, in Instances) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // past the completion's own announcement, if any
-		lockOrGet(t, in.A, k, "fp")        // kept, when the cache is trusted again
+		claimOrGet(t, in.A, k, "fp")       // kept, when the cache is trusted again
 		in.Drop(t, k)
-		if _, loaded := lockOrGet(t, in.A, k, "fp"); loaded {
+		if _, loaded := claimOrGet(t, in.A, k, "fp"); loaded {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -28,7 +28,7 @@ func testNamespacesApart(t *testing.T, h Harness) {
 	fp := func(i int) string { return "ns" + string(rune('0'+i)) + "-" + tag }
 	unknown := &cache.Response{Status: http.StatusBadGateway, Unknown: true, Body: []byte(`{}`)}
 
-	shared := [4]string{hexKey(""), hexKey(""), hexKey(""), hexKey("")} // completed, held, lapsed lock, live lock
+	shared := [4]string{hexKey(""), hexKey(""), hexKey(""), hexKey("")} // completed, held, lapsed claim, live claim
 	own := [2]string{hexKey(""), hexKey("")}                            // a key in store i alone
 	for i, s := range stores {
 		complete := func(key string, resp *cache.Response) {
@@ -40,10 +40,10 @@ func testNamespacesApart(t *testing.T, h Harness) {
 		complete(shared[1], unknown)
 		complete(own[i], &cache.Response{Status: 201, Body: []byte(fp(i))})
 	}
-	for i, s := range stores { // each claim finds the key free: the other's lock is not its own
+	for i, s := range stores { // each claim finds the key free: the other's claim is not its own
 		claimHeld(t, s, shared[2], fp(i))
 	}
-	h.Clock.Advance(lease + time.Second) // those leases lapse: the locks are held
+	h.Clock.Advance(lease + time.Second) // those claims lapse: the claims are held
 	for i, s := range stores {
 		claim(t, s, shared[3], fp(i))
 	}

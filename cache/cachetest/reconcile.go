@@ -12,7 +12,7 @@ import (
 )
 
 // testReconcileJobs: a store that keeps reconcile jobs hands out the job due
-// first, to one claimer at a time until its lease lapses; only the claim's
+// first, to one claimer at a time until its claim lapses; only the claim's
 // token updates or finishes it, and a new schedule ends any claim.
 func testReconcileJobs(t *testing.T, h Harness) {
 	s, ok := h.Store.(cache.Reconciler)
@@ -47,12 +47,12 @@ func testReconcileJobs(t *testing.T, h Harness) {
 	}
 	next := job(20 * time.Second)
 	next.Attempts, next.LastStatus, next.LastError = 1, 500, ""
-	if err := s.UpdateReconcile(ctx, k2, "b", next); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("update with a token that never claimed: %v, want ErrLockLost", err)
+	if err := s.UpdateReconcile(ctx, k2, "b", next); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("update with a token that never claimed: %v, want ErrClaimLost", err)
 	}
 	mustDo(t, "update k2 by its claimer", s.UpdateReconcile(ctx, k2, "a", next))
-	if err := s.UpdateReconcile(ctx, k2, "a", next); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("update after the claim ended: %v, want ErrLockLost", err)
+	if err := s.UpdateReconcile(ctx, k2, "a", next); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("update after the claim ended: %v, want ErrClaimLost", err)
 	}
 	if got, err := s.GetReconcile(ctx, k2); err != nil || got.Attempts != 1 || got.LastStatus != 500 || !got.Due.Equal(at(20*time.Second)) {
 		t.Fatalf("GetReconcile(k2) = %+v, %v", got, err)
@@ -61,7 +61,7 @@ func testReconcileJobs(t *testing.T, h Harness) {
 	if _, err := s.GetReconcile(ctx, k1); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("GetReconcile after finish: %v, want ErrNotFound", err)
 	}
-	// A claimer that dies: its lease lapses and the job is claimed again; the
+	// A claimer that dies: its claim lapses and the job is claimed again; the
 	// dead claim's token no longer finishes it.
 	if key, _, err = s.ClaimReconcile(ctx, at(21*time.Second), "d", lease); err != nil || key != k2 {
 		t.Fatalf("claim at 21s = %q, %v; want k2", key, err)
@@ -69,13 +69,13 @@ func testReconcileJobs(t *testing.T, h Harness) {
 	if key, _, err = s.ClaimReconcile(ctx, at(22*time.Second+lease), "e", lease); err != nil || key != k2 {
 		t.Fatalf("claim after the lease lapsed = %q, %v; want k2 again", key, err)
 	}
-	if err := s.FinishReconcile(ctx, k2, "d"); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("finish by the lapsed claim: %v, want ErrLockLost", err)
+	if err := s.FinishReconcile(ctx, k2, "d"); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("finish by the lapsed claim: %v, want ErrClaimLost", err)
 	}
 	// A new schedule ends any claim on the key.
 	mustDo(t, "reschedule k2", s.ScheduleReconcile(ctx, k2, job(time.Hour)))
-	if err := s.FinishReconcile(ctx, k2, "e"); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("finish after a new schedule: %v, want ErrLockLost", err)
+	if err := s.FinishReconcile(ctx, k2, "e"); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("finish after a new schedule: %v, want ErrClaimLost", err)
 	}
 	if key, _, err = s.ClaimReconcile(ctx, at(time.Hour), "f", lease); err != nil || key != k2 {
 		t.Fatalf("claim of the rescheduled job = %q, %v", key, err)

@@ -99,7 +99,7 @@ func testReleaseUnknown(t *testing.T, h Harness) {
 	claim(t, h.Store, key, "fp")
 }
 
-// testResolveOnlyUnknown: in-flight locks, completed answers, missing and
+// testResolveOnlyUnknown: in-flight claims, completed answers, missing and
 // lapsed records are never touched.
 func testResolveOnlyUnknown(t *testing.T, h Harness) {
 	ctx := context.Background()

@@ -24,9 +24,9 @@ func BenchmarkStore(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b, dynamostore.Options{Now: time.Now})
 	s := e.store
-	lock := func(tok string) cache.Lock { return cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute} }
+	lock := func(tok string) cache.Claim { return cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute} }
 	complete := func(b *testing.B, key string, body []byte) {
-		if _, _, err := s.LockOrGet(ctx, key, lock("t-"+key)); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, key, lock("t-"+key)); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Complete(ctx, key, "t-"+key, done(201, body), time.Hour); err != nil {
@@ -35,7 +35,7 @@ func BenchmarkStore(b *testing.B) {
 	}
 	complete(b, "small", []byte(`{"id":"ch_1"}`))
 	complete(b, "large", pattern(1<<20))
-	if _, _, err := s.LockOrGet(ctx, "busy", lock("busy")); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "busy", lock("busy")); err != nil {
 		b.Fatal(err)
 	}
 	run := func(name string, op func(b *testing.B, i int)) {
@@ -48,7 +48,7 @@ func BenchmarkStore(b *testing.B) {
 		})
 	}
 	run("Claim", func(b *testing.B, i int) {
-		if _, loaded, err := s.LockOrGet(ctx, b.Name()+strconv.Itoa(i), lock("t")); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, b.Name()+strconv.Itoa(i), lock("t")); err != nil || loaded {
 			b.Fatal(loaded, err)
 		}
 	})
@@ -57,7 +57,7 @@ func BenchmarkStore(b *testing.B) {
 	for _, key := range []string{"small", "large", "busy"} {
 		name := map[string]string{"small": "Replay", "large": "Replay1MiB", "busy": "Conflict"}[key]
 		run(name, func(b *testing.B, i int) {
-			if _, loaded, err := s.LockOrGet(ctx, key, lock("other")); err != nil || !loaded {
+			if _, loaded, err := s.ClaimOrGet(ctx, key, lock("other")); err != nil || !loaded {
 				b.Fatal(loaded, err)
 			}
 		})

@@ -12,18 +12,18 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// LockOrGet implements cache.Store: one conditional PutItem, which either
+// ClaimOrGet implements cache.Store: one conditional PutItem, which either
 // claims the key or fails and brings the live record back with it.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
 	if lock.Token == "" {
-		return nil, false, errors.New("dynamostore: empty lock token")
+		return nil, false, errors.New("dynamostore: empty claim token")
 	}
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
 	for try := 0; try < claimTries; try++ {
 		now := s.now()
-		le := ms(now) + durMs(lock.Lease)
+		le := ms(now) + durMs(lock.Duration)
 		exp := le + holdMs(lock.Hold)
 		it := itemKey(key, recordSK)
 		it[attrState] = avN(stateInFlight)
@@ -82,7 +82,7 @@ func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 	return nil, false, errors.New("dynamostore: claiming key: the record kept changing under the claim")
 }
 
-// holdMs is a lock's hold in milliseconds (0: none).
+// holdMs is a claim's hold in milliseconds (0: none).
 func holdMs(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -90,11 +90,11 @@ func holdMs(d time.Duration) int64 {
 	return durMs(d)
 }
 
-// find answers a claim that found old, a lock whose lease lapsed: held. The
+// find answers a claim that found old, a claim that lapsed: held. The
 // first claim of the same request (its fingerprint) to find it marks it found
 // with its token, in one conditional UpdateItem; done is false when the mark
 // found the item changed (settled meanwhile).
-func (s *Store) find(ctx context.Context, key string, lock cache.Lock, old item, now time.Time) (*cache.Record, bool, error) {
+func (s *Store) find(ctx context.Context, key string, lock cache.Claim, old item, now time.Time) (*cache.Record, bool, error) {
 	if _, marked := old[attrFound]; marked || string(old.b(attrFP)) != lock.Fingerprint {
 		return old.lapsedRecord(lock.Token), true, nil
 	}

@@ -73,14 +73,14 @@ func (r response) update(values map[string]types.AttributeValue) (set, remove st
 }
 
 // Complete implements cache.Store: one conditional UpdateItem over the
-// caller's lock; on a key found free (the lease lapsed and nobody claimed it),
+// caller's claim; on a key found free (the claim lapsed and nobody claimed it),
 // a second, conditional PutItem stores the record there.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
 	if rec == nil || rec.Response == nil {
 		return errors.New("dynamostore: completing without a response")
 	}
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	if err := checkKey(key); err != nil {
 		return err
@@ -92,7 +92,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		return err
 	}
 	err = s.complete(ctx, key, token, rec, r, now, exp)
-	if errors.Is(err, cache.ErrLockLost) {
+	if errors.Is(err, cache.ErrClaimLost) {
 		s.discard(ctx, key, r)
 	}
 	if err == nil {
@@ -181,7 +181,7 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 // settledBy reports whether a Complete that found old is over, and how: old is
 // the record token completed (a re-sent Complete, or one after a Resolve: the
 // record stands, nothing is written, and chunks this call wrote anew are not
-// its own), or another live claim or record holds the key (ErrLockLost). When
+// its own), or another live claim or record holds the key (ErrClaimLost). When
 // it is not over, the key is free.
 func (s *Store) settledBy(ctx context.Context, key string, old item, token string, now time.Time, r response) (bool, error) {
 	switch {
@@ -189,7 +189,7 @@ func (s *Store) settledBy(ctx context.Context, key string, old item, token strin
 		s.dropUnused(ctx, key, old, r)
 		return true, nil
 	case old.live(now):
-		return true, cache.ErrLockLost
+		return true, cache.ErrClaimLost
 	}
 	return false, nil
 }

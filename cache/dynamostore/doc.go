@@ -9,7 +9,7 @@
 // PutItem, Complete an UpdateItem, Release a DeleteItem, Extend an
 // UpdateItem, Resolve an UpdateItem (a PutItem for a nil resolution), Delete
 // a PutItem; Get is a strongly consistent GetItem. A first execution is two
-// requests (claim, complete) plus one per lease renewal; a replay, a 409
+// requests (claim, complete) plus one per claim renewal; a replay, a 409
 // and a 422 are one: the claim's condition fails and DynamoDB returns the
 // record with the failure (ReturnValuesOnConditionCheckFailure ALL_OLD; a
 // server that leaves it out is answered by a strongly consistent GetItem).
@@ -20,8 +20,8 @@
 //
 // The SDK re-sends a request whose reply was lost, and every request is
 // built so that the re-sent one answers as the first did: a claim admits its
-// own lock, a Complete finds the record its token completed (the token is kept
-// on the completed record), Extend finds the lease it set (the request carries
+// own claim, a Complete finds the record its token completed (the token is kept
+// on the completed record), Extend finds the claim it set (the request carries
 // its clock), Release finds the key free, and Resolve and Delete find their
 // call's id on the item they wrote. A Delete, and a Resolve that releases the
 // key, leave a tombstone (state 0, lapsed at the epoch) for that reason; to
@@ -38,19 +38,19 @@
 //	pk   S     the store key (the middleware's: a SHA-256 hex digest)
 //	sk   S     "r"
 //	st   N     1 in flight, 2 completed, 0 a tombstone
-//	tok  B     the lock token; kept once completed, so a re-sent Complete is recognised
+//	tok  B     the claim token; kept once completed, so a re-sent Complete is recognised
 //	fp   B     the request's fingerprint
 //	ca   N     when the key was claimed, Unix milliseconds
 //	ex   N     when the record lapses, Unix milliseconds: a completed record's TTL;
-//	           an in-flight lock's lease end plus its hold (cache.Lock.Hold)
-//	le   N     an in-flight lock's lease end, Unix milliseconds; from it until ex the
+//	           an in-flight claim's claim end plus its hold (cache.Claim.Hold)
+//	le   N     an in-flight claim's claim end, Unix milliseconds; from it until ex the
 //	           lock is held as an unknown outcome
-//	hd   N     an in-flight lock's hold, milliseconds (Extend keeps ex at le plus hd)
+//	hd   N     an in-flight claim's hold, milliseconds (Extend keeps ex at le plus hd)
 //	hs   N     the same in whole seconds, rounded up (and ttl at le's second plus hs)
-//	lf   B     the token of the claim that first found the lock's lease lapsed
+//	lf   B     the token of the claim that first found the claim's claim lapsed
 //	ttl  N     DynamoDB's time to live, Unix seconds (the second after ex)
 //	unk  BOOL  the response is a held unknown outcome
-//	tr   B     an in-flight lock's trace context
+//	tr   B     an in-flight claim's trace context
 //	rsp  B     the msgpack-encoded response (cache.EncodeResponse), when inline
 //	nch  N     how many chunk items hold the encoded response, when chunked
 //	cv   S     the chunk items' version
@@ -112,9 +112,9 @@
 //
 // A claim is a strongly consistent Query of the entries due (the first 10, in
 // due order), a GetItem of the first job, and a TransactWriteItems that moves
-// its entry to now plus the lease and sets the token, conditioned on the
+// its entry to now plus the claim and sets the token, conditioned on the
 // version read: of two claimers one wins, the other tries the next entry, and
-// a claimer that dies lets the job come back when the lease lapses. Schedule,
+// a claimer that dies lets the job come back when the claim lapses. Schedule,
 // update and finish are a GetItem and a TransactWriteItems each (update and
 // finish conditioned on the token too). Every transaction carries a
 // ClientRequestToken, and a re-sent one that DynamoDB refuses is recognised by
@@ -138,7 +138,7 @@
 // record is as good as absent. DynamoDB has no clock a condition can read, so
 // leases are judged by the instances' clocks: every instance sharing a table
 // must keep time (NTP, the Amazon Time Sync Service); a skew of s between two
-// of them shortens or lengthens a lease by s as the other sees it. Reads that
+// of them shortens or lengthens a claim by s as the other sees it. Reads that
 // decide anything are strongly consistent (GetItem and BatchGetItem with
 // ConsistentRead); conditional writes always are.
 //

@@ -22,7 +22,7 @@ const (
 func claimed(t *testing.T, s cache.Store, key string) string {
 	t.Helper()
 	tok := cachetest.Token()
-	if rec, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: lease}); err != nil || loaded {
+	if rec, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: lease}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v rec=%+v err=%v", loaded, rec, err)
 	}
 	return tok
@@ -74,7 +74,7 @@ func TestLostReplyOnEveryOperation(t *testing.T) {
 			loaded bool
 		)
 		err := lose(t, e, func() (err error) {
-			rec, loaded, err = e.store.LockOrGet(ctx, key, cache.Lock{Token: "tok-1", Fingerprint: "fp", Lease: lease})
+			rec, loaded, err = e.store.ClaimOrGet(ctx, key, cache.Claim{Token: "tok-1", Fingerprint: "fp", Duration: lease})
 			return err
 		}, "PutItem")
 		if err != nil || loaded {
@@ -115,7 +115,7 @@ func TestLostReplyOnEveryOperation(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.clock.Advance(2 * time.Minute) // the first record lapsed (DynamoDB has not deleted it)
-		tok := cachetest.Token()         // a holder whose lease lapsed in an outage; nobody else claimed
+		tok := cachetest.Token()         // a holder whose claim lapsed in an outage; nobody else claimed
 		if err := lose(t, e, func() error { return e.store.Complete(ctx, key, tok, done(201, []byte("late")), ttl) }, "PutItem"); err != nil {
 			t.Fatalf("late Complete whose reply was lost: %v; want success", err)
 		}

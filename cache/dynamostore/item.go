@@ -18,17 +18,17 @@ const (
 	attrPK       = "pk"  // S: the store key
 	attrSK       = "sk"  // S: recordSK, or a chunk's "c#<version>#<index>"
 	attrState    = "st"  // N: 1 in flight, 2 completed, 0 deleted (a tombstone)
-	attrToken    = "tok" // B: the lock token; kept once completed
+	attrToken    = "tok" // B: the claim token; kept once completed
 	attrFP       = "fp"  // B: the request's fingerprint
 	attrCreated  = "ca"  // N: when the first request claimed the key, Unix ms
-	attrExpires  = "ex"  // N: when the record lapses, Unix ms: a lock's lease end plus its hold
-	attrLease    = "le"  // N: an in-flight lock's lease end, Unix ms (absent: ex)
-	attrHoldMs   = "hd"  // N: an in-flight lock's hold, ms (ex less le)
+	attrExpires  = "ex"  // N: when the record lapses, Unix ms: a claim's claim end plus its hold
+	attrLease    = "le"  // N: an in-flight claim's claim end, Unix ms (absent: ex)
+	attrHoldMs   = "hd"  // N: an in-flight claim's hold, ms (ex less le)
 	attrHoldS    = "hs"  // N: that hold in whole seconds, rounded up (ttl less le's second)
-	attrFound    = "lf"  // B: the token of the claim that found the lock's lease lapsed
+	attrFound    = "lf"  // B: the token of the claim that found the claim's claim lapsed
 	attrTTL      = "ttl" // N: DynamoDB's time to live, Unix seconds
 	attrUnknown  = "unk" // BOOL: the response is a held unknown outcome
-	attrTrace    = "tr"  // B: an in-flight lock's trace context
+	attrTrace    = "tr"  // B: an in-flight claim's trace context
 	attrResponse = "rsp" // B: the msgpack-encoded response, when inline
 	attrChunks   = "nch" // N: how many chunk items hold the encoded response
 	attrVersion  = "cv"  // S: the chunk items' version
@@ -135,7 +135,7 @@ func (it item) state() int64 {
 	return st
 }
 
-// lapsed reports whether the item is an in-flight lock whose lease lapsed at
+// lapsed reports whether the item is an in-flight claim that lapsed at
 // now and which is still held (live).
 func (it item) lapsed(now time.Time) bool {
 	if !it.live(now) || it.state() != stateInFlight {
@@ -237,7 +237,7 @@ func valueSize(v types.AttributeValue) int {
 	return 0
 }
 
-// lapsedRecord is a lock whose lease lapsed, read as the held unknown outcome
+// lapsedRecord is a claim that lapsed, read as the held unknown outcome
 // it is; found when token (a claim's; "" for none) found it.
 func (it item) lapsedRecord(token string) *cache.Record {
 	ca, _ := it.n(attrCreated)

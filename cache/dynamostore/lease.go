@@ -13,7 +13,7 @@ import (
 // Release implements cache.Store: one conditional DeleteItem.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	if err := checkKey(key); err != nil {
 		return err
@@ -39,18 +39,18 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // Extend implements cache.Store: one conditional UpdateItem. A re-sent
-// request carries the same :now and :ex, so it finds the lease it set and
+// request carries the same :now and :ex, so it finds the claim it set and
 // sets it again.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	now := s.now()
 	le := ms(now) + durMs(lease)
-	// The hold moves with the lease: ex and ttl keep their distance from le.
+	// The hold moves with the claim: ex and ttl keep their distance from le.
 	const update = "SET #le = :le, #ex = if_not_exists(#hd, :zero) + :le, #ttl = if_not_exists(#hs, :zero) + :ttl"
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.table),

@@ -17,23 +17,23 @@ import (
 // live has or has not deleted yet.
 const (
 	// A claim takes a free key (no item, or a lapsed record or tombstone), or
-	// finds its own lock there: a re-sent claim.
+	// finds its own claim there: a re-sent claim.
 	condClaim = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok AND (attribute_not_exists(#le) OR #le > :now))"
-	// Complete's update writes over the caller's own lock (live, or lapsed
+	// Complete's update writes over the caller's own claim (live, or lapsed
 	// and held, or expired with nobody claiming since), or creates the record
 	// on a missing key.
 	condComplete = "attribute_not_exists(#pk) OR (#st = :one AND #tok = :tok)"
 	// Complete's put stores the record on a key that is free otherwise (a
 	// lapsed record or a tombstone is there).
 	condCompleteFree = "attribute_not_exists(#pk) OR #ex <= :now"
-	// Release deletes the caller's lock, or finds the key free.
+	// Release deletes the caller's claim, or finds the key free.
 	condRelease = "attribute_not_exists(#pk) OR #ex <= :now OR (#st = :one AND #tok = :tok)"
-	// Extend renews the caller's lock whose lease has not lapsed.
+	// Extend renews the caller's claim whose claim has not lapsed.
 	condExtend = "#st = :one AND #tok = :tok AND #ex > :now AND (attribute_not_exists(#le) OR #le > :now)"
-	// A claim marks a lock whose lease lapsed found, once.
+	// A claim marks a claim that lapsed found, once.
 	condFind = "#st = :one AND #tok = :old AND #le <= :now AND #ex > :now AND attribute_not_exists(#lf)"
-	// Resolve settles a live held unknown outcome (stored, or a lock whose
-	// lease lapsed), or finds what it wrote: a re-sent Resolve (its id, :op,
+	// Resolve settles a live held unknown outcome (stored, or a claim whose
+	// claim lapsed), or finds what it wrote: a re-sent Resolve (its id, :op,
 	// is on the item).
 	condResolve = "(#ex > :now AND #st = :two AND #unk = :true) OR (#ex > :now AND #st = :one AND #le <= :now) OR #op = :op"
 	// Delete puts a tombstone over a live record, or finds its own tombstone.
@@ -82,15 +82,15 @@ func (s *Store) refused(ctx context.Context, op, call, doing, key string, err er
 	return old, nil
 }
 
-// lockLost is a lease write (release, extend) whose condition failed, reported:
-// ErrLockLost; or the error of one that failed otherwise.
+// lockLost is a claim write (release, extend) whose condition failed, reported:
+// ErrClaimLost; or the error of one that failed otherwise.
 func (s *Store) lockLost(op, call, doing string, err error) error {
 	ccf, ok := isCCF(err)
 	if !ok {
 		return fmt.Errorf("dynamostore: %s: %w", doing, err)
 	}
 	s.reportFailed(op, call, ccf.Item, nil)
-	return cache.ErrLockLost
+	return cache.ErrClaimLost
 }
 
 // existing is the item a failed conditional write found: from the failure

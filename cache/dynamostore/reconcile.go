@@ -14,7 +14,7 @@ package dynamostore
 // write of a job gives it a new version, puts a new entry and deletes the old
 // one in one transaction, conditioned on the version it read: of two writers
 // one wins, and the other reads again. A claim moves the entry to now+lease and
-// sets the token, so a claimer that dies lets the job come back when its lease
+// sets the token, so a claimer that dies lets the job come back when its claim
 // lapses; updating and finishing are conditioned on the token. Finishing
 // leaves a tombstone naming the token that finished (for an hour), so a call
 // the SDK re-sent after its reply was lost answers as the first did; a
@@ -280,10 +280,10 @@ const condJobClaim = "#jv = :jv AND #jtk = :tok"
 // fencedJob writes the job under key that token claims, with the items build
 // makes from the job as read (cur) and the write's version (v), and the
 // deletion of its old schedule entry. A job not claimed by token is
-// ErrLockLost; a job its token finished already (a call made again) is done.
+// ErrClaimLost; a job its token finished already (a call made again) is done.
 func (s *Store) fencedJob(ctx context.Context, op, doing, key, token string, build func(cur item, v string) []types.TransactWriteItem) error {
 	if token == "" {
-		return fmt.Errorf("dynamostore: %s reconcile job: %w", doing, cache.ErrLockLost)
+		return fmt.Errorf("dynamostore: %s reconcile job: %w", doing, cache.ErrClaimLost)
 	}
 	if err := checkKey(key); err != nil {
 		return err
@@ -297,7 +297,7 @@ func (s *Store) fencedJob(ctx context.Context, op, doing, key, token string, bui
 			return nil
 		}
 		if len(cur) == 0 || string(cur.b(attrClaim)) != token {
-			return fmt.Errorf("dynamostore: %s reconcile job: %w", doing, cache.ErrLockLost)
+			return fmt.Errorf("dynamostore: %s reconcile job: %w", doing, cache.ErrClaimLost)
 		}
 		v := newOpID()
 		items := build(cur, v)

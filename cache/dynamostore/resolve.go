@@ -56,7 +56,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		}
 		values[":false"], values[":ex"], values[":ttl"] = avBool(false), avN(exp), avN(ttlSeconds(exp))
 		rset, rremove := r.update(values)
-		// A lock whose lease lapsed becomes a completed record (keeping its
+		// A claim that lapsed becomes a completed record (keeping its
 		// token, fingerprint and creation time).
 		update := "SET #st = :two, #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE #tr, #le, #hd, #hs, #lf, " + rremove
 		call = "UpdateItem"

@@ -17,7 +17,7 @@ package dynamostore
 // deleted with a record (a Delete, a Resolve, a claim after the record
 // lapsed), and a set some record named is always written whole. Chunks no
 // record names are deleted by nobody but the call that wrote them (on
-// ErrLockLost, and then the entry is gone too) and by their time to live.
+// ErrClaimLost, and then the entry is gone too) and by their time to live.
 
 import (
 	"sync"

@@ -86,20 +86,20 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, dynamostore.Options{})
 	for _, key := range []string{"", strings.Repeat("k", dynamostore.MaxKey+1), "bad\xffutf8"} {
-		if _, _, err := e.store.LockOrGet(ctx, key, cache.Lock{Token: "t", Lease: lease}); err == nil {
-			t.Fatalf("LockOrGet(%q) accepted", key)
+		if _, _, err := e.store.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Duration: lease}); err == nil {
+			t.Fatalf("ClaimOrGet(%q) accepted", key)
 		}
 		if _, err := e.store.Get(ctx, key); err == nil || errors.Is(err, cache.ErrNotFound) {
 			t.Fatalf("Get(%.10q): %v", key, err)
 		}
 	}
-	if _, _, err := e.store.LockOrGet(ctx, "k", cache.Lock{Lease: lease}); err == nil {
+	if _, _, err := e.store.ClaimOrGet(ctx, "k", cache.Claim{Duration: lease}); err == nil {
 		t.Fatal("claim with an empty token accepted")
 	}
 	if err := e.store.Complete(ctx, "k", "t", nil, ttl); err == nil {
 		t.Fatal("Complete(nil) accepted")
 	}
-	if err := e.store.Complete(ctx, "k", "", done(200, nil), ttl); !errors.Is(err, cache.ErrLockLost) {
+	if err := e.store.Complete(ctx, "k", "", done(200, nil), ttl); !errors.Is(err, cache.ErrClaimLost) {
 		t.Fatalf("Complete with an empty token: %v", err)
 	}
 	if err := e.store.Resolve(ctx, "k", unknown().Response, ttl); err == nil {
@@ -158,10 +158,10 @@ func TestOpen(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, loaded, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: lease}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: lease}); err != nil || loaded {
 		t.Fatalf("claim: %v %v", loaded, err)
 	}
-	if _, loaded, _ := stores[1].LockOrGet(ctx, "k", cache.Lock{Token: "u", Fingerprint: "f", Lease: lease}); !loaded {
+	if _, loaded, _ := stores[1].ClaimOrGet(ctx, "k", cache.Claim{Token: "u", Fingerprint: "f", Duration: lease}); !loaded {
 		t.Fatal("another instance claimed a held key")
 	}
 	ttl, err := srv.Client().DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
@@ -254,7 +254,7 @@ func TestTTLDeletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Complete(ctx, "k", "t", done(201, []byte("x")), time.Second); err != nil {

@@ -11,19 +11,19 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// lock is an in-flight lock. Its lease ends at lease; the lock lives until
-// expires, which is later by the lock's hold (cache.Lock.Hold): in between it
+// lock is an in-flight claim. Its claim ends at lease; the claim lives until
+// expires, which is later by the claim's hold (cache.Claim.Hold): in between it
 // is held as an unknown outcome.
 type lock struct {
 	token, fingerprint string
-	trace              string // Lock.Trace
+	trace              string // Claim.Trace
 	found              string // the token of the claim that found it lapsed
 	created, expires   int64  // unix nanoseconds
 	lease              int64  // unix nanoseconds
 	owner              ownerID
 }
 
-// lapsed reports whether the lock's lease lapsed (and it is held, while it
+// lapsed reports whether the claim's claim lapsed (and it is held, while it
 // has not expired).
 func (l *lock) lapsed(now int64) bool { return l.lease <= now }
 
@@ -31,12 +31,12 @@ func (l *lock) size() int64 {
 	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace))
 }
 
-// LockOrGet implements cache.Store. A claim at a bound makes room within the
+// ClaimOrGet implements cache.Store. A claim at a bound makes room within the
 // eviction policy (see makeRoom), and fails with cache.ErrFull when nothing it
 // may evict is left.
-func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.Record, bool, error) {
+func (s *Store) ClaimOrGet(_ context.Context, key string, l cache.Claim) (*cache.Record, bool, error) {
 	if l.Token == "" {
-		return nil, false, fmt.Errorf("memstore: empty lock token")
+		return nil, false, fmt.Errorf("memstore: empty claim token")
 	}
 	k := internKey(key)
 	owner := ownerOf(l.Owner)
@@ -60,7 +60,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 				return rec, true, nil
 			case cur.token == l.Token:
 				sh.mu.Unlock()
-				return nil, false, nil // a re-sent claim: this token holds the lock
+				return nil, false, nil // a re-sent claim: this token holds the claim
 			default:
 				rec := cur.record()
 				sh.mu.Unlock()
@@ -76,7 +76,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 			s.dropIndexLocked(sh, e)
 		}
 		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now,
-			lease: now + int64(l.Lease), expires: now + int64(l.Lease) + int64(max(l.Hold, 0)), owner: owner}
+			lease: now + int64(l.Duration), expires: now + int64(l.Duration) + int64(max(l.Hold, 0)), owner: owner}
 		// The owner's row, should this be its first record, is reserved too.
 		need := nl.size() + ownerBytes
 		if s.topUp(&res, 1, need) {
@@ -89,7 +89,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, l cache.Lock) (*cache.R
 		sh.mu.Unlock()
 		if attempt == roomAttempts || !s.grow(&res, owner, 1, need, need, nil) {
 			// Nothing this claim may evict is left: refuse it rather than
-			// evict an in-flight lock or another client's protected record.
+			// evict an in-flight claim or another client's protected record.
 			return nil, false, fmt.Errorf("memstore: claiming key: no room within the bounds that this client may take: %w", cache.ErrFull)
 		}
 	}
@@ -107,7 +107,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 		return fmt.Errorf("memstore: completing without a response")
 	}
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	buf := encodeBufs.Get().(*bytes.Buffer)
 	defer func() {
@@ -159,7 +159,7 @@ func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.
 		created = rec.CreatedAt.UnixNano()
 	}
 	var nd need
-	var lockSize, row int64 // what the lock held; the owner's row, reserved
+	var lockSize, row int64 // what the claim held; the owner's row, reserved
 	if err == nil {
 		fp, created, nd.owner, lockSize = l.fingerprint, l.created, l.owner, l.size()
 	} else if err = s.freeLocked(sh, k, token, now); err != nil {
@@ -171,7 +171,7 @@ func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.
 		return false, nd, err
 	} else {
 		// A late Complete on a free key: a record more, with no owner known
-		// (the lock that named it is gone); its row is reserved too.
+		// (the claim that named it is gone); its row is reserved too.
 		nd.owner, nd.records, row = ownerOf(""), 1, ownerBytes
 	}
 	n := entryHeader + len(fp) + len(response)
@@ -188,8 +188,8 @@ func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.
 		if l == nil || newCap == 0 || nd.growth > 0 {
 			return false, nd, nil
 		}
-		// A record no larger than its lock (the not-replayable marker the
-		// core stores when a response does not fit) always takes the lock's
+		// A record no larger than its claim (the not-replayable marker the
+		// core stores when a response does not fit) always takes the claim's
 		// place: in a chunk of its own size, it adds nothing.
 		newCap = n
 		s.release(res)
@@ -199,7 +199,7 @@ func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.
 	pos, e := s.appendLocked(sh, n, newCap)
 	entry(e).write(k, tokenHash(token), nd.owner, fp, created, now+int64(ttl), response)
 	if l != nil {
-		delete(sh.locks, *k) // the lock's record becomes the completed one
+		delete(sh.locks, *k) // the claim's record becomes the completed one
 	}
 	if old, taken := sh.index[s.prefixOf(k)]; taken {
 		// Another key with the same 128-bit prefix (never seen in practice), or
@@ -214,15 +214,15 @@ func (s *Store) completeHeldLocked(sh *shard, k *ikey, token string, rec *cache.
 
 var errCompletedByUs = errors.New("completed by this token")
 
-// freeLocked decides a Complete whose token does not hold a live lock on k: nil
-// when the key is free (no live lock or record: the lease lapsed and nobody
-// claimed it, or it was purged), and a lapsed lock is dropped; errCompletedByUs
-// when this token completed the live record; ErrLockLost when another claim or
+// freeLocked decides a Complete whose token does not hold a live claim on k: nil
+// when the key is free (no live claim or record: the claim lapsed and nobody
+// claimed it, or it was purged), and a lapsed claim is dropped; errCompletedByUs
+// when this token completed the live record; ErrClaimLost when another claim or
 // record holds it.
 func (s *Store) freeLocked(sh *shard, k *ikey, token string, now int64) error {
 	if cur, ok := sh.locks[*k]; ok {
 		if cur.expires > now {
-			return cache.ErrLockLost
+			return cache.ErrClaimLost
 		}
 		s.dropLockLocked(sh, k, cur)
 	}
@@ -230,7 +230,7 @@ func (s *Store) freeLocked(sh *shard, k *ikey, token string, now int64) error {
 		if e.tokenHash() == tokenHash(token) {
 			return errCompletedByUs
 		}
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	return nil
 }
@@ -268,7 +268,7 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 		return err
 	}
 	if l.lapsed(now) {
-		return cache.ErrLockLost // held as an unknown outcome: never revived
+		return cache.ErrClaimLost // held as an unknown outcome: never revived
 	}
 	hold := l.expires - l.lease
 	l.lease = now + int64(lease)
@@ -276,7 +276,7 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	return nil
 }
 
-// liveLockLocked returns k's live lock, or nil; a lapsed one is dropped.
+// liveLockLocked returns k's live claim, or nil; a lapsed one is dropped.
 func (s *Store) liveLockLocked(sh *shard, k *ikey, now int64) *lock {
 	l, ok := sh.locks[*k]
 	if !ok {
@@ -289,15 +289,15 @@ func (s *Store) liveLockLocked(sh *shard, k *ikey, now int64) *lock {
 	return nil
 }
 
-// heldLocked returns the lock under k held by token: live, or lapsed and held.
+// heldLocked returns the claim under k held by token: live, or lapsed and held.
 func (s *Store) heldLocked(sh *shard, k *ikey, token string, now int64) (*lock, error) {
 	l, ok := sh.locks[*k]
 	if !ok || l.token != token || token == "" {
-		return nil, cache.ErrLockLost
+		return nil, cache.ErrClaimLost
 	}
 	if l.expires <= now {
 		s.dropLockLocked(sh, k, l)
-		return nil, cache.ErrLockLost
+		return nil, cache.ErrClaimLost
 	}
 	return l, nil
 }
@@ -309,8 +309,8 @@ func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
 	s.bytes.Add(-l.size() + s.owners.add(l.owner, -1, -l.size()))
 }
 
-// lapsedRecord is the lock read as the held unknown outcome it is once its
-// lease lapsed.
+// lapsedRecord is the claim read as the held unknown outcome it is once its
+// claim lapsed.
 func (l *lock) lapsedRecord(found bool) *cache.Record {
 	return cache.LapsedRecord(l.fingerprint, time.Unix(0, l.created), time.Unix(0, l.expires), bytesOrNil(l.trace), found)
 }

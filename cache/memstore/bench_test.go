@@ -27,7 +27,7 @@ func benchKeys(n int) []string {
 // with a 64-byte body, for owner.
 func claimComplete(b *testing.B, s *memstore.Store, key, tok, owner string) {
 	ctx := context.Background()
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "0123456789abcdef0123456789abcdef", Lease: time.Minute, Owner: owner}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "0123456789abcdef0123456789abcdef", Duration: time.Minute, Owner: owner}); err != nil || loaded {
 		b.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201, Body: benchBody, BodySize: 64}}

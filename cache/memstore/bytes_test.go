@@ -35,7 +35,7 @@ func BenchmarkBytesPerRecord(b *testing.B) {
 			sum := sha256.Sum256([]byte(fmt.Sprint("key-", i)))
 			k := hex.EncodeToString(sum[:])
 			tok := fmt.Sprintf("%032x", i)
-			if _, _, err := s.LockOrGet(ctx, k, cache.Lock{Token: tok, Fingerprint: "0123456789abcdef0123456789abcdef", Lease: time.Minute}); err != nil {
+			if _, _, err := s.ClaimOrGet(ctx, k, cache.Claim{Token: tok, Fingerprint: "0123456789abcdef0123456789abcdef", Duration: time.Minute}); err != nil {
 				b.Fatal(err)
 			}
 			rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201, Header: hdr, Body: body, BodySize: 64}}

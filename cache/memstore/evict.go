@@ -92,7 +92,7 @@ func (s *Store) makeRoom(owner ownerID, records, bytes, growth int64, keep *ikey
 }
 
 // evictOldest evicts the oldest completed records, whoever owns them, until
-// the store is within its bounds (a lowered bound). It never evicts a lock.
+// the store is within its bounds (a lowered bound). It never evicts a claim.
 func (s *Store) evictOldest() {
 	p := policy{any: true, now: s.now().UnixNano()}
 	s.sweepHeads(&p, func() bool { return !s.over() })

@@ -100,7 +100,7 @@ func CheckInvariants(s *Store) error {
 	return nil
 }
 
-// Usage returns what owner (a cache.Lock's Owner) holds: records and bytes.
+// Usage returns what owner (a cache.Claim's Owner) holds: records and bytes.
 func Usage(s *Store, owner string) (records, bytes int64) {
 	u := s.owners.get(ownerOf(owner))
 	return u.records, u.bytes

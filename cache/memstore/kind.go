@@ -70,7 +70,7 @@ func (m *Settings) Open(context.Context, string, cache.Env) (cache.Store, func()
 
 // Apply implements cache.LiveSettings: it sets m's bounds on the running
 // store (SetBounds; lower ones evict its oldest completed records at once,
-// never an in-flight lock), and returns the names of the settings that
+// never an in-flight claim), and returns the names of the settings that
 // changed.
 func (m *Settings) Apply(store cache.Store) ([]string, error) {
 	if err := m.Check(); err != nil {

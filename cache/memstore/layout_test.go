@@ -24,7 +24,7 @@ func TestIndexPrefixCollision(t *testing.T) {
 	a, b := "key-a", strings.Repeat("ab", 32)
 	complete(t, s, a, []byte("record a"))
 	tok := cachetest.Token()
-	rec, loaded, err := s.LockOrGet(ctx, b, lockFor(tok))
+	rec, loaded, err := s.ClaimOrGet(ctx, b, lockFor(tok))
 	if err != nil || loaded {
 		t.Fatalf("b was answered with a's record: loaded=%v rec=%+v err=%v", loaded, rec, err)
 	}
@@ -112,7 +112,7 @@ func TestConcurrentAppendReadEvict(t *testing.T) {
 			for i := 0; i < 500; i++ {
 				key := fmt.Sprintf("w%d-%d", w, i)
 				tok := cachetest.Token()
-				if _, loaded, err := s.LockOrGet(ctx, key, lockFor(tok)); err != nil || loaded {
+				if _, loaded, err := s.ClaimOrGet(ctx, key, lockFor(tok)); err != nil || loaded {
 					t.Errorf("claim %s: loaded=%v err=%v", key, loaded, err)
 					return
 				}
@@ -123,7 +123,7 @@ func TestConcurrentAppendReadEvict(t *testing.T) {
 				}
 				for j := max(0, i-5); j <= i; j++ {
 					k := fmt.Sprintf("w%d-%d", w, j)
-					rec, loaded, err := s.LockOrGet(ctx, k, lockFor(cachetest.Token()))
+					rec, loaded, err := s.ClaimOrGet(ctx, k, lockFor(cachetest.Token()))
 					if err != nil {
 						t.Errorf("read %s: %v", k, err)
 						return

@@ -44,7 +44,7 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 	limit := q.ListLimit()
 	type found struct {
 		k   ikey
-		rec *cache.Record // a lock's, or nil: decode e
+		rec *cache.Record // a claim's, or nil: decode e
 		e   entry
 	}
 	var page []found

@@ -24,7 +24,7 @@ func BenchmarkListHeld(b *testing.B) {
 		var k [32]byte
 		_, _ = rand.Read(k[:])
 		key := hex.EncodeToString(k[:])
-		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "fp", Lease: time.Minute}); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "fp", Duration: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 		resp := &cache.Response{Status: 201, Body: make([]byte, 200)}

@@ -165,7 +165,7 @@ func (sh *shard) dropFirstChunk() int {
 //	size u32 | fingerprint length u32 | created i64 | expires i64 | key [32] | token hash u64 | owner u64 | fingerprint | encoded response
 //
 // (entryHeader bytes before the fingerprint). Entries are never written again
-// once appended and chunks are never reused, so reading one needs no lock.
+// once appended and chunks are never reused, so reading one needs no claim.
 type entry []byte
 
 func (e entry) size() uint32       { return binary.LittleEndian.Uint32(e[0:]) }

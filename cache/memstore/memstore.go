@@ -1,10 +1,10 @@
 // Package memstore is the embedded, in-process cache.Store: shards guarded by one
 // mutex each, expiry enforced on every read and swept in the background, and a
-// bound on records and bytes. An in-flight lock is never evicted.
+// bound on records and bytes. An in-flight claim is never evicted.
 //
 // # Eviction: each client its share
 //
-// Every record belongs to an owner, the cache.Lock's Owner (the middleware
+// Every record belongs to an owner, the cache.Claim's Owner (the middleware
 // passes a digest of the client's scope: Host and Authorization, or the scope
 // headers or function). The store counts each owner's records and bytes. When
 // a claim or a completion needs room at a bound, holes and expired records go
@@ -22,7 +22,7 @@
 // claim fails with cache.ErrFull (the middleware answers 503, even with
 // fail_open), and so does a completion whose record does not fit (the middleware
 // then stores the not-replayable marker instead, which always fits in place of
-// its lock, so the key is still remembered as done and never runs twice).
+// its claim, so the key is still remembered as done and never runs twice).
 // Owners are client-chosen: an attacker can mint as many Authorization values as
 // it likes. Minting does not shrink a share below the bound over 1024, so a
 // store filled by many scopes each within its share ends in refusals (503 or
@@ -88,7 +88,7 @@ const (
 	// indexBytes is what a completed record's slot in its shard's index costs: 24
 	// bytes at the map's typical load.
 	indexBytes = 40
-	// lockOverhead approximates an in-flight lock beyond its strings: the struct,
+	// lockOverhead approximates an in-flight claim beyond its strings: the struct,
 	// its map slot and the pointer to it.
 	lockOverhead = 160
 	// ownerBytes is what an owner's row in the owner table costs while it
@@ -174,7 +174,7 @@ func (s *Store) prefixOf(k *ikey) prefix {
 
 type shard struct {
 	mu sync.Mutex
-	// locks holds the in-flight locks.
+	// locks holds the in-flight claims.
 	locks map[ikey]*lock
 	// index maps a completed record's key prefix to its entry's position in log.
 	index map[prefix]uint64
@@ -276,7 +276,7 @@ func New(opts Options) (*Store, error) {
 
 // SetBounds changes the store's bounds while it runs (a configuration reload keeps
 // its records): lower bounds evict the oldest completed records at once, whoever
-// owns them (an operator's choice, not another client's), never an in-flight lock.
+// owns them (an operator's choice, not another client's), never an in-flight claim.
 func (s *Store) SetBounds(maxRecords, maxBytes int64) error {
 	if maxRecords < 1 || maxBytes < 1 {
 		return fmt.Errorf("memstore: bounds must be at least 1, got %d records and %d bytes", maxRecords, maxBytes)

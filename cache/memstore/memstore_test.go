@@ -48,15 +48,15 @@ func checkInvariants(t *testing.T, s *memstore.Store) {
 	}
 }
 
-func lockFor(tok string) cache.Lock {
-	return cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}
+func lockFor(tok string) cache.Claim {
+	return cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute}
 }
 
 func complete(t *testing.T, s cache.Store, key string, body []byte) {
 	t.Helper()
 	ctx := context.Background()
 	tok := cachetest.Token()
-	if _, loaded, err := s.LockOrGet(ctx, key, lockFor(tok)); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, lockFor(tok)); err != nil || loaded {
 		t.Fatalf("claim %s: loaded=%v err=%v", key, loaded, err)
 	}
 	rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200, Body: body}}
@@ -90,13 +90,13 @@ func TestInFlightNeverEvicted(t *testing.T) {
 	s, _ := newStore(t, memstore.Options{MaxRecords: 2, Shards: 4})
 	ctx := context.Background()
 	a, b := cachetest.Token(), cachetest.Token()
-	if _, _, err := s.LockOrGet(ctx, "a", lockFor(a)); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "a", lockFor(a)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.LockOrGet(ctx, "b", lockFor(b)); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "b", lockFor(b)); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := s.LockOrGet(ctx, "c", lockFor(cachetest.Token()))
+	_, _, err := s.ClaimOrGet(ctx, "c", lockFor(cachetest.Token()))
 	if !errors.Is(err, cache.ErrFull) {
 		t.Fatalf("third lock with two in flight: err = %v, want ErrFull", err)
 	}
@@ -108,11 +108,11 @@ func TestInFlightNeverEvicted(t *testing.T) {
 			t.Fatalf("in-flight lock %s lost: %v", k, err)
 		}
 	}
-	// Once one completes, a new lock evicts it (completed first), never the other lock.
+	// Once one completes, a new claim evicts it (completed first), never the other claim.
 	if err := s.Complete(ctx, "a", a, &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.LockOrGet(ctx, "c", lockFor(cachetest.Token())); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "c", lockFor(cachetest.Token())); err != nil {
 		t.Fatalf("lock after a completion: %v", err)
 	}
 	if _, err := s.Get(ctx, "a"); !errors.Is(err, cache.ErrNotFound) {
@@ -149,7 +149,7 @@ func TestRecordLargerThanBound(t *testing.T) {
 	s, _ := newStore(t, memstore.Options{MaxBytes: 1 << 10})
 	ctx := context.Background()
 	tok := cachetest.Token()
-	if _, _, err := s.LockOrGet(ctx, "big", lockFor(tok)); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "big", lockFor(tok)); err != nil {
 		t.Fatal(err)
 	}
 	rec := &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200, Body: make([]byte, 4<<10)}}
@@ -167,14 +167,14 @@ func TestSweepRemovesExpired(t *testing.T) {
 	s, clk := newStore(t, memstore.Options{})
 	ctx := context.Background()
 	complete(t, s, "done", []byte("x"))
-	if _, _, err := s.LockOrGet(ctx, "lock", lockFor(cachetest.Token())); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "lock", lockFor(cachetest.Token())); err != nil {
 		t.Fatal(err)
 	}
 	s.Sweep()
 	if s.Len() != 2 {
 		t.Fatalf("Sweep removed live records: Len = %d", s.Len())
 	}
-	clk.Advance(2 * time.Minute) // lease lapsed, record (1h) still live
+	clk.Advance(2 * time.Minute) // claim lapsed, record (1h) still live
 	s.Sweep()
 	if s.Len() != 1 {
 		t.Fatalf("Len after lease lapse = %d, want 1", s.Len())
@@ -230,9 +230,9 @@ func ExampleStore() {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	_, loaded, _ := s.LockOrGet(ctx, "key", cache.Lock{Token: "t1", Fingerprint: "fp", Lease: 30 * time.Second})
+	_, loaded, _ := s.ClaimOrGet(ctx, "key", cache.Claim{Token: "t1", Fingerprint: "fp", Duration: 30 * time.Second})
 	fmt.Println("first claim loaded:", loaded)
-	rec, loaded, _ := s.LockOrGet(ctx, "key", cache.Lock{Token: "t2", Fingerprint: "fp", Lease: 30 * time.Second})
+	rec, loaded, _ := s.ClaimOrGet(ctx, "key", cache.Claim{Token: "t2", Fingerprint: "fp", Duration: 30 * time.Second})
 	fmt.Println("second claim loaded:", loaded, rec.State)
 	_ = s.Complete(ctx, "key", "t1", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 201}}, time.Hour)
 	rec, _ = s.Get(ctx, "key")
@@ -256,7 +256,7 @@ func TestMiddlewareSuite(t *testing.T) {
 }
 
 // SetBounds applies new bounds to a live store: records survive a raise, a
-// lowering evicts the oldest completed ones, never an in-flight lock.
+// lowering evicts the oldest completed ones, never an in-flight claim.
 func TestSetBoundsOnALiveStore(t *testing.T) {
 	s, err := memstore.New(memstore.Options{MaxRecords: 10, SweepInterval: -1})
 	if err != nil {
@@ -267,7 +267,7 @@ func TestSetBoundsOnALiveStore(t *testing.T) {
 	for i := range 6 {
 		key := fmt.Sprint("k", i)
 		tok := cachetest.Token()
-		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if i < 5 {

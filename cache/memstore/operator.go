@@ -54,7 +54,7 @@ func (s *Store) resolveLocked(sh *shard, k *ikey, resp *cache.Response, ttl time
 		if !l.lapsed(now) {
 			return false, need{}, fmt.Errorf("memstore: the key is in flight: %w", cache.ErrNotUnknown)
 		}
-		// A lapsed lock, held: settled as the lock's own completion would be,
+		// A lapsed claim, held: settled as the claim's own completion would be,
 		// keeping its token, so its late Complete writes nothing over it.
 		if resp == nil {
 			s.dropLockLocked(sh, k, l)

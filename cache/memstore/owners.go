@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// ownerID is 64 bits of seeded hash of a cache.Lock's Owner: what a lock and a
+// ownerID is 64 bits of seeded hash of a cache.Claim's Owner: what a claim and a
 // log entry keep of it. Two owners sharing an id (a 2^-64 accident) would only
 // share one share of the store.
 type ownerID uint64
@@ -15,8 +15,8 @@ var ownerSeed = maphash.MakeSeed()
 
 func ownerOf(owner string) ownerID { return ownerID(maphash.String(ownerSeed, owner)) }
 
-// usage is what one owner holds: its records (in-flight locks and completed
-// records) and their bytes (a lock's size; a completed record's log entry and
+// usage is what one owner holds: its records (in-flight claims and completed
+// records) and their bytes (a claim's size; a completed record's log entry and
 // index slot), plus ownerBytes for its row in the table.
 type usage struct {
 	records, bytes int64

@@ -19,7 +19,7 @@ import (
 // claimAs claims key for owner and returns the token, or the claim's error.
 func claimAs(s cache.Store, owner, key string) (string, error) {
 	tok := cachetest.Token()
-	_, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute, Owner: owner})
+	_, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute, Owner: owner})
 	if err == nil && loaded {
 		err = fmt.Errorf("claim %s: a record is there", key)
 	}
@@ -114,7 +114,7 @@ func TestOverShareOwnerEvictedThenOwn(t *testing.T) {
 }
 
 // An owner within its share evicts its own records only when nothing else may
-// go (here: the rest are another owner's in-flight locks), and a claim with
+// go (here: the rest are another owner's in-flight claims), and a claim with
 // nothing at all to evict gets ErrFull.
 func TestOwnRecordsAsALastResort(t *testing.T) {
 	s, _ := newStore(t, memstore.Options{MaxRecords: 4, Shards: 2})
@@ -158,7 +158,7 @@ func TestMintedOwnersEndInRefusalAndTheMarkerFits(t *testing.T) {
 	for i := range 20 {
 		key := fmt.Sprint("held-", i)
 		tok := strings.Repeat("t", 1+i) // tokens of every length down to one byte
-		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: strings.Repeat("f", 32), Lease: time.Minute, Trace: trace, Owner: fmt.Sprint("holder-", i)}); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: strings.Repeat("f", 32), Duration: time.Minute, Trace: trace, Owner: fmt.Sprint("holder-", i)}); err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, tok)

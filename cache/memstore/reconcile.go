@@ -74,7 +74,7 @@ func (s *Store) UpdateReconcile(_ context.Context, key, token string, job *cache
 	defer s.jobs.mu.Unlock()
 	j := s.jobs.m[key]
 	if j == nil || token == "" || j.token != token {
-		return fmt.Errorf("memstore: updating reconcile job: %w", cache.ErrLockLost)
+		return fmt.Errorf("memstore: updating reconcile job: %w", cache.ErrClaimLost)
 	}
 	j.job, j.due, j.token = b, job.Due, ""
 	return nil
@@ -86,7 +86,7 @@ func (s *Store) FinishReconcile(_ context.Context, key, token string) error {
 	defer s.jobs.mu.Unlock()
 	j := s.jobs.m[key]
 	if j == nil || token == "" || j.token != token {
-		return fmt.Errorf("memstore: finishing reconcile job: %w", cache.ErrLockLost)
+		return fmt.Errorf("memstore: finishing reconcile job: %w", cache.ErrClaimLost)
 	}
 	delete(s.jobs.m, key)
 	return nil

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Complete and release announce a change (pg_notify) only for a lock a
+// Complete and release announce a change (pg_notify) only for a claim a
 // duplicate waits for: notifying takes a database-wide lock from commit to
 // flush, and reaches every listening instance. Notifications arrive in commit
 // order, so the first one heard after an unwaited complete and release must be
@@ -38,7 +38,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 	}
 	claim := func(key string) {
 		t.Helper()
-		if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok-" + key, Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "tok-" + key, Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 			t.Fatalf("claim %s: loaded=%v err=%v", key, loaded, err)
 		}
 	}
@@ -226,7 +226,7 @@ func TestAddingTheColumnDoesNotStallTraffic(t *testing.T) {
 		}
 		started <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the ALTER waits for the lock by now
+	time.Sleep(200 * time.Millisecond) // the ALTER waits for the claim by now
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	t0 := time.Now()

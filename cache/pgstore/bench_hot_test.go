@@ -47,8 +47,8 @@ func BenchmarkFillfactor(b *testing.B) {
 					go func() {
 						for i := w; i < b.N; i += 8 {
 							key, tok := fmt.Sprintf("%064x", i*7919), rand.Text()
-							lock := cache.Lock{Token: tok, Fingerprint: rec.Fingerprint, Lease: 30 * time.Second, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
-							if _, _, err := s.LockOrGet(ctx, key, lock); err != nil {
+							lock := cache.Claim{Token: tok, Fingerprint: rec.Fingerprint, Duration: 30 * time.Second, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
+							if _, _, err := s.ClaimOrGet(ctx, key, lock); err != nil {
 								errs <- err
 								return
 							}
@@ -79,7 +79,7 @@ func BenchmarkFillfactor(b *testing.B) {
 }
 
 // BenchmarkMillion: a table of the previous version with a million records
-// (355 MB; 1 in 1,500 a lapsed lock, 1 in 10,000 an unknown outcome), then
+// (355 MB; 1 in 1,500 a lapsed claim, 1 in 10,000 an unknown outcome), then
 // New's migration (migrate-ms), the first sweep (sweep-ms: the rows that
 // were there are looked at once all have expired, so nothing yet), and a held
 // listing followed to its end (held-page-ms, held-all-ms). Run it alone

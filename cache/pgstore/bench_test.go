@@ -35,7 +35,7 @@ func BenchmarkPostgresServerCPU(b *testing.B) {
 	rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201, Body: []byte(`{"id":"ch_1","status":"paid"}`)}}
 	run := func(i int) {
 		key := fmt.Sprintf("%s-%d", b.Name(), i)
-		if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute, TTL: time.Hour}); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute, TTL: time.Hour}); err != nil || loaded {
 			b.Fatalf("claim: loaded=%v err=%v", loaded, err)
 		}
 		if err := s.Complete(ctx, key, "t", rec, time.Hour); err != nil {

@@ -25,7 +25,7 @@ func TestLocalCacheTableSpellings(t *testing.T) {
 	if err := b.Delete(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if rec, loaded, err := a.LockOrGet(ctx, "k", cache.Lock{Token: "after", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if rec, loaded, err := a.ClaimOrGet(ctx, "k", cache.Claim{Token: "after", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("after a delete through public.spelled, spelled answered loaded=%v %+v %v", loaded, rec, err)
 	}
 }
@@ -42,7 +42,7 @@ func TestLongTableName(t *testing.T) {
 	if err := s.Delete(ctx, "k"); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, loaded, err := s.LockOrGet(ctx, "held", cache.Lock{Token: "h", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "held", cache.Claim{Token: "h", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim: %v %v", loaded, err)
 	}
 	if err := s.Complete(ctx, "held", "h", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 502, Unknown: true}}, time.Hour); err != nil {
@@ -111,7 +111,7 @@ func TestLegacyChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(250 * time.Millisecond) // the earlier version's settle window
-	if rec, loaded, err := s.LockOrGet(ctx, "k2", cache.Lock{Token: "after", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if rec, loaded, err := s.ClaimOrGet(ctx, "k2", cache.Claim{Token: "after", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("after an earlier version deleted k2, this one answered loaded=%v %+v %v", loaded, rec, err)
 	}
 }

@@ -259,7 +259,7 @@ func TestConcurrentStatementsBatched(t *testing.T) {
 	pool := pgtest.Start(t).Pool(rt.dial)
 	store := mustNew(t, pool, pgstore.Options{Table: "batched_rt"})
 	ctx := context.Background()
-	if _, _, err := store.LockOrGet(ctx, "warm", cache.Lock{Token: "w", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := store.ClaimOrGet(ctx, "warm", cache.Claim{Token: "w", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Complete(ctx, "warm", "w", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
@@ -274,7 +274,7 @@ func TestConcurrentStatementsBatched(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key, tok := fmt.Sprint("k", i), fmt.Sprint("t", i)
-			if _, loaded, err := store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+			if _, loaded, err := store.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 				failed.Add(1)
 				return
 			}

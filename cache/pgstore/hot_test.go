@@ -47,7 +47,7 @@ func updates(t testing.TB, pool *pgxpool.Pool, table string, want int64) (upd, h
 	}
 }
 
-// TestCompleteIsHOT: the completion of a lock its claim wrote is a HOT
+// TestCompleteIsHOT: the completion of a claim its claim wrote is a HOT
 // update (no index holds a column it changes, and the page has room for the
 // completed row), for responses of a few hundred bytes: every one when first
 // executions follow one another, nearly every one when concurrent ones are
@@ -67,7 +67,7 @@ func TestCompleteIsHOT(t *testing.T) {
 				for i := w; i < n; i += workers {
 					key := fmt.Sprintf("%d-%064x", workers, i)
 					tok := fmt.Sprint("t", i)
-					if _, loaded, err := s.LockOrGet(ctx, key, hotLock(tok)); err != nil || loaded {
+					if _, loaded, err := s.ClaimOrGet(ctx, key, hotLock(tok)); err != nil || loaded {
 						errs <- fmt.Errorf("claim %d: loaded=%v err=%v", i, loaded, err)
 						return
 					}
@@ -100,12 +100,12 @@ func pgstoreOptions(table string) pgstore.Options {
 	return pgstore.Options{Table: table, SweepInterval: -1}
 }
 
-func hotLock(tok string) cache.Lock {
-	return cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
+func hotLock(tok string) cache.Claim {
+	return cache.Claim{Token: tok, Fingerprint: "f", Duration: time.Minute, Hold: 24 * time.Hour, TTL: 24 * time.Hour}
 }
 
 // TestCompleteIsHOTThroughTheMiddleware: the middleware names the route's TTL
-// in its claims (cache.Lock.TTL), which is what lets the completion keep
+// in its claims (cache.Claim.TTL), which is what lets the completion keep
 // sweep_at; with any TTL, every completion is a HOT update.
 func TestCompleteIsHOTThroughTheMiddleware(t *testing.T) {
 	pool := pgtest.Start(t).Pool()

@@ -40,7 +40,7 @@ CREATE TRIGGER sc_guard BEFORE INSERT OR UPDATE ON sc FOR EACH ROW EXECUTE FUNCT
 			t.Fatal(err)
 		}
 		defer closeFn()
-		_, _, err = s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute})
+		_, _, err = s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute})
 		return err
 	}
 	p := pgstore.DefaultSettings()
@@ -85,13 +85,13 @@ func TestPostgresUnloggedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	if _, loaded, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim: %v %v", loaded, err)
 	}
 	if err := s.Complete(ctx, "k", "t", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if rec, loaded, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "u", Fingerprint: "f", Lease: time.Minute}); err != nil || !loaded || rec.Response.Status != 201 {
+	if rec, loaded, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "u", Fingerprint: "f", Duration: time.Minute}); err != nil || !loaded || rec.Response.Status != 201 {
 		t.Fatalf("replay: %+v %v %v", rec, loaded, err)
 	}
 	var persistence string

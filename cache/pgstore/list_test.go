@@ -13,7 +13,7 @@ import (
 )
 
 // TestHeldListingReadsBoundedPages: with many completed records and few held
-// ones (stored unknown outcomes, and locks whose lease lapsed), a held
+// ones (stored unknown outcomes, and claims that lapsed), a held
 // listing reads the primary key, pgstore.HeldScan rows a page, never the
 // whole table; following its cursors lists every held record once, and
 // nothing else. A listing by prefix reads the primary key's range.
@@ -37,7 +37,7 @@ func TestHeldListingReadsBoundedPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string // the unknown outcomes (whose response is not decoded: listed by key only) and the lapsed locks
+	var want []string // the unknown outcomes (whose response is not decoded: listed by key only) and the lapsed claims
 	if err := pool.QueryRow(ctx, `SELECT array_agg(encode(key, 'escape') ORDER BY key) FROM idem_listed WHERE unknown OR (state = 1 AND lease_until < now())`).Scan(&want); err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,9 @@ const listenWait = 2 * time.Second
 
 // Subscribe implements cache.Notifier. Resolve and Delete announce the change
 // with pg_notify in their own statement, from every process sharing the table;
-// Complete and Release do for a lock marked as waited for, which Subscribe does
-// (one UPDATE, which writes nothing once the lock is marked or when the key
-// holds no lock). The first call waits (up to listenWait) until the store
+// Complete and Release do for a claim marked as waited for, which Subscribe does
+// (one UPDATE, which writes nothing once the claim is marked or when the key
+// holds no claim). The first call waits (up to listenWait) until the store
 // listens.
 func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	ready := s.startListening()
@@ -51,7 +51,7 @@ func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	return ch, cancel
 }
 
-// markWait bounds Subscribe's mark of the lock.
+// markWait bounds Subscribe's mark of the claim.
 const markWait = 2 * time.Second
 
 // startListening starts the listener unless it runs, and returns the channel

@@ -15,7 +15,7 @@ import (
 func complete(t *testing.T, s *pgstore.Store, key string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: key + "-tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: key + "-tok", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claiming %s: loaded=%v %v", key, loaded, err)
 	}
 	if err := s.Complete(ctx, key, key+"-tok", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
@@ -30,7 +30,7 @@ func answeredFromCache(t *testing.T, s *pgstore.Store, key string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		before, _ := s.LocalCacheStats()
-		if _, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: "reader", Fingerprint: "f", Lease: time.Minute}); err != nil || !loaded {
+		if _, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: "reader", Fingerprint: "f", Duration: time.Minute}); err != nil || !loaded {
 			t.Fatalf("reading %s: loaded=%v %v", key, loaded, err)
 		}
 		if after, _ := s.LocalCacheStats(); after.Hits > before.Hits {
@@ -55,7 +55,7 @@ func TestSettleCutShort(t *testing.T) {
 			complete(t, s, key)
 		} else {
 			ctx := context.Background()
-			if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "h", Fingerprint: "f", Lease: time.Minute}); err != nil {
+			if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "h", Fingerprint: "f", Duration: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Complete(ctx, key, "h", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 502, Unknown: true}}, time.Hour); err != nil {

@@ -216,7 +216,7 @@ func (s *Store) nowArg() any {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// holdMs is a lock's hold in milliseconds (0: none).
+// holdMs is a claim's hold in milliseconds (0: none).
 func holdMs(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -224,20 +224,20 @@ func holdMs(d time.Duration) int64 {
 	return ms(d)
 }
 
-// sweepMs is how long after its lease ends the sweep first looks at a lock's
+// sweepMs is how long after its claim ends the sweep first looks at a claim's
 // row (sweep_at): the TTL its record will have, so that the completion keeps
 // sweep_at (a HOT update); the hold when the TTL is not known (the
 // completion then moves sweep_at to the record's expiry).
-func sweepMs(lock cache.Lock) int64 {
+func sweepMs(lock cache.Claim) int64 {
 	if lock.TTL > 0 {
 		return ms(lock.TTL)
 	}
 	return holdMs(lock.Hold)
 }
 
-// LockOrGet implements cache.Store, reading first: a replay or a conflict is
+// ClaimOrGet implements cache.Store, reading first: a replay or a conflict is
 // one primary-key read that writes nothing, and a first execution one
-// statement that inserts the lock. Only a row that lapsed and was not swept
+// statement that inserts the claim. Only a row that lapsed and was not swept
 // yet costs a second statement (takeover). In the rare race where another
 // transaction inserted the key after a statement's snapshot was taken, the
 // statement finds the conflict but cannot read the row; it is run again, and
@@ -245,16 +245,16 @@ func sweepMs(lock cache.Lock) int64 {
 //
 // With a local cache, a completed record it holds is answered with no round
 // trip at all.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
 	if lock.Token == "" {
-		return nil, false, errors.New("pgstore: empty lock token")
+		return nil, false, errors.New("pgstore: empty claim token")
 	}
-	return s.local.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return s.lockOrGet(ctx, key, lock) })
+	return s.local.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return s.claimOrGet(ctx, key, lock) })
 }
 
-// lockOrGet runs the claim; ttl is a found record's remaining life by the
+// claimOrGet runs the claim; ttl is a found record's remaining life by the
 // database's clock.
-func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
+func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, time.Duration, error) {
 	query := s.q.claim
 	for attempt := 0; attempt < 5; attempt++ {
 		var (
@@ -262,7 +262,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 			rec     row
 			now     time.Time
 		)
-		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Lease), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold), sweepMs(lock)},
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Duration), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold), sweepMs(lock)},
 			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -274,7 +274,7 @@ func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*ca
 		case outcome == 2: // an expired row: take it over
 			query = s.q.takeover
 			continue
-		case outcome == 3: // a lock whose lease lapsed, held
+		case outcome == 3: // a claim that lapsed, held
 			err = s.queryRow(ctx, key, s.q.find, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), s.nowArg()},
 				&rec.lapsed, &rec.found, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 			switch {
@@ -300,7 +300,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		return errors.New("pgstore: completing without a response")
 	}
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	blob, err := cache.EncodeResponse(rec.Response)
 	if err != nil {
@@ -314,10 +314,10 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		}
 	}
 	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.announceOwn)
-	if !errors.Is(err, cache.ErrLockLost) {
+	if !errors.Is(err, cache.ErrClaimLost) {
 		return err
 	}
-	// Not the token's live lock: a lapsed or absent one, a re-sent Complete, or
+	// Not the token's live claim: a lapsed or absent one, a re-sent Complete, or
 	// another holder. The full statement tells them apart.
 	return s.fenced(ctx, "completing", s.q.complete, key, token, []byte(rec.Fingerprint), created, ms(ttl), blob, rec.Response.Unknown, s.nowArg(), s.announceOwn)
 }
@@ -334,7 +334,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 
 func (s *Store) fenced(ctx context.Context, what, query string, key, token string, args ...any) error {
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	var (
 		ok       bool
@@ -344,7 +344,7 @@ func (s *Store) fenced(ctx context.Context, what, query string, key, token strin
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
 	if !ok {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	return nil
 }

@@ -57,16 +57,16 @@ func TestMiddlewareSuite(t *testing.T) {
 	}
 }
 
-// With the server's clock (no injection), leases lapse in real time, and the
+// With the server's clock (no injection), claims lapse in real time, and the
 // sweeper deletes expired rows in batches while leaving live ones. A record
-// completed within its lease is swept once it expired and that lease ended
-// (its sweep_at: the lease end plus the TTL the claim named), so these leases
+// completed within its claim is swept once it expired and that claim ended
+// (its sweep_at: the claim end plus the TTL the claim named), so these leases
 // are short.
 func TestServerClockExpiryAndSweep(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	s := mustNew(t, pool, pgstore.Options{Table: "swept", SweepInterval: -1, SweepBatch: 7})
 	ctx := context.Background()
-	if _, loaded, err := s.LockOrGet(ctx, "short", cache.Lock{Token: "a", Fingerprint: "f", Lease: 30 * time.Millisecond}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "short", cache.Claim{Token: "a", Fingerprint: "f", Duration: 30 * time.Millisecond}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	for i := 0; i < 20; i++ {
@@ -76,7 +76,7 @@ func TestServerClockExpiryAndSweep(t *testing.T) {
 		if i%2 == 0 {
 			ttl = time.Hour
 		}
-		if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "f", Lease: 200 * time.Millisecond, TTL: ttl}); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "f", Duration: 200 * time.Millisecond, TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Complete(ctx, key, tok, &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, ttl); err != nil {
@@ -94,11 +94,11 @@ func TestServerClockExpiryAndSweep(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, loaded, err := s.LockOrGet(ctx, "short", cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "short", cache.Claim{Token: "b", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("re-claim after lapse: loaded=%v err=%v", loaded, err)
 	}
 	var n int64
-	for n < 10 && time.Now().Before(deadline) { // the ten 1ms records, in batches of 7, once their leases ended
+	for n < 10 && time.Now().Before(deadline) { // the ten 1ms records, in batches of 7, once their claims ended
 		m, err := s.Sweep(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestTableAndSchema(t *testing.T) {
 		t.Fatalf("applying the printed DDL: %v\n%s", err, ddl)
 	}
 	s := mustNew(t, pool, pgstore.Options{Table: "idem.records", SkipCreateSchema: true})
-	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// Instances starting together create the table once, without an error.
@@ -163,7 +163,7 @@ func TestTableAndSchema(t *testing.T) {
 
 // A replay and a conflict read, never write: the claim leaves an existing row
 // untouched (no row lock, which would set its xmax, and no new version, which
-// would change its xmin), for a completed record and a lock in flight alike.
+// would change its xmin), for a completed record and a claim in flight alike.
 func TestClaimReadsFirst(t *testing.T) {
 	pool := pgtest.Start(t).Pool()
 	s := mustNew(t, pool, pgstore.Options{Table: "readfirst"})
@@ -176,20 +176,20 @@ func TestClaimReadsFirst(t *testing.T) {
 		}
 		return v
 	}
-	lock := func(tok string) cache.Lock { return cache.Lock{Token: tok, Fingerprint: "f", Lease: time.Minute} }
-	if _, _, err := s.LockOrGet(ctx, "done", lock("a")); err != nil {
+	lock := func(tok string) cache.Claim { return cache.Claim{Token: tok, Fingerprint: "f", Duration: time.Minute} }
+	if _, _, err := s.ClaimOrGet(ctx, "done", lock("a")); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Complete(ctx, "done", "a", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.LockOrGet(ctx, "running", lock("b")); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "running", lock("b")); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"done", "running"} {
 		before := version(key)
 		for i := 0; i < 3; i++ {
-			if rec, loaded, err := s.LockOrGet(ctx, key, lock("c")); err != nil || !loaded || rec == nil {
+			if rec, loaded, err := s.ClaimOrGet(ctx, key, lock("c")); err != nil || !loaded || rec == nil {
 				t.Fatalf("%s: duplicate claim: %v %v %v", key, rec, loaded, err)
 			}
 		}
@@ -199,7 +199,7 @@ func TestClaimReadsFirst(t *testing.T) {
 	}
 	// The holder's re-sent claim answers "claimed", also without a write.
 	before := version("running")
-	if rec, loaded, err := s.LockOrGet(ctx, "running", lock("b")); err != nil || loaded || rec != nil {
+	if rec, loaded, err := s.ClaimOrGet(ctx, "running", lock("b")); err != nil || loaded || rec != nil {
 		t.Fatalf("re-sent claim: %v %v %v", rec, loaded, err)
 	}
 	if after := version("running"); after != before {

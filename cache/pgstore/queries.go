@@ -11,33 +11,33 @@ import (
 //
 //	key          the store key (a hex digest from the middleware; bytes, so any key works)
 //	state        1 in flight, 2 completed
-//	token        lock token; kept once completed, so a re-sent Complete is recognised
+//	token        claim token; kept once completed, so a re-sent Complete is recognised
 //	fingerprint  the request's fingerprint
 //	created_at   when the first request was claimed
 //	expires_at   when the record lapses: a completed record's TTL, an in-flight
-//	             lock's lease end plus its hold (cache.Lock.Hold); every statement
+//	             lock's claim end plus its hold (cache.Claim.Hold); every statement
 //	             treats a row past it as absent
-//	lease_until  an in-flight lock's lease end; from it until expires_at the lock
+//	lease_until  an in-flight claim's claim end; from it until expires_at the claim
 //	             is held as an unknown outcome (NULL: lease_until is expires_at)
-//	found_by     the token of the claim that found the lock's lease lapsed
+//	found_by     the token of the claim that found the claim's claim lapsed
 //	unknown      the response is a held unknown outcome (so Resolve need not decode it)
-//	response     msgpack-encoded response (completed); in flight, the lock's trace
-//	             context (Lock.Trace, raw) or NULL
-//	waited       a duplicate waits for this in-flight lock (Subscribe): only then
+//	response     msgpack-encoded response (completed); in flight, the claim's trace
+//	             context (Claim.Trace, raw) or NULL
+//	waited       a duplicate waits for this in-flight claim (Subscribe): only then
 //	             do complete and release announce the change (pg_notify)
 //	sweep_at     when the sweep next looks at the row (its index, <table>_sweep_at,
-//	             is the sweep's): a lock's is its lease end plus the TTL its
-//	             record will have (cache.Lock.TTL), so the completion, which
-//	             lands within the lease, need not move it; the sweep deletes the
+//	             is the sweep's): a claim's is its claim end plus the TTL its
+//	             record will have (cache.Claim.TTL), so the completion, which
+//	             lands within the claim, need not move it; the sweep deletes the
 //	             row then if it expired, and otherwise moves sweep_at to
 //	             expires_at. -infinity (the default) in rows an earlier version
 //	             inserts: the sweep looks at them first; the rows there when the
 //	             column was added read the latest expiry among them (addColumnsSQL).
 //
-// Completing a lock is a HOT update: no index holds a column the completion
+// Completing a claim is a HOT update: no index holds a column the completion
 // changes (state, response, unknown, expires_at; sweep_at keeps its value),
 // and the table's fillfactor leaves each page room for the completed rows
-// of its locks. Hence no index on expires_at or state: the sweep reads
+// of its claims. Hence no index on expires_at or state: the sweep reads
 // sweep_at's, and the held listing scans the primary key (list.go).
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	key         bytea       PRIMARY KEY,
@@ -64,9 +64,9 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 // expired, instead of writing each; rows an earlier version inserts later
 // get -infinity, the default from then on. ALTER TABLE takes the table's
 // exclusive lock even when the column exists, so the DO block checks first:
-// New (which also bounds the lock's wait) and `idemproxy migrate --apply` on
-// every deploy take the lock only when a column is missing. The fillfactor
-// (a lock that blocks no read or write, and no rewrite: it applies to pages
+// New (which also bounds the claim's wait) and `idemproxy migrate --apply` on
+// every deploy take the claim only when a column is missing. The fillfactor
+// (a claim that blocks no read or write, and no rewrite: it applies to pages
 // filled from then on) is set only on a table that has none, so an
 // operator's own stays.
 const addColumnsSQL = `DO $$ BEGIN
@@ -89,7 +89,7 @@ END $$;
 `
 
 // indexesSQL creates the sweep's index, only when it is missing (CREATE
-// INDEX IF NOT EXISTS would take the table's lock first): building it blocks
+// INDEX IF NOT EXISTS would take the table's claim first): building it blocks
 // the table's writes for as long as it reads the table.
 const indexesSQL = `DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = '{T}'::regclass AND c.relname = '{SN}') THEN
@@ -104,7 +104,7 @@ END $$;
 // exclusive lock for a moment. Instances of an earlier version still work
 // without them: their sweep and their held listing read the table instead
 // (docs/upgrading.md). migrate runs it in a transaction of its own, so the
-// index built before stays built when this lock is not granted.
+// index built before stays built when this claim is not granted.
 const dropIndexesSQL = `DO $$ DECLARE ix text; BEGIN
 	FOR ix IN SELECT format('%I.%I', n.nspname, c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.indrelid = '{T}'::regclass AND c.relname IN ('{IN}', '{HN}') LOOP
@@ -114,7 +114,7 @@ END $$;
 `
 
 // Fillfactor is the table's fillfactor: inserts fill a page to this
-// percentage, which leaves the rest for the completed rows of its locks (a
+// percentage, which leaves the rest for the completed rows of its claims (a
 // HOT update must fit on the old row's page). Measured in BENCHMARKS.md.
 const Fillfactor = 80
 
@@ -122,7 +122,7 @@ const Fillfactor = 80
 // announcements as a last column: a CTE that nothing reads is never run. The
 // fenced statements all answer (ok, announcements); extend announces nothing.
 //
-// Complete and release announce only a change to a lock a duplicate waits for
+// Complete and release announce only a change to a claim a duplicate waits for
 // (waited, set by mark): a notifying transaction takes a database-wide lock
 // from its commit until its WAL is flushed, so notifying every completion would
 // make concurrent commits wait for one another, and send every completion to
@@ -168,15 +168,15 @@ func buildQueries(table string) queries {
 		check:       r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms,
-		// $8 the record's TTL in ms (sweep_at: the lease end plus it). Read
+		// $8 the record's TTL in ms (sweep_at: the claim end plus it). Read
 		// first: the row under the key is read by its primary key, and the
 		// lock is inserted only when there is none (ON CONFLICT DO NOTHING, which
 		// takes no row lock). A replay or a conflict therefore writes nothing:
 		// no row lock, no WAL, no transaction id. Answers (outcome, the row's
 		// state, fingerprint, created, expires, response, now): outcome 0 claimed
-		// (also for the token that holds the live lock: a re-sent claim), 1 a
-		// live record (a lock's expires is its lease end), 2 an expired row (the
-		// caller takes it over with takeover), 3 a lock whose lease lapsed,
+		// (also for the token that holds the live claim: a re-sent claim), 1 a
+		// live record (a claim's expires is its claim end), 2 an expired row (the
+		// caller takes it over with takeover), 3 a claim that lapsed,
 		// held (the caller reads it with find).
 		// No row at all: another transaction inserted the key after this
 		// statement's snapshot; the caller runs it again.
@@ -198,7 +198,7 @@ SELECT CASE WHEN cur.expires_at <= c.now THEN 2 WHEN cur.state = 1 AND cur.lease
 	cur.state, cur.fingerprint, cur.created_at, CASE WHEN cur.state = 1 THEN cur.lease_until ELSE cur.expires_at END,
 	cur.response, c.now FROM cur, c`),
 
-		// $1 key, $2 token, $3 fingerprint, $4 now. Reads a lock whose lease
+		// $1 key, $2 token, $3 fingerprint, $4 now. Reads a claim whose claim
 		// lapsed (claim answered 3), marking it found by the token when it is
 		// the first claim of the same request to find it. Answers (lapsed,
 		// found, state, fingerprint, created, expires, response, now): lapsed
@@ -213,9 +213,9 @@ SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, coalesce(
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context,
 		// $7 hold ms, $8 the record's TTL in ms. Takes over an expired row
-		// (claim answered 2): claims the key if it is free (absent or expired) or held by the token's live lock
+		// (claim answered 2): claims the key if it is free (absent or expired) or held by the token's live claim
 		// (a re-sent claim); otherwise returns the live row and writes nothing.
-		// Answers as claim (a lock whose lease lapsed: 3).
+		// Answers as claim (a claim that lapsed: 3).
 		takeover: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
 ins AS (
 	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at)
@@ -237,7 +237,7 @@ WHERE r.key = $1 AND r.expires_at > c.now AND NOT EXISTS (SELECT 1 FROM ins)`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 created, $5 ttl ms, $6 response,
 		// $7 unknown, $8 now, $9 channels. True when stored: over the token's own
-		// lock (its lease lapsed or not), or on a free key (the lock expired
+		// lock (its claim lapsed or not), or on a free key (the claim expired
 		// during an outage and nobody claimed it), or already completed by this
 		// token (a re-sent Complete, which writes nothing). sweep_at is the
 		// new expiry.
@@ -260,14 +260,14 @@ SELECT EXISTS (SELECT 1 FROM up)
 	, (SELECT count(*) FROM n)`),
 
 		// $1 key, $2 token, $3 response, $4 unknown, $5 ttl ms, $6 now, $7
-		// channels. The common Complete: the token's own live lock, a plain
+		// channels. The common Complete: the token's own live claim, a plain
 		// UPDATE of the row it holds (no speculative insert, no subplans), which
 		// writes what complete writes in that case. False in every other case,
 		// which complete then decides (a lapsed or absent lock, a re-sent
 		// Complete, another holder). It keeps sweep_at when that is no
-		// earlier than the new expiry and no later than the lease end plus
+		// earlier than the new expiry and no later than the claim end plus
 		// the TTL (the claim's own sweep_at, when the claim knew the TTL and
-		// the lease holds): the update then changes no indexed column and is
+		// the claim holds): the update then changes no indexed column and is
 		// a HOT update. Otherwise sweep_at is the new expiry.
 		completeHeld: r.Replace(`WITH c AS (SELECT {NOW6} AS now, {NOW6} + $5::bigint * interval '1 millisecond' AS exp),
 up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.exp,
@@ -287,9 +287,9 @@ SELECT EXISTS (SELECT 1 FROM d)
 	OR NOT EXISTS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now)
 	, (SELECT count(*) FROM n)`),
 
-		// $1 key, $2 token, $3 lease ms, $4 now. True when the token's lock,
-		// its lease not lapsed, was renewed; its hold and its sweep_at move with
-		// the lease (-infinity stays).
+		// $1 key, $2 token, $3 lease ms, $4 now. True when the token's claim,
+		// its claim not lapsed, was renewed; its hold and its sweep_at move with
+		// the claim (-infinity stays).
 		extend: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 u AS (UPDATE {T} r SET lease_until = c.now + $3::bigint * interval '1 millisecond',
 		expires_at = c.now + $3::bigint * interval '1 millisecond' + (r.expires_at - coalesce(r.lease_until, r.expires_at)),
@@ -298,9 +298,9 @@ u AS (UPDATE {T} r SET lease_until = c.now + $3::bigint * interval '1 millisecon
 SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 
 		// $1 key, $2 response (NULL deletes), $3 ttl ms, $4 now, $5 channels.
-		// 1 when the held unknown outcome (stored, or a lock whose lease
+		// 1 when the held unknown outcome (stored, or a claim whose claim
 		// lapsed) was replaced or deleted, 0 when no live record exists, 2 when
-		// the live record is something else. A lapsed lock becomes a completed
+		// the live record is something else. A lapsed claim becomes a completed
 		// record, keeping its token, fingerprint and creation time.
 		resolve: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 cur AS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now),
@@ -315,14 +315,14 @@ n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($5::text[]) ch, (SELEC
 SELECT CASE WHEN EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM d) THEN 1
 	WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 0 ELSE 2 END, (SELECT count(*) FROM n)`),
 
-		// $1 key. Marks an in-flight lock as waited for (Subscribe), so its
+		// $1 key. Marks an in-flight claim as waited for (Subscribe), so its
 		// complete or release announces itself; writes nothing when it is
-		// marked already, or is no lock.
+		// marked already, or is no claim.
 		mark: r.Replace(`UPDATE {T} SET waited = true WHERE key = $1 AND state = 1 AND NOT waited`),
 
 		// $1 key, $2 now. Answers (lapsed, state, fingerprint, created,
-		// expires, response): lapsed for a lock whose lease lapsed, held (its
-		// expires is the hold's end; a live lock's, its lease end).
+		// expires, response): lapsed for a claim that lapsed, held (its
+		// expires is the hold's end; a live claim's, its claim end).
 		get: r.Replace(`WITH c AS (SELECT {NOW2} AS now)
 SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, r.state, r.fingerprint, r.created_at,
 	CASE WHEN r.state = 1 AND coalesce(r.lease_until, r.expires_at) > c.now THEN r.lease_until ELSE r.expires_at END, r.response
@@ -337,7 +337,7 @@ SELECT coalesce((SELECT bool_or(live) FROM d), false), (SELECT count(*) FROM n)`
 		// $1 batch size, $2 now. Looks at up to $1 rows whose sweep_at has
 		// come, in the order of its index, skipping rows another transaction
 		// has locked: deletes those that expired and moves the others'
-		// sweep_at to their expiry (a lock held after its lease lapsed, a row
+		// sweep_at to their expiry (a claim held after its claim lapsed, a row
 		// an earlier version wrote), so that no row is looked at again before
 		// then. Answers (deleted, moved).
 		sweep: r.Replace(`WITH c AS (SELECT {NOW2} AS now),

@@ -121,14 +121,14 @@ func (s *Store) FinishReconcile(ctx context.Context, key, token string) error {
 
 func (s *Store) fencedJob(ctx context.Context, what, query, key, token string, args ...any) error {
 	if token == "" {
-		return fmt.Errorf("pgstore: %s reconcile job: %w", what, cache.ErrLockLost)
+		return fmt.Errorf("pgstore: %s reconcile job: %w", what, cache.ErrClaimLost)
 	}
 	tag, err := s.pool.Exec(ctx, query, append([]any{[]byte(key), []byte(token)}, args...)...)
 	if err != nil {
 		return fmt.Errorf("pgstore: %s reconcile job: %w", what, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: %s reconcile job: %w", what, cache.ErrLockLost)
+		return fmt.Errorf("pgstore: %s reconcile job: %w", what, cache.ErrClaimLost)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ type row struct {
 	fingerprint          []byte
 	createdAt, expiresAt time.Time
 	response             []byte
-	lapsed, found        bool // a lock whose lease lapsed, held; found by this claim
+	lapsed, found        bool // a claim that lapsed, held; found by this claim
 }
 
 func (r *row) record() (*cache.Record, error) {
@@ -25,7 +25,7 @@ func (r *row) record() (*cache.Record, error) {
 	switch rec.State {
 	case cache.StateInFlight:
 		if len(r.response) > 0 {
-			rec.Trace = r.response // in flight, the column holds the lock's trace context
+			rec.Trace = r.response // in flight, the column holds the claim's trace context
 		}
 	case cache.StateCompleted:
 		resp, err := cache.DecodeResponse(r.response)
@@ -46,7 +46,7 @@ func traceOf(b []byte) []byte {
 	return b
 }
 
-// traceArg is a lock's trace context as a statement argument: NULL when it has none.
+// traceArg is a claim's trace context as a statement argument: NULL when it has none.
 func traceArg(t []byte) any {
 	if len(t) == 0 {
 		return nil

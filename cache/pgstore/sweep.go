@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// addColumnsLockWait bounds how long migrate waits for a lock on the table
+// addColumnsLockWait bounds how long migrate waits for a claim on the table
 // (lock_timeout): the exclusive lock that adds the columns a table of an
-// earlier version lacks, or drops its indexes; the lock that builds an index.
+// earlier version lacks, or drops its indexes; the claim that builds an index.
 const addColumnsLockWait = 2 * time.Second
 
 // beginner is a pool or a connection.
@@ -27,7 +27,7 @@ func (s *Store) migrate(ctx context.Context) error { return migrate(ctx, s.pool,
 
 // migrate creates the tables if they are missing and brings one of an earlier
 // version up to date: the columns, then, in a second transaction, the index
-// (so that building it on a large table holds the lock that blocks writes,
+// (so that building it on a large table holds the claim that blocks writes,
 // not the exclusive one that adding a column took), then, in a third, the
 // drop of the earlier indexes. Each transaction runs
 // under an advisory lock: instances starting together would otherwise race
@@ -41,8 +41,8 @@ func migrate(ctx context.Context, db beginner, table string, q queries) error {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
 				return err
 			}
-			// Each statement takes the table's lock only when it has something
-			// to do, but that lock waits for every transaction holding the table
+			// Each statement takes the table's claim only when it has something
+			// to do, but that claim waits for every transaction holding the table
 			// (a dump, a long query), and every other statement on it queues
 			// behind it meanwhile: wait briefly.
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addColumnsLockWait.Milliseconds())); err != nil {
@@ -51,7 +51,7 @@ func migrate(ctx context.Context, db beginner, table string, q queries) error {
 			for _, stmt := range stmts {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-						return fmt.Errorf("%s: the table's lock was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", what, addColumnsLockWait, err)
+						return fmt.Errorf("%s: the table's claim was not granted within %v (a transaction holds the table: a dump, a long query); start again once it ends, or apply the DDL `idemproxy migrate` prints: %w", what, addColumnsLockWait, err)
 					}
 					return err
 				}
@@ -75,7 +75,7 @@ func migrate(ctx context.Context, db beginner, table string, q queries) error {
 // Sweep deletes expired rows, looking at batch rows per statement (those whose
 // sweep_at has come), until a statement finds fewer than a batch or ctx ends,
 // then the reconcile jobs whose hold has ended; it returns how many it
-// deleted. A row looked at that has not expired (a lock held after its lease
+// deleted. A row looked at that has not expired (a claim held after its claim
 // lapsed, a row an earlier version wrote) is looked at again at its expiry.
 // Each batch is its own short transaction that skips rows other transactions
 // hold, so it never blocks requests for long. Reads ignore expired rows

@@ -162,7 +162,7 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	old.complete("done", "t1", time.Hour)
 	old.claim("brief", "t2", time.Minute, 0)
 	old.complete("brief", "t2", time.Second)
-	old.claim("lapsing", "t3", time.Minute, time.Hour) // its instance dies: held from the lease's end for an hour
+	old.claim("lapsing", "t3", time.Minute, time.Hour) // its instance dies: held from the claim's end for an hour
 
 	if _, err := pgstore.New(ctx, pool, pgstore.Options{Table: "old", SkipCreateSchema: true}); err == nil || !strings.Contains(err.Error(), "idemproxy migrate") {
 		t.Fatalf("New without creating the schema on the earlier table: %v, want an error naming idemproxy migrate", err)
@@ -193,7 +193,7 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	if n := old.sweep(); n != 0 {
 		t.Fatalf("earlier sweep deleted %d live rows", n)
 	}
-	clk.Add(2 * time.Minute) // brief expired; lapsing's lease lapsed, held
+	clk.Add(2 * time.Minute) // brief expired; lapsing's claim lapsed, held
 	if got := old.held(); strings.Join(got, ",") != "lapsing" {
 		t.Fatalf("earlier held listing: %q, want lapsing", got)
 	}
@@ -256,7 +256,7 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	}
 	upd0, hot0 := updates(t, pool, "old", 0)
 	for _, key := range []string{"n1", "n2", "n3", "n4", "n5"} {
-		if _, loaded, err := s.LockOrGet(ctx, key, hotLock("tok-"+key)); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, key, hotLock("tok-"+key)); err != nil || loaded {
 			t.Fatalf("claim %s: %v %v", key, loaded, err)
 		}
 		if err := s.Complete(ctx, key, "tok-"+key, &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, 24*time.Hour); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/idemproxy/idemproxy/internal/redistest"
 )
 
-// Complete and release announce a change only for a lock a duplicate waits
+// Complete and release announce a change only for a claim a duplicate waits
 // for (Subscribe marks it): a PUBLISH reaches every subscribed instance, so
 // announcing every completion would send each to all of them. Messages arrive
 // in the order Redis ran the scripts, so the first one heard after an unwaited
@@ -33,7 +33,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 	msgs := ps.Channel()
 	claim := func(key string) {
 		t.Helper()
-		if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok-" + key, Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "tok-" + key, Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 			t.Fatalf("claim %s: loaded=%v err=%v", key, loaded, err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestAnnouncesOnlyWaitedLocks(t *testing.T) {
 	next("deleted")
 }
 
-// A waiter on one instance marks the lock; the completion on another announces
+// A waiter on one instance marks the claim; the completion on another announces
 // it, and wakes the waiter.
 func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	srv := redistest.Start(t)
@@ -95,7 +95,7 @@ func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	defer a.Close()
 	b := mustNew(t, srv.Client(), redisstore.Options{Prefix: "across:"})
 	defer b.Close()
-	if _, loaded, err := a.LockOrGet(ctx, "k", cache.Lock{Token: "tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := a.ClaimOrGet(ctx, "k", cache.Claim{Token: "tok", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	changed, cancel := b.Subscribe("k")
@@ -119,7 +119,7 @@ func TestWaiterOnAnotherInstanceIsWoken(t *testing.T) {
 	}
 }
 
-// Subscribe's mark writes a lock once: every waiting duplicate subscribes again
+// Subscribe's mark writes a claim once: every waiting duplicate subscribes again
 // at every wake-up and poll, and a write each time (propagated to replicas and
 // the append-only file) would let a client that sends duplicates with wait on
 // make the server write without bound. A value under the key that is not one
@@ -148,7 +148,7 @@ func TestMarkWritesOnce(t *testing.T) {
 		t.Fatalf("no rdb_changes_since_last_save in %q", info)
 		return 0
 	}
-	if _, loaded, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "tok", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "tok", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	_, cancel := s.Subscribe("k") // the first mark writes

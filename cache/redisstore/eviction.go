@@ -9,8 +9,8 @@ import (
 )
 
 // EvictionError is CheckEviction's answer for a Redis whose maxmemory-policy
-// may evict the store's keys, in-flight locks included: at its memory limit
-// Redis would drop a lock, and a duplicate would run while the first still runs.
+// may evict the store's keys, in-flight claims included: at its memory limit
+// Redis would drop a claim, and a duplicate would run while the first still runs.
 type EvictionError struct {
 	Policy string // the server's maxmemory-policy
 }

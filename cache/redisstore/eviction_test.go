@@ -11,7 +11,7 @@ import (
 )
 
 // A Go program can learn, before serving, that its Redis would evict
-// in-flight locks: CheckEviction answers an *EvictionError naming the policy on
+// in-flight claims: CheckEviction answers an *EvictionError naming the policy on
 // a real server set to allkeys-lru (or any policy but noeviction), nil on
 // noeviction, and a plain error when it cannot tell.
 func TestCheckEviction(t *testing.T) {

@@ -25,7 +25,7 @@ func Example() {
 	if err := client.Ping(ctx).Err(); err != nil {
 		log.Fatalf("redis unreachable: %v", err)
 	}
-	// A Redis that may evict keys would drop in-flight locks at its memory
+	// A Redis that may evict keys would drop in-flight claims at its memory
 	// limit, and a duplicate would run: refuse to start on one.
 	var evicting *redisstore.EvictionError
 	if err := redisstore.CheckEviction(ctx, client); errors.As(err, &evicting) {

@@ -16,7 +16,7 @@ import (
 // A reply lost with its connection, between idemproxy and a real Redis: go-redis
 // re-sends the script, and the re-run must answer as the first did. Before the
 // scripts were idempotent for their token, a lost claim reply made the only
-// request conflict with itself (409, the key locked for a lease), and a lost
+// request conflict with itself (409, the key locked for a claim), and a lost
 // Complete reply logged "a retry will run again" and counted not_stored.
 func TestLostRepliesDoNotConflictWithThemselves(t *testing.T) {
 	srv := redistest.Start(t)

@@ -32,7 +32,7 @@ type Settings struct {
 	// Default: idem:.
 	Prefix string `json:"prefix"`
 
-	// Start even when Redis's maxmemory-policy may evict keys (in-flight locks
+	// Start even when Redis's maxmemory-policy may evict keys (in-flight claims
 	// included, so that a duplicate could run while the first runs); by default
 	// idemproxy refuses (see docs/stores.md#redis).
 	//

@@ -107,7 +107,7 @@ func longerPrefixes(rest string) bool {
 }
 
 // mayBeHeld keeps the keys whose hash may be a held unknown outcome: one
-// whose response is one (u), or a lock with a hold (its lease end le before
+// whose response is one (u), or a claim with a hold (its claim end le before
 // its expiry ex). Get then decides. The keys were scanned on n, which holds
 // them.
 func mayBeHeld(ctx context.Context, n redis.Cmdable, keys []string) ([]string, error) {

@@ -31,7 +31,7 @@ type subscriber struct {
 
 // Subscribe implements cache.Notifier. Announcements come from every process
 // sharing the store; one may be lost (e.g. while the connection reconnects), so
-// waiters also poll. Complete and Release announce a lock only once it is
+// waiters also poll. Complete and Release announce a claim only once it is
 // marked as waited for, which Subscribe does (markScript, one round trip),
 // before the caller reads the record: a Complete after the mark announces
 // itself, one before it is what the read finds. A failed mark costs the waiter
@@ -49,7 +49,7 @@ func (s *Store) Subscribe(key string) (<-chan struct{}, func()) {
 	return ch, cancel
 }
 
-// markWait bounds Subscribe's mark of the lock.
+// markWait bounds Subscribe's mark of the claim.
 const markWait = 2 * time.Second
 
 // healthEvery is how long the subscription may be quiet before it is pinged.

@@ -132,7 +132,7 @@ func (p *pipeliner) work() {
 // send runs the batch as one pipeline (a single call goes as it is) and
 // returns each call's result in order. A call whose caller has already given up
 // is not sent: its caller has answered its client (503), and a claim made for it
-// now would hold the key against that client's retry for a whole lease.
+// now would hold the key against that client's retry for a whole claim.
 func (p *pipeliner) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 	live, last := 0, 0
 	for i, cl := range batch {

@@ -110,7 +110,7 @@ func burst(t *testing.T, s *redisstore.Store, prefix string, n int) {
 			<-start
 			key := fmt.Sprintf("%s-%d", prefix, i)
 			tok := fmt.Sprintf("tok-%d", i)
-			if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: key, Lease: time.Minute}); err != nil || loaded {
+			if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: key, Duration: time.Minute}); err != nil || loaded {
 				errs <- fmt.Errorf("claim %s: loaded=%v err=%v", key, loaded, err)
 				return
 			}
@@ -119,7 +119,7 @@ func burst(t *testing.T, s *redisstore.Store, prefix string, n int) {
 				errs <- fmt.Errorf("complete %s: %v", key, err)
 				return
 			}
-			rec, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "other", Fingerprint: key, Lease: time.Minute})
+			rec, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "other", Fingerprint: key, Duration: time.Minute})
 			if err != nil || !loaded || rec.Fingerprint != key || string(rec.Response.Body) != string(body) {
 				errs <- fmt.Errorf("replay %s: loaded=%v err=%v rec=%+v", key, loaded, err, rec)
 			}
@@ -149,7 +149,7 @@ func TestPipelineNoScript(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				key := fmt.Sprintf("noscript-%d-%d", round, i)
-				if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+				if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 					t.Errorf("claim %s after SCRIPT FLUSH: loaded=%v err=%v", key, loaded, err)
 					failed.Add(1)
 				}
@@ -173,7 +173,7 @@ func TestPipelineCallerDeadline(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	_, _, err := s.LockOrGet(short, "stalled", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute})
+	_, _, err := s.ClaimOrGet(short, "stalled", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("claim on a paused server: %v, want context.DeadlineExceeded", err)
 	}
@@ -183,7 +183,7 @@ func TestPipelineCallerDeadline(t *testing.T) {
 	// After the pause, calls go through again.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, _, err := s.LockOrGet(ctx, "after", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute})
+		_, _, err := s.ClaimOrGet(ctx, "after", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute})
 		if err == nil {
 			break
 		}
@@ -196,27 +196,27 @@ func TestPipelineCallerDeadline(t *testing.T) {
 
 // A call whose caller gave up while it waited for a worker is not sent with the
 // batch it ends up in: a claim made for a caller that already answered 503 would
-// hold the key against the client's retry for a whole lease.
+// hold the key against the client's retry for a whole claim.
 func TestPipelineDropsAbandonedCalls(t *testing.T) {
 	_, client, s := pipelinedStore(t, 1)
 	ctx := context.Background()
-	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
+	lock := cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}
 	if err := client.Do(ctx, "CLIENT", "PAUSE", "700", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The only worker is stuck on this call until the pause ends.
 	busy := make(chan error, 1)
-	go func() { _, _, err := s.LockOrGet(ctx, "busy", lock); busy <- err }()
+	go func() { _, _, err := s.ClaimOrGet(ctx, "busy", lock); busy <- err }()
 	time.Sleep(50 * time.Millisecond)
 	// This caller gives up while its call waits in the queue…
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, _, err := s.LockOrGet(short, "abandoned", lock); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := s.ClaimOrGet(short, "abandoned", lock); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued claim: %v, want context.DeadlineExceeded", err)
 	}
 	// …and this one, still waiting, will share a batch with it.
 	live := make(chan error, 1)
-	go func() { _, _, err := s.LockOrGet(ctx, "live", lock); live <- err }()
+	go func() { _, _, err := s.ClaimOrGet(ctx, "live", lock); live <- err }()
 	for _, ch := range []chan error{busy, live} {
 		if err := <-ch; err != nil {
 			t.Fatalf("claim after the pause: %v", err)
@@ -238,7 +238,7 @@ func TestPipelineClosed(t *testing.T) {
 	s.Close() // idempotent
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err == nil || errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("claim on a closed store: %v, want an immediate error", err)
 	}
 }
@@ -264,13 +264,13 @@ func TestPipelineConnectionKilled(t *testing.T) {
 				default:
 				}
 				key := fmt.Sprintf("kill-%d-%d", w, i)
-				_, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute})
+				_, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute})
 				switch {
 				case err != nil:
 					failed.Add(1)
 				case loaded:
 					// The claim ran, its answer was lost, and go-redis retried it:
-					// the retry sees its own lock. A caller must treat it as in
+					// the retry sees its own claim. A caller must treat it as in
 					// flight, which is safe: nothing runs twice.
 					ok.Add(1)
 				default:
@@ -294,7 +294,7 @@ func TestPipelineConnectionKilled(t *testing.T) {
 	if ok.Load() == 0 {
 		t.Fatalf("no call succeeded (%d failed)", failed.Load())
 	}
-	if _, _, err := s.LockOrGet(ctx, "after-kill", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, "after-kill", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatalf("claim after the kills: %v", err)
 	}
 	t.Logf("%d calls answered, %d failed across 5 connection kills", ok.Load(), failed.Load())

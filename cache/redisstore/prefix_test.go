@@ -31,7 +31,7 @@ func TestPrefixesListTheirOwn(t *testing.T) {
 			_, _ = rand.Read(b[:])
 			key := hex.EncodeToString(b[:])
 			tok := "tok-" + key
-			if _, loaded, err := stores[i].LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: p, Lease: time.Minute}); err != nil || loaded {
+			if _, loaded, err := stores[i].ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: p, Duration: time.Minute}); err != nil || loaded {
 				t.Fatalf("%s: claim: loaded=%v, %v", p, loaded, err)
 			}
 			resp := &cache.Response{Status: http.StatusCreated, Unknown: unknown}

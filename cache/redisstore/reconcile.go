@@ -129,7 +129,7 @@ func (s *Store) fencedJob(ctx context.Context, script *redis.Script, what, key, 
 		return fmt.Errorf("redisstore: %s reconcile job: %w", what, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redisstore: %s reconcile job: %w", what, cache.ErrLockLost)
+		return fmt.Errorf("redisstore: %s reconcile job: %w", what, cache.ErrClaimLost)
 	}
 	return nil
 }

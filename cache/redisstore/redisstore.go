@@ -2,7 +2,7 @@
 // instance that points at the same server, Sentinel group or Cluster.
 //
 // Each operation is one Lua script on one key: a claim, a replay or a conflict is one
-// round trip; a first execution is two (claim, complete) plus one per lease renewal.
+// round trip; a first execution is two (claim, complete) plus one per claim renewal.
 // Records are hashes under Prefix + key; the middleware passes keys that are already
 // SHA-256 hex digests, so a client's key never reaches Redis verbatim.
 package redisstore
@@ -53,7 +53,7 @@ var (
 // stops the store's pipeline workers and its pub/sub subscription.
 //
 // New does not dial: call the client's Ping to learn whether Redis answers, and
-// CheckEviction to learn whether Redis may evict the store's locks.
+// CheckEviction to learn whether Redis may evict the store's claims.
 func New(c redis.UniversalClient, opts Options) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -147,23 +147,23 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
-// LockOrGet implements cache.Store in one round trip, or none when the local
+// ClaimOrGet implements cache.Store in one round trip, or none when the local
 // cache holds the completed record.
-func (s *Store) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
 	if lock.Token == "" {
-		return nil, false, errors.New("redisstore: empty lock token")
+		return nil, false, errors.New("redisstore: empty claim token")
 	}
-	return s.local.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return s.lockOrGet(ctx, key, lock) })
+	return s.local.Claim(key, func() (*cache.Record, bool, time.Duration, error) { return s.claimOrGet(ctx, key, lock) })
 }
 
-// lockOrGet runs the claim; ttl is a found record's remaining life by the
+// claimOrGet runs the claim; ttl is a found record's remaining life by the
 // server's clock.
-func (s *Store) lockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, time.Duration, error) {
-	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Lease), s.nowArg(), string(lock.Trace), holdArg(lock.Hold)).Slice()
+func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, time.Duration, error) {
+	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Duration), s.nowArg(), string(lock.Trace), holdArg(lock.Hold)).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
 		// it, so it cannot hold the key against the pending Complete of an
-		// earlier execution. Not waited: the lock is gone from the primary
+		// earlier execution. Not waited: the claim is gone from the primary
 		// either way, and a replica that has it lets it lapse.
 		_ = releaseScript.Run(context.WithoutCancel(ctx), s.c, []string{s.prefix + key}, lock.Token, s.nowArg(), s.channelArg()).Err()
 	}
@@ -198,7 +198,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
 }
 
-// holdArg is a lock's hold in milliseconds (0: none).
+// holdArg is a claim's hold in milliseconds (0: none).
 func holdArg(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -256,14 +256,14 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 // leads args, so that the call makes no second slice of them.
 func (s *Store) fenced(ctx context.Context, script *redis.Script, what, key, token string, args ...any) error {
 	if token == "" {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	n, err := s.run(ctx, script, key, args...).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", what, err)
 	}
 	if n != 1 {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	return nil
 }
@@ -367,7 +367,7 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 	return rec, true, nil
 }
 
-// parseLapsed reads the scripts' answer for a lapsed lock, held: {2, v, st,
+// parseLapsed reads the scripts' answer for a lapsed claim, held: {2, v, st,
 // fp, ca, ex, trace, now, found}.
 func parseLapsed(res []any) (*cache.Record, bool, error) {
 	fp, _ := res[3].(string)

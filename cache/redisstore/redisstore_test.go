@@ -57,7 +57,7 @@ func TestConformanceCluster(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
-		if _, _, err := s.LockOrGet(ctx, cachetest.Key(t, "spread"), cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		if _, _, err := s.ClaimOrGet(ctx, cachetest.Key(t, "spread"), cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
 			t.Fatalf("claim through URL client: %v", err)
 		}
 	}
@@ -77,12 +77,12 @@ func TestServerClockExpiry(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 40 * time.Millisecond}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "a", Fingerprint: "f", Duration: 40 * time.Millisecond}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
-	// An in-flight lock's hash outlives its lease by 5 minutes (so that a lock
+	// An in-flight claim's hash outlives its claim by 5 minutes (so that a claim
 	// that outlived a server restart is found: TestRestartGrace), but the
-	// lease lapses on time.
+	// claim lapses on time.
 	if ttl := client.PTTL(ctx, "idem:"+key).Val(); ttl <= 5*time.Minute || ttl > 5*time.Minute+40*time.Millisecond {
 		t.Fatalf("PTTL after claim = %v, want (5m, 5m40ms]", ttl)
 	}
@@ -90,11 +90,11 @@ func TestServerClockExpiry(t *testing.T) {
 		_, err := s.Get(ctx, key)
 		return errors.Is(err, cache.ErrNotFound)
 	})
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "b", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("re-claim after lapse: loaded=%v err=%v", loaded, err)
 	}
-	if err := s.Complete(ctx, key, "a", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); !errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Complete of the lapsed holder after a new claim: %v, want ErrLockLost", err)
+	if err := s.Complete(ctx, key, "a", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, time.Hour); !errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Complete of the lapsed holder after a new claim: %v, want ErrClaimLost", err)
 	}
 	if err := s.Complete(ctx, key, "b", &cache.Record{State: cache.StateCompleted, Response: &cache.Response{Status: 200}}, 40*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestServerClockExpiry(t *testing.T) {
 	}
 }
 
-// A lock whose lease lapses while Redis is down is held for one more lease from
+// A claim that lapses while Redis is down is held for one more lease from
 // the first claim that finds it after the restart: the request that holds it may
 // have finished during the outage and be retrying to store its response, and a
 // client's retry, answered first once Redis is back, would otherwise claim the
@@ -126,7 +126,7 @@ func TestRestartGrace(t *testing.T) {
 	lease := 1500 * time.Millisecond
 	finished, abandoned := cachetest.Key(t, "finished"), cachetest.Key(t, "abandoned")
 	for _, k := range []string{finished, abandoned} {
-		if _, loaded, err := s.LockOrGet(ctx, k, cache.Lock{Token: "first", Fingerprint: "f", Lease: lease}); err != nil || loaded {
+		if _, loaded, err := s.ClaimOrGet(ctx, k, cache.Claim{Token: "first", Fingerprint: "f", Duration: lease}); err != nil || loaded {
 			t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 		}
 	}
@@ -135,31 +135,31 @@ func TestRestartGrace(t *testing.T) {
 	srv.Restart()
 	restarted := time.Now()
 	testutil.Eventually(t, 5*time.Second, "the store to answer", func() bool { return s.Ping(ctx) == nil })
-	if rec, loaded, err := s.LockOrGet(ctx, finished, cache.Lock{Token: "retry", Fingerprint: "f", Lease: lease}); err != nil || !loaded || rec.State != cache.StateInFlight {
+	if rec, loaded, err := s.ClaimOrGet(ctx, finished, cache.Claim{Token: "retry", Fingerprint: "f", Duration: lease}); err != nil || !loaded || rec.State != cache.StateInFlight {
 		t.Fatalf("a retry right after the restart: loaded=%v rec=%+v err=%v; want the lock still held (409)", loaded, rec, err)
 	}
 	if err := s.Complete(ctx, finished, "first", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 		t.Fatalf("the holder's pending Complete: %v", err)
 	}
-	if rec, loaded, err := s.LockOrGet(ctx, finished, cache.Lock{Token: "retry2", Fingerprint: "f", Lease: lease}); err != nil || !loaded || rec.Response == nil {
+	if rec, loaded, err := s.ClaimOrGet(ctx, finished, cache.Claim{Token: "retry2", Fingerprint: "f", Duration: lease}); err != nil || !loaded || rec.Response == nil {
 		t.Fatalf("a retry after the Complete: loaded=%v err=%v; want the replay", loaded, err)
 	}
-	// The grace runs from the first claim that finds the lock after the
+	// The grace runs from the first claim that finds the claim after the
 	// restart, not from the server's start (loading data takes seconds, in
-	// which nothing is answered): an abandoned lock found a lease after the
-	// restart is still held once, then free a lease later.
+	// which nothing is answered): an abandoned lock found a claim after the
+	// restart is still held once, then free a claim later.
 	time.Sleep(time.Until(restarted.Add(lease + 1100*time.Millisecond)))
-	if _, loaded, err := s.LockOrGet(ctx, abandoned, cache.Lock{Token: "retry", Fingerprint: "f", Lease: lease}); err != nil || !loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, abandoned, cache.Claim{Token: "retry", Fingerprint: "f", Duration: lease}); err != nil || !loaded {
 		t.Fatalf("an abandoned lock, first claim after the restart: loaded=%v err=%v; want it held", loaded, err)
 	}
 	time.Sleep(lease + 100*time.Millisecond)
-	if _, loaded, err := s.LockOrGet(ctx, abandoned, cache.Lock{Token: "retry", Fingerprint: "f", Lease: lease}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, abandoned, cache.Claim{Token: "retry", Fingerprint: "f", Duration: lease}); err != nil || loaded {
 		t.Fatalf("an abandoned lock after its grace: loaded=%v err=%v; want it free", loaded, err)
 	}
 }
 
 // A server that refuses INFO to our user (an ACL, a managed Redis) grants no
-// restart grace, and a lapsed lock is claimed as before: never an error.
+// restart grace, and a lapsed claim is claimed as before: never an error.
 func TestRestartGraceWithoutInfo(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
@@ -173,11 +173,11 @@ func TestRestartGraceWithoutInfo(t *testing.T) {
 	s := mustNew(t, c, redisstore.Options{})
 	defer s.Close()
 	key := cachetest.Key(t, "k")
-	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: 20 * time.Millisecond}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "a", Fingerprint: "f", Duration: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the lease lapses: the claim below takes the grace's path
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "b", Fingerprint: "f", Lease: time.Minute}); err != nil || loaded {
+	time.Sleep(50 * time.Millisecond) // the claim lapses: the claim below takes the grace's path
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "b", Fingerprint: "f", Duration: time.Minute}); err != nil || loaded {
 		t.Fatalf("claim of a lapsed lock without INFO: loaded=%v err=%v; want claimed", loaded, err)
 	}
 }
@@ -206,8 +206,8 @@ func TestNoScript(t *testing.T) {
 	}
 	key := cachetest.Key(t, "k")
 	flush()
-	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil {
-		t.Fatalf("LockOrGet after SCRIPT FLUSH: %v", err)
+	if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
+		t.Fatalf("ClaimOrGet after SCRIPT FLUSH: %v", err)
 	}
 	flush()
 	if err := s.Extend(ctx, key, "t", time.Minute); err != nil {
@@ -226,7 +226,7 @@ func TestNoScript(t *testing.T) {
 		t.Fatalf("Delete after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "u", Fingerprint: "f", Lease: time.Minute}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "u", Fingerprint: "f", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	flush()
@@ -241,7 +241,7 @@ func TestForeignAndCorruptValues(t *testing.T) {
 	s := mustNew(t, client, redisstore.Options{})
 	defer s.Close()
 	ctx := context.Background()
-	lock := cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}
+	lock := cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}
 	cases := map[string]func(k string){
 		"string":       func(k string) { client.Set(ctx, k, "hello", 0) },
 		"list":         func(k string) { client.RPush(ctx, k, "a") },
@@ -257,10 +257,10 @@ func TestForeignAndCorruptValues(t *testing.T) {
 	for name, plant := range cases {
 		key := cachetest.Key(t, name)
 		plant("idem:" + key)
-		if _, _, err := s.LockOrGet(ctx, key, lock); !errors.Is(err, cache.ErrCorrupt) && !strings.Contains(errString(err), "WRONGTYPE") {
-			t.Errorf("%s: LockOrGet err = %v, want a corruption error", name, err)
+		if _, _, err := s.ClaimOrGet(ctx, key, lock); !errors.Is(err, cache.ErrCorrupt) && !strings.Contains(errString(err), "WRONGTYPE") {
+			t.Errorf("%s: ClaimOrGet err = %v, want a corruption error", name, err)
 		} else if err == nil {
-			t.Errorf("%s: LockOrGet treated a foreign value as a miss", name)
+			t.Errorf("%s: ClaimOrGet treated a foreign value as a miss", name)
 		}
 		if _, err := s.Get(ctx, key); err == nil || errors.Is(err, cache.ErrNotFound) {
 			t.Errorf("%s: Get err = %v, want a corruption error", name, err)
@@ -282,7 +282,7 @@ func TestKeyLayout(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
-	if _, _, err := s.LockOrGet(ctx, key, cache.Lock{Token: "tok", Fingerprint: "fp", Lease: time.Minute}); err != nil {
+	if _, _, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "tok", Fingerprint: "fp", Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	h := client.HGetAll(ctx, "myapp:idem:"+key).Val()
@@ -313,14 +313,14 @@ func TestRedisErrorsSurface(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	srv.Stop()
-	if _, _, err := s.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err == nil || errors.Is(err, cache.ErrCorrupt) {
-		t.Fatalf("LockOrGet with Redis down: err = %v, want a connection error", err)
+	if _, _, err := s.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err == nil || errors.Is(err, cache.ErrCorrupt) {
+		t.Fatalf("ClaimOrGet with Redis down: err = %v, want a connection error", err)
 	}
 	if err := s.Ping(ctx); err == nil {
 		t.Fatal("Ping with Redis down succeeded")
 	}
-	if err := s.Release(ctx, "k", "t"); err == nil || errors.Is(err, cache.ErrLockLost) {
-		t.Fatalf("Release with Redis down: err = %v, want a connection error, not ErrLockLost", err)
+	if err := s.Release(ctx, "k", "t"); err == nil || errors.Is(err, cache.ErrClaimLost) {
+		t.Fatalf("Release with Redis down: err = %v, want a connection error, not ErrClaimLost", err)
 	}
 }
 
@@ -463,8 +463,8 @@ func TestLocalCacheDefault(t *testing.T) {
 	}
 }
 
-// A held lock's hash lives as long as its hold: expiring at the lease's end
-// (plus restartKeepMS) would free the key a crashed instance's lock holds, and
+// A held claim's hash lives as long as its hold: expiring at the claim's end
+// (plus restartKeepMS) would free the key a crashed instance's claim holds, and
 // its retry would run again.
 func TestLockLivesForItsHold(t *testing.T) {
 	srv := redistest.Start(t)
@@ -473,7 +473,7 @@ func TestLockLivesForItsHold(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	key := cachetest.Key(t, "k")
-	if _, loaded, err := s.LockOrGet(ctx, key, cache.Lock{Token: "a", Fingerprint: "f", Lease: time.Second, Hold: 2 * time.Hour}); err != nil || loaded {
+	if _, loaded, err := s.ClaimOrGet(ctx, key, cache.Claim{Token: "a", Fingerprint: "f", Duration: time.Second, Hold: 2 * time.Hour}); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	if ttl := client.PTTL(ctx, redisstore.DefaultPrefix+key).Val(); ttl < 2*time.Hour {
@@ -487,7 +487,7 @@ func TestLockLivesForItsHold(t *testing.T) {
 	}
 }
 
-// After a restart, a held lock is given the restart grace as one without a
+// After a restart, a held claim is given the restart grace as one without a
 // hold is (a retry gets 409 while the pending completion may still land), and
 // is held as an unknown outcome after it, not freed.
 func TestRestartGraceWithAHold(t *testing.T) {
@@ -501,27 +501,27 @@ func TestRestartGraceWithAHold(t *testing.T) {
 	ctx := context.Background()
 	lease := 1500 * time.Millisecond
 	key := cachetest.Key(t, "k")
-	lock := cache.Lock{Token: "first", Fingerprint: "f", Lease: lease, Hold: time.Hour}
-	if _, loaded, err := s.LockOrGet(ctx, key, lock); err != nil || loaded {
+	lock := cache.Claim{Token: "first", Fingerprint: "f", Duration: lease, Hold: time.Hour}
+	if _, loaded, err := s.ClaimOrGet(ctx, key, lock); err != nil || loaded {
 		t.Fatalf("claim: loaded=%v err=%v", loaded, err)
 	}
 	_ = client.ShutdownSave(ctx).Err()
 	time.Sleep(lease + 500*time.Millisecond)
 	srv.Restart()
 	testutil.Eventually(t, 5*time.Second, "the store to answer", func() bool { return s.Ping(ctx) == nil })
-	retry := cache.Lock{Token: "retry", Fingerprint: "f", Lease: lease, Hold: time.Hour}
-	if rec, loaded, err := s.LockOrGet(ctx, key, retry); err != nil || !loaded || rec.State != cache.StateInFlight {
+	retry := cache.Claim{Token: "retry", Fingerprint: "f", Duration: lease, Hold: time.Hour}
+	if rec, loaded, err := s.ClaimOrGet(ctx, key, retry); err != nil || !loaded || rec.State != cache.StateInFlight {
 		t.Fatalf("a retry right after the restart: loaded=%v rec=%+v err=%v; want the lock in flight (the grace)", loaded, rec, err)
 	}
 	time.Sleep(lease + 100*time.Millisecond)
-	rec, loaded, err := s.LockOrGet(ctx, key, retry)
+	rec, loaded, err := s.ClaimOrGet(ctx, key, retry)
 	if err != nil || !loaded || !rec.Lapsed || !rec.Found || rec.Response == nil || !rec.Response.Unknown {
 		t.Fatalf("a retry after the grace: loaded=%v rec=%+v err=%v; want the lock held as an unknown outcome, found", loaded, rec, err)
 	}
 	if err := s.Complete(ctx, key, "first", &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 		t.Fatalf("the holder's pending Complete: %v", err)
 	}
-	if rec, _, err := s.LockOrGet(ctx, key, retry); err != nil || rec.Lapsed || rec.Response.Status != 201 {
+	if rec, _, err := s.ClaimOrGet(ctx, key, retry); err != nil || rec.Lapsed || rec.Response.Status != 201 {
 		t.Fatalf("after the pending Complete: rec=%+v err=%v; want its answer", rec, err)
 	}
 }
@@ -533,7 +533,7 @@ func TestSettleCutShort(t *testing.T) {
 	s := mustNew(t, srv.Client(), redisstore.Options{})
 	bg := context.Background()
 	for _, op := range []string{"delete", "resolve"} {
-		if _, _, err := s.LockOrGet(bg, op, cache.Lock{Token: "h", Fingerprint: "f", Lease: time.Minute}); err != nil {
+		if _, _, err := s.ClaimOrGet(bg, op, cache.Claim{Token: "h", Fingerprint: "f", Duration: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		rec := &cache.Record{Fingerprint: "f", Response: &cache.Response{Status: 502, Unknown: op == "resolve"}}

@@ -24,7 +24,7 @@ import (
 // ErrNotReplicated: a write reached the primary, but fewer replicas than
 // Options.WaitReplicas asks for acknowledged it within the timeout. The caller
 // treats it as a store error (503, nothing forwarded). A refused claim is
-// undone on the primary; any other write stays there, bounded by its lease or
+// undone on the primary; any other write stays there, bounded by its claim or
 // TTL (a Complete or Release re-sent with its token is answered as done).
 var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
 

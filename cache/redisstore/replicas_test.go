@@ -34,7 +34,7 @@ func primaryWithReplica(t *testing.T) (primary, replica *redistest.Server, link 
 }
 
 func claimErr(s cache.Store, key string) error {
-	_, loaded, err := s.LockOrGet(context.Background(), key, cache.Lock{Token: cachetest.Token(), Fingerprint: "fp", Lease: time.Minute})
+	_, loaded, err := s.ClaimOrGet(context.Background(), key, cache.Claim{Token: cachetest.Token(), Fingerprint: "fp", Duration: time.Minute})
 	if err == nil && loaded {
 		return errors.New("loaded: the key was already held")
 	}
@@ -59,7 +59,7 @@ func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
 		// Complete needs the token: claim under a token we keep.
 		tok := cachetest.Token()
 		kept := keyFor(pipelines, "kept")
-		if _, _, err := waited.LockOrGet(ctx, kept, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+		if _, _, err := waited.ClaimOrGet(ctx, kept, cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if err := waited.Complete(ctx, kept, tok, &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
@@ -70,7 +70,7 @@ func TestWaitReplicasRefusesUnreplicatedWrites(t *testing.T) {
 		if err := claimErr(waited, keyFor(pipelines, "cut")); !errors.Is(err, redisstore.ErrNotReplicated) {
 			t.Fatalf("pipelines %d: claim with replication cut = %v, want ErrNotReplicated", pipelines, err)
 		}
-		if rec, loaded, err := waited.LockOrGet(ctx, kept, cache.Lock{Token: cachetest.Token(), Fingerprint: "fp", Lease: time.Minute}); err != nil || !loaded || rec.Response == nil {
+		if rec, loaded, err := waited.ClaimOrGet(ctx, kept, cache.Claim{Token: cachetest.Token(), Fingerprint: "fp", Duration: time.Minute}); err != nil || !loaded || rec.Response == nil {
 			t.Fatalf("pipelines %d: replay with replication cut: loaded=%v err=%v", pipelines, loaded, err)
 		}
 		if err := claimErr(plain, keyFor(pipelines, "cut-plain")); err != nil {
@@ -145,7 +145,7 @@ func TestWaitReplicasClaimSurvivesFailover(t *testing.T) {
 }
 
 // A waited claim that no replica acknowledged is refused (503, nothing runs),
-// and must leave no lock behind: found in the soak's failover phase, where a
+// and must leave no claim behind: found in the soak's failover phase, where a
 // retry's refused claim held the key the first execution's pending Complete was
 // waiting for (a Complete on a free key lands, on a held one it gives up), so
 // the record was never stored and a later retry ran again.
@@ -165,7 +165,7 @@ func TestWaitReplicasRefusedClaimLeavesNoLock(t *testing.T) {
 		if rec, err := plain.Get(ctx, key); !errors.Is(err, cache.ErrNotFound) {
 			t.Fatalf("pipelines %d: after a refused claim the key holds %+v (err %v), want nothing", pipelines, rec, err)
 		}
-		// The first execution's pending Complete (its lease lapsed) lands.
+		// The first execution's pending Complete (its claim lapsed) lands.
 		if err := plain.Complete(ctx, key, cachetest.Token(), &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201}}, time.Hour); err != nil {
 			t.Fatalf("pipelines %d: pending Complete after a refused claim: %v", pipelines, err)
 		}
@@ -202,7 +202,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		op := func() {
 			ctx := context.Background()
 			key, tok := "bench-wait-"+strconv.FormatInt(n.Add(1), 10), cachetest.Token()
-			if _, _, err := store.LockOrGet(ctx, key, cache.Lock{Token: tok, Fingerprint: "fp", Lease: time.Minute}); err != nil {
+			if _, _, err := store.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: time.Minute}); err != nil {
 				b.Fatal(err)
 			}
 			if err := store.Complete(ctx, key, tok, &cache.Record{Fingerprint: "fp", Response: &cache.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}}, time.Hour); err != nil {

@@ -12,22 +12,22 @@ import (
 //	v    format version ("1")
 //	st   state: "1" in flight, "2" completed
 //	fp   request fingerprint
-//	tok  lock token; kept once completed, so a re-sent Complete is recognised
+//	tok  claim token; kept once completed, so a re-sent Complete is recognised
 //	ca   created-at, Unix milliseconds
 //	ex   the record's expiry, Unix milliseconds (checked on read): a completed
-//	     record's TTL; an in-flight lock's lease end plus its hold (Lock.Hold)
-//	le   an in-flight lock's lease end, Unix milliseconds; from it until ex the
+//	     record's TTL; an in-flight claim's claim end plus its hold (Claim.Hold)
+//	le   an in-flight claim's claim end, Unix milliseconds; from it until ex the
 //	     lock is held as an unknown outcome (absent: le is ex, no hold)
-//	lf   the token of the claim that found the lock's lease lapsed
-//	resp msgpack-encoded response (completed); in flight, the lock's trace
-//	     context (Lock.Trace, raw), when it has one
+//	lf   the token of the claim that found the claim's claim lapsed
+//	resp msgpack-encoded response (completed); in flight, the claim's trace
+//	     context (Claim.Trace, raw), when it has one
 //	u    "1" when resp is a held unknown outcome (so Resolve need not decode it)
-//	ls   an in-flight lock's lease, ms (restartGraceLua)
-//	gr   when the first claim after a restart found the lock lapsed, ms (restartGraceLua)
-//	w    "1" when a duplicate waits for this lock in flight (markScript): only then
+//	ls   an in-flight claim's claim, ms (restartGraceLua)
+//	gr   when the first claim after a restart found the claim lapsed, ms (restartGraceLua)
+//	w    "1" when a duplicate waits for this claim in flight (markScript): only then
 //	     do Complete and Release announce the change
 //
-// PEXPIRE removes the key when ex passes (an in-flight lock restartKeepMS later); ex is checked as well so that an injected
+// PEXPIRE removes the key when ex passes (an in-flight claim restartKeepMS later); ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
 //
 // Token mismatches are answered with a value (0), never an error: Go does not match
@@ -35,7 +35,7 @@ import (
 //
 // Every script is idempotent for its token: go-redis re-sends a call whose reply
 // was lost with the connection, and the re-run must answer as the first did. A
-// claim by the token that already holds the lock answers "claimed"; a Complete by
+// claim by the token that already holds the claim answers "claimed"; a Complete by
 // the token that completed the record answers 1; a Release of a key nobody holds
 // answers 1 (the key is free, as the Release wants it).
 
@@ -49,8 +49,8 @@ end
 `
 
 // readLua reads the record into r = {v, st, fp, ca, ex, resp, tok, le}; live is true when it
-// exists and has not expired, lapsed when it is an in-flight lock whose lease
-// lapsed and which is held (live: its hold has not ended), le its lease end.
+// exists and has not expired, lapsed when it is an in-flight claim whose claim
+// lapsed and which is held (live: its hold has not ended), le its claim end.
 // It answers -1 for a foreign value.
 //
 // A record always has v and ex, so HMGET alone tells a record from a missing key
@@ -72,7 +72,7 @@ local le = tonumber(r[8]) or tonumber(r[5])
 local lapsed = live and r[2] == '1' and le <= now
 `
 
-// restartGraceLua: a lock whose lease lapsed while this server was down (or
+// restartGraceLua: a claim that lapsed while this server was down (or
 // loading its data) is held for one more lease from the first claim that finds
 // it after the restart. The instance that holds it may have finished its request
 // during the outage and be retrying to store the response (complete_retry);
@@ -80,14 +80,14 @@ local lapsed = live and r[2] == '1' and le <= now
 // commands, would claim the lapsed key first and run again. A lock carries its
 // lease ('ls') for this; one last written before the server started is one that
 // outlived a restart (uptime_in_seconds counts whole seconds, so the start is
-// taken a second early: a lock written in the second before a restart may go
+// taken a second early: a claim written in the second before a restart may go
 // without the grace, never one written after it). The grace starts at that first
 // claim ('gr'), not at the server's start: loading a large append-only file takes
 // seconds, during which no request is answered. Only with the server's clock
 // (ARGV now = 0): an injected clock (tests) has no relation to the server's
 // uptime. A promoted replica has been up all along, so a failover grants nothing;
 // a server that refuses INFO grants nothing. In-flight locks are kept (PEXPIRE)
-// for restartKeepMS past their lease, so a restart shorter than that finds them.
+// for restartKeepMS past their claim, so a restart shorter than that finds them.
 const restartGraceLua = `
 if (lapsed or not live) and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4]) == 0 then
   local g = redis.call('HMGET', KEYS[1], 'ls', 'gr')
@@ -105,12 +105,12 @@ if (lapsed or not live) and kind == 'hash' and r[2] == '1' and tonumber(ARGV[4])
 end
 `
 
-// restartKeepMS is how long an in-flight lock's hash outlives its lease, for
+// restartKeepMS is how long an in-flight claim's hash outlives its claim, for
 // restartGraceLua: 5 minutes, complete_retry's default.
 const restartKeepMS = 300000
 
 // answerLua answers a live record: {1, v, st, fp, ca, ex, resp, now} (an
-// in-flight lock's ex is its lease end), or for a lapsed lock {2, v, st, fp, ca,
+// in-flight claim's ex is its claim end), or for a lapsed claim {2, v, st, fp, ca,
 // ex, resp, now, found}, found 1 when lf is tok (the claim's token; Get has none).
 // now is the clock the script used, for the record's remaining life.
 const answerLua = `
@@ -125,8 +125,8 @@ return {1, r[1], r[2], r[3], r[4], ex, r[6] or false, now}
 
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context,
 // hold ms. Answers {0} when claimed (also when ARGV token already holds the
-// live lock: a re-sent claim), or the live record as answerLua does. The
-// first claim with the fingerprint of a lapsed lock marks it found (lf).
+// live claim: a re-sent claim), or the live record as answerLua does. The
+// first claim with the fingerprint of a lapsed claim marks it found (lf).
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
 local tok = ARGV[1]
 if lapsed and r[3] == ARGV[2] then redis.call('HSETNX', KEYS[1], 'lf', tok) end
@@ -143,8 +143,8 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + hold + ` + fmt.Sprint(restart
 return {0}
 `)
 
-// heldLua answers 0 unless ARGV[1] holds an in-flight lock on KEYS[1] whose
-// lease has not lapsed; hold is the lock's hold (ex less its lease end).
+// heldLua answers 0 unless ARGV[1] holds an in-flight claim on KEYS[1] whose
+// lease has not lapsed; hold is the claim's hold (ex less its claim end).
 const heldLua = `
 local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ex', 'le')
 if h[1] ~= '1' or h[2] ~= ARGV[1] or not tonumber(h[3]) then return 0 end
@@ -154,13 +154,13 @@ if tonumber(h[3]) - hold <= now then return 0 end
 `
 
 // Complete and release announce the change on the store's notification channel
-// (an ARGV) when a duplicate waits for the lock (w, set by markScript); resolve
+// (an ARGV) when a duplicate waits for the claim (w, set by markScript); resolve
 // and delete always, since every instance's local cache must hear of them. A
 // PUBLISH inside the script costs no round trip, but reaches every subscribed
 // instance: announcing every completion would send each to all of them.
 
-// markScript: KEYS[1]. Marks an in-flight lock as waited for (Subscribe). Answers 1
-// when the key holds a lock in flight (marked now or before), 0 otherwise. It
+// markScript: KEYS[1]. Marks an in-flight claim as waited for (Subscribe). Answers 1
+// when the key holds a claim in flight (marked now or before), 0 otherwise. It
 // writes only an unmarked lock of ours: every waiting duplicate runs it at each
 // wake-up and poll, and a write (propagated to replicas and the append-only
 // file) each time would let duplicates make the server write without bound.
@@ -175,8 +175,8 @@ return 1
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
 // fingerprint, created ms, unknown ("1" or "0"). Answers 1 when the record is stored, or was already
 // completed by this token (a re-sent Complete); 0 when another claim or record
-// holds the key. The token's own lock is completed whether its lease lapsed or
-// not (a lapsed one is held until then). A key that is free (absent, or a lock
+// holds the key. The token's own claim is completed whether its claim lapsed or
+// not (a lapsed one is held until then). A key that is free (absent, or a claim
 // past its hold) is completed as well: the operation ran, and nobody else
 // claimed the key since.
 var completeScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + `
@@ -199,9 +199,9 @@ return 1
 `)
 
 // resolveScript: KEYS[1]; ARGV response ("" deletes), ttl ms, now ms, channel.
-// Answers 1 when the held unknown outcome (stored, or a lapsed lock) was
+// Answers 1 when the held unknown outcome (stored, or a lapsed claim) was
 // replaced (or deleted), 0 when no live record exists, 2 when the live record
-// is not an unknown outcome, -1 for a foreign value. A lapsed lock becomes a
+// is not an unknown outcome, -1 for a foreign value. A lapsed claim becomes a
 // completed record, keeping its token, fingerprint and creation time.
 var resolveScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + `
 local h = redis.pcall('HMGET', KEYS[1], 'v', 'st', 'ex', 'u', 'le')
@@ -243,7 +243,7 @@ return 1
 `)
 
 // extendScript: KEYS[1]; ARGV token, lease ms, now ms. Answers 1 or 0. The
-// hold moves with the lease.
+// hold moves with the claim.
 var extendScript = redis.NewScript(fmt.Sprintf(nowLua, 3) + heldLua + `
 redis.call('HSET', KEYS[1], 'ex', now + tonumber(ARGV[2]) + hold, 'ls', ARGV[2])
 if hold > 0 then redis.call('HSET', KEYS[1], 'le', now + tonumber(ARGV[2])) end

@@ -85,7 +85,7 @@ type HeldKey struct {
 	Route     string    `json:"route,omitempty"`
 	CreatedAt time.Time `json:"created_at"` // when the first request claimed the key
 	// HeldSince is when the hold began: HeldUntil less the route's
-	// unknown_hold (the lease's end, for a lapsed lease).
+	// unknown_hold (the claim's end, for a lapsed claim).
 	HeldSince time.Time     `json:"held_since"`
 	HeldUntil time.Time     `json:"held_until"` // when the key is free again, unless settled before
 	Reconcile *KeyReconcile `json:"reconcile,omitempty"`

@@ -96,7 +96,7 @@ func TestDynamoDBOpen(t *testing.T) {
 	if err := o.Store.Ping(ctx); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
-	if _, held, err := o.Store.LockOrGet(ctx, "k", cache.Lock{Token: "t", Fingerprint: "f", Lease: time.Minute}); err != nil || held {
+	if _, held, err := o.Store.ClaimOrGet(ctx, "k", cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil || held {
 		t.Fatalf("claim: held %v, %v", held, err)
 	}
 	ttl, err := srv.Client().DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String("open_created")})
@@ -168,12 +168,12 @@ func TestDynamoDBTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	lock := cache.Lock{Token: "t1", Fingerprint: "f", Lease: time.Minute}
-	if _, _, err := o.Store.LockOrGet(ctx, "k", lock); err != nil {
+	lock := cache.Claim{Token: "t1", Fingerprint: "f", Duration: time.Minute}
+	if _, _, err := o.Store.ClaimOrGet(ctx, "k", lock); err != nil {
 		t.Fatal(err)
 	}
 	lock.Token = "t2"
-	if _, held, err := o.Store.LockOrGet(ctx, "k", lock); err != nil || !held {
+	if _, held, err := o.Store.ClaimOrGet(ctx, "k", lock); err != nil || !held {
 		t.Fatalf("second claim: held %v, %v", held, err)
 	}
 	var puts []sdktrace.ReadOnlySpan

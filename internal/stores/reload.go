@@ -12,12 +12,12 @@ import (
 //
 //   - untagged: the setting is part of the store's identity (Key): a change
 //     opens the store again. For Redis, PostgreSQL and DynamoDB that is a new
-//     client or pool on the same server, whose records and in-flight locks are
+//     client or pool on the same server, whose records and in-flight claims are
 //     there; the old one serves the requests that started on it and is closed
 //     after them.
 //   - reload:"live": the setting is applied to the open store, which is kept
 //     (Apply, cache.LiveSettings). The memory store's settings are all live:
-//     its records and in-flight locks exist nowhere else, so opening it again
+//     its records and in-flight claims exist nowhere else, so opening it again
 //     would forget them (TestMemorySettingsNeverReopen).
 //   - reload:"restart": the running value is kept until a restart, and the
 //     reload names it in its warning (the proxy's restartKept).

@@ -24,7 +24,7 @@ func TestKindOf(t *testing.T) {
 }
 
 // An evicting maxmemory-policy is refused at start-up unless allowed: Redis would
-// evict in-flight locks first (volatile-ttl) and a duplicate would run.
+// evict in-flight claims first (volatile-ttl) and a duplicate would run.
 func TestEvictingRedisIsRefused(t *testing.T) {
 	srv := redistest.Start(t)
 	if srv.External {

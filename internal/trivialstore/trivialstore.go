@@ -4,7 +4,7 @@
 // store takes, and it is a store of idemproxy (--store trivial://NAME,
 // --trivial-max-keys) and a Caddy store module (store trivial <url> {
 // max_keys … }). Its semantics are the simplest that serve a request and its
-// replay: no lapsed leases held, nothing swept; not for use.
+// replay: no lapsed claims held, nothing swept; not for use.
 package trivialstore
 
 import (
@@ -100,7 +100,7 @@ func (s *Store) live(key string) *entry {
 	return e
 }
 
-func (s *Store) LockOrGet(_ context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+func (s *Store) ClaimOrGet(_ context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.live(key); e != nil {
@@ -115,7 +115,7 @@ func (s *Store) LockOrGet(_ context.Context, key string, lock cache.Lock) (*cach
 	}
 	now := time.Now()
 	s.records[key] = &entry{token: lock.Token, rec: cache.Record{Version: cache.FormatVersion, State: cache.StateInFlight,
-		Fingerprint: lock.Fingerprint, CreatedAt: now, ExpiresAt: now.Add(lock.Lease), Trace: lock.Trace}}
+		Fingerprint: lock.Fingerprint, CreatedAt: now, ExpiresAt: now.Add(lock.Duration), Trace: lock.Trace}}
 	return nil, false, nil
 }
 
@@ -123,7 +123,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *cache.Record
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.live(key); e != nil && e.token != token {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	r := *rec
 	r.State, r.ExpiresAt = cache.StateCompleted, time.Now().Add(ttl)
@@ -136,7 +136,7 @@ func (s *Store) Release(_ context.Context, key, token string) error {
 	defer s.mu.Unlock()
 	if e := s.live(key); e != nil {
 		if e.token != token || e.rec.State != cache.StateInFlight {
-			return cache.ErrLockLost
+			return cache.ErrClaimLost
 		}
 		delete(s.records, key)
 	}
@@ -148,7 +148,7 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	defer s.mu.Unlock()
 	e := s.live(key)
 	if e == nil || e.token != token || e.rec.State != cache.StateInFlight {
-		return cache.ErrLockLost
+		return cache.ErrClaimLost
 	}
 	e.rec.ExpiresAt = time.Now().Add(lease)
 	return nil

@@ -284,7 +284,7 @@ func sendWithin(t *testing.T, d time.Duration, up *upstream, h http.Handler, key
 
 // relocking passes a store through, but the first claim once armed is preceded
 // by another instance's claim of the same key (under its fingerprint): a
-// duplicate woken by the first request's release reads a lock that another
+// duplicate woken by the first request's release reads a claim that another
 // waiter took after this one subscribed.
 type relocking struct {
 	cache.Store
@@ -298,23 +298,23 @@ func (s *relocking) Subscribe(key string) (<-chan struct{}, func()) {
 	return s.Store.(cache.Notifier).Subscribe(key)
 }
 
-func (s *relocking) LockOrGet(ctx context.Context, key string, lock cache.Lock) (*cache.Record, bool, error) {
+func (s *relocking) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
 	if !s.armed.CompareAndSwap(true, false) {
-		return s.Store.LockOrGet(ctx, key, lock)
+		return s.Store.ClaimOrGet(ctx, key, lock)
 	}
 	other := lock
 	other.Token = "another-instance"
-	if _, loaded, err := s.Store.LockOrGet(ctx, key, other); err != nil || loaded {
+	if _, loaded, err := s.Store.ClaimOrGet(ctx, key, other); err != nil || loaded {
 		panic(fmt.Sprintf("the other claim: loaded=%v err=%v", loaded, err))
 	}
-	rec, loaded, err := s.Store.LockOrGet(ctx, key, lock)
+	rec, loaded, err := s.Store.ClaimOrGet(ctx, key, lock)
 	s.claimed <- [2]string{key, lock.Fingerprint}
 	return rec, loaded, err
 }
 
 // waitOnRelock: a duplicate waits for the first request; that one fails (its
 // key is released) and, before the duplicate reads again, another instance's
-// waiter claims the key. The duplicate now waits for that lock, which may have
+// waiter claims the key. The duplicate now waits for that claim, which may have
 // been claimed after its last Subscribe; its completion must still wake it,
 // polling or not (here: polling once an hour).
 func waitOnRelock(t *testing.T, store cache.Store) {
@@ -336,7 +336,7 @@ func waitOnRelock(t *testing.T, store cache.Store) {
 	dup := make(chan *httptest.ResponseRecorder, 1)
 	go func() { dup <- send(h, "relock", "x") }()
 	testutil.Eventually(t, 10*time.Second, "the duplicate waiting", func() bool { return s.subs.Load() > 0 })
-	time.Sleep(50 * time.Millisecond) // the duplicate has read the lock and waits
+	time.Sleep(50 * time.Millisecond) // the duplicate has read the claim and waits
 	s.armed.Store(true)
 	close(gate)
 	if c := <-first; c != http.StatusServiceUnavailable {

@@ -166,7 +166,7 @@ func reloadWhileRunning(t *testing.T, bin, store string) {
 	if got := <-first; got != `201 {"charge":1}<nil>` {
 		t.Fatalf("first: %s", got)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the 2s lease: a lock left behind would have lapsed
+	time.Sleep(2500 * time.Millisecond) // past the 2s lease: a claim left behind would have lapsed
 	r := post()
 	if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || r.Body != `{"charge":1}` || calls.Load() != 1 {
 		t.Fatalf("retry after a reload: %d %q replayed %q, upstream ran %d times; want a replay of the first",
@@ -245,7 +245,7 @@ func caddySite(t *testing.T, routes string) *testutil.Proc {
 	return runCaddy(t, bin, dir, path)
 }
 
-// Caddy SIGKILLed while a first execution runs on Redis: once its lease lapses,
+// Caddy SIGKILLed while a first execution runs on Redis: once its claim lapses,
 // the key is held as an unknown outcome (504), as in the proxy: a retry on the
 // Caddy that replaces it never runs the operation again.
 func TestCaddySigkillHoldsTheKey(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 
 // A claim whose reply is lost (the store ran it; the connection died before
 // its answer came back) is answered 503: nothing was forwarded, and the
-// client is told to retry. Its retry, once the lost claim's lease has passed,
+// client is told to retry. Its retry, once the lost claim's claim has passed,
 // must run the operation (once): the instance is alive and knows it never
-// sent the request. It must not find the lost claim's lapsed lease and hold
+// sent the request. It must not find the lost claim's lapsed claim and hold
 // the key as an unknown outcome for unknown_hold.
 func TestE2ELostClaimReplyIsNotHeld(t *testing.T) {
 	skipShort(t)

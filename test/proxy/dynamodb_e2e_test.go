@@ -149,7 +149,7 @@ func dynamoTwoInstances(t *testing.T) {
 	}
 }
 
-// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a
+// SIGKILL mid-flight: the claim outlives the process until its claim lapses; a
 // retry on another instance gets 409 until then, and the outcome-unknown answer
 // after it: the key is held, and never runs again.
 func dynamoSigkill(t *testing.T) {

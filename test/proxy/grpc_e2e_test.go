@@ -265,7 +265,7 @@ func TestE2EGRPCServerKilledMidCallIsHeld(t *testing.T) {
 	}
 }
 
-// An instance dies (SIGKILL) while a call runs; once its lease lapses, another
+// An instance dies (SIGKILL) while a call runs; once its claim lapses, another
 // instance on the same store answers the call's retry UNKNOWN (the lapsed
 // lease is held), never runs it again.
 func TestE2EGRPCLapsedLeaseIsUnknown(t *testing.T) {

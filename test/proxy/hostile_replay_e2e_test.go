@@ -101,7 +101,7 @@ retry_after: 3s
 }
 
 // The same on a first execution: a client that never read its answer held the
-// recorded body, an upstream connection and the key's lock (renewed while the
+// recorded body, an upstream connection and the key's claim (renewed while the
 // write blocked) for as long as it kept the connection open, and its own retry
 // on a new connection got 409 all that time. Now it is cut off at
 // body_read_timeout, the answer is stored in full, and the retry replays it.

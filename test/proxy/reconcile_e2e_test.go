@@ -246,7 +246,7 @@ func metricSum(t *testing.T, text, name string) int {
 // that starts next finds the job in the store and settles the key. One killed
 // after a first attempt that got no answer to settle on: the next resumes the
 // schedule from the store, at the second attempt. One killed during an
-// attempt: the next takes the job once the claim's lease lapses.
+// attempt: the next takes the job once the claim's claim lapses.
 func TestE2EReconcileResumesAfterRestart(t *testing.T) {
 	skipShort(t)
 	t.Run("redis", func(t *testing.T) { reconcileAfterRestart(t, redistest.Start(t).URL()) })
@@ -303,7 +303,7 @@ func reconcileAfterRestart(t *testing.T, store string) {
 		return strings.Contains(logs, `"outcome":"resolved"`) && strings.Contains(logs, `"attempt":2`)
 	})
 
-	// Killed during an attempt: the job comes back when the claim's lease
+	// Killed during an attempt: the job comes back when the claim's claim
 	// lapses (2 × reconcile_timeout + 5s), and the next instance runs the
 	// attempts; the lost one is not counted.
 	if r := post(c, "hang-r"); r.Status != 502 {
@@ -364,7 +364,7 @@ func TestE2EReconcileTraced(t *testing.T) {
 	}
 }
 
-// An instance SIGKILLed mid-request on a reconciling route: once its lease
+// An instance SIGKILLed mid-request on a reconciling route: once its claim
 // lapses, the first retry finds the key held and schedules the reconcile
 // request, which settles it: "done" (the upstream committed the charge) is
 // stored and replayed, never run again; "not found" (it never committed)

@@ -104,7 +104,7 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 // A Redis store reopened by a reload (a Redis setting changed: a new client on
 // the same server) keeps what the server holds: a key completed before it
 // replays, a duplicate of the request in flight on the old client gets 409
-// (its lock is in Redis), and the old client is closed only after that request
+// (its claim is in Redis), and the old client is closed only after that request
 // has stored its response: the retry on the new client replays it.
 func TestE2EReloadReopensRedisAfterInFlight(t *testing.T) {
 	skipShort(t)

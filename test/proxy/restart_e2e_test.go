@@ -10,11 +10,11 @@ import (
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
-// A first execution that finishes while PostgreSQL is down, whose lease lapses
+// A first execution that finishes while PostgreSQL is down, whose claim lapses
 // during the outage: retries sent as soon as PostgreSQL is back must not run
 // it again. They used to claim the lapsed key: in the window before the
 // pending completion landed (1–221 ms after the restart, in the soak), and for
-// good once complete_retry had ended. Now the lapsed lock is held: retries get
+// good once complete_retry had ended. Now the lapsed claim is held: retries get
 // the outcome-unknown answer (or 409) until the completion lands and replaces
 // it, and keep getting it when none will.
 func TestE2EPostgresRestartHoldsALapsedKey(t *testing.T) {
@@ -36,7 +36,7 @@ func postgresRestart(t *testing.T, completeRetry string) {
 		t.Fatalf("first: %+v", r)
 	}
 	defer up.PassBlocked()()            // a retry that runs again answers at once
-	time.Sleep(2500 * time.Millisecond) // the 1s lease lapses: no renewal reaches the database
+	time.Sleep(2500 * time.Millisecond) // the 1s claim lapses: no renewal reaches the database
 	db.Restart()
 	landed := completeRetry != "1s"
 	deadline := time.Now().Add(20 * time.Second)

@@ -37,7 +37,7 @@ func TestE2ESigtermDrainsAndStores(t *testing.T) {
 	}
 }
 
-// SIGKILL mid-flight: the lock outlives the process until its lease lapses; a
+// SIGKILL mid-flight: the claim outlives the process until its claim lapses; a
 // retry gets 409 until then, and after it the key is held as an unknown
 // outcome (504): the killed instance may have had the upstream act. Nothing
 // runs twice, on every shared store. With unknown_outcome release, a retry
@@ -109,7 +109,7 @@ func sigkillMidFlight(t *testing.T, store string, release bool) {
 	if !strings.Contains(metricsOf(t, q.Admin), `idemproxy_requests_total{outcome="unknown",route="(top level)"} 1`) {
 		t.Fatalf("the lapsed lease found is not counted as one unknown outcome:\n%s", metricsOf(t, q.Admin))
 	}
-	// The operator sees it in the held list, as a lapsed lease, and settles
+	// The operator sees it in the held list, as a lapsed claim, and settles
 	// it by the hash the list gives (no client credential).
 	code, out := runBin(t, "keys", "list", "--held", "--admin", q.Admin)
 	m := regexp.MustCompile(`"hash": "([0-9a-f]{64})",\s*"kind": "lease_lapsed",\s*"status": 504`).FindStringSubmatch(out)

@@ -104,7 +104,7 @@ func TestE2EPostgresMigrateAndWait(t *testing.T) {
 	}
 }
 
-// The binary refuses a Redis whose maxmemory-policy may evict in-flight locks,
+// The binary refuses a Redis whose maxmemory-policy may evict in-flight claims,
 // in one line, unless --redis-allow-eviction accepts it.
 func TestE2EEvictingRedisRefused(t *testing.T) {
 	skipShort(t)

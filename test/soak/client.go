@@ -22,7 +22,7 @@ type answer struct {
 	// unknown: the outcome-unknown problem (502 or 504): the key is held, and
 	// nothing runs again with it unless reconcile (or an operator) settles it.
 	unknown bool
-	// lapsed: held because the lease of its first execution lapsed (its instance
+	// lapsed: held because the claim of its first execution lapsed (its instance
 	// was SIGKILLed, or its store writes stopped for a whole lock_ttl).
 	lapsed bool
 	id     int64
@@ -98,7 +98,7 @@ func (h *harness) complete(key, body string) (int64, bool) {
 // follow asks again about a key answered held: each answer is counted, and a
 // completion (a reconcile's resolution, or a run after its release) recorded.
 // Without a reconcile route, twice, a second apart; with one, each second for
-// up to 12 s, which covers the round's lease, upstream_timeout and the
+// up to 12 s, which covers the round's claim, upstream_timeout and the
 // reconcile's confirmation.
 func (h *harness) follow(key, body string) {
 	tries, every := 2, time.Second

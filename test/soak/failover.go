@@ -74,10 +74,10 @@ func failoverRound(cfg config, dir string, round int, name string, waited bool) 
 	}
 	url += "&dial_timeout=500ms&read_timeout=1s&write_timeout=1s&max_retries=1"
 	// The soak's 4 s lease. A failover leaves a waited store unwritable until a
-	// new replica joins (8–17 s here): the leases of the requests running then
+	// new replica joins (8–17 s here): the claims of the requests running then
 	// lapse, and a client's retry that finds one once the store takes writes
 	// again holds the key, until the pending completion lands and replaces the
-	// held record. (When a lapsed lease freed the key, that retry ran again.)
+	// held record. (When a lapsed claim freed the key, that retry ran again.)
 	extra := []string{"--lock-ttl", h.lease.String()}
 	if waited {
 		extra = append(extra, "--redis-wait-replicas", "1", "--redis-wait-timeout", "500ms")

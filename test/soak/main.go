@@ -10,7 +10,7 @@
 // reset connections, and fail with 5xx. A checker then compares the upstream's own
 // log of effects with every response the clients saw: a key that ran twice fails
 // the run unless a store lost data (a Sentinel failover without wait_replicas);
-// held keys (outcome unknown, a lapsed lease included) are counted by how they
+// held keys (outcome unknown, a lapsed claim included) are counted by how they
 // settled.
 //
 // Then more phases, each with its own servers and checked the same way:
@@ -18,7 +18,7 @@
 // then with wait_replicas), reload (real Caddy reloaded, and idemproxy sent SIGHUP
 // with a changed store setting, every 1.5 s under load, on the memory store,
 // Redis and PostgreSQL; five rounds side by side), postgres (two instances on
-// PostgreSQL, the database crash-stopped for longer than the lease, instances
+// PostgreSQL, the database crash-stopped for longer than the claim, instances
 // SIGKILLed) and reconcile (two instances whose route reconciles held keys with
 // GET /lookup?key={key}, SIGKILLed in turn, on Redis and on PostgreSQL side by
 // side). SOAK_PHASES picks phases.

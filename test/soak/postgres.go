@@ -10,7 +10,7 @@ import (
 
 // pgRestartEvery is how often the PostgreSQL phase restarts the database, and
 // pgDownFor how long it stays stopped before it starts again (then crash
-// recovery): longer than the lease.
+// recovery): longer than the claim.
 const (
 	pgRestartEvery = 15 * time.Second
 	pgDownFor      = 4 * time.Second
@@ -38,10 +38,10 @@ func startPostgres() (db *pgtest.Cluster, stop func(), err error) {
 // postgresPhase runs two instances on one PostgreSQL table with the main
 // phase's 4 s lease, while the database is stopped at once (as a crash: it
 // recovers from its WAL) and started again every 15 s, down for longer than
-// the lease (4–6 s here), and the instances are SIGKILLed mid-request in
+// the claim (4–6 s here), and the instances are SIGKILLed mid-request in
 // turn. A committed claim or record survives; a response finished during the
 // outage is stored once the database is back (complete_retry), replacing the
-// held record a retry may have found meanwhile (its lease lapsed); a killed
+// held record a retry may have found meanwhile (its claim lapsed); a killed
 // instance's keys are held. Nothing may run twice.
 func postgresPhase(cfg config, dir string) error {
 	h, err := newHarness(cfg, "postgres", cfg.phaseDuration)

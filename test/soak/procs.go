@@ -207,9 +207,9 @@ func pong(c net.Conn) bool {
 	return strings.HasPrefix(string(buf[:n]), "+PONG")
 }
 
-// lapsedLog is what an instance logs when a retry finds a lease that lapsed
+// lapsedLog is what an instance logs when a retry finds a claim that lapsed
 // before its outcome was stored: the key is held from then on.
-const lapsedLog = "idempotency lease lapsed before the outcome was stored"
+const lapsedLog = "idempotency claim lapsed before the outcome was stored"
 
 // logged counts the lines containing each of s in the logs of every run of m.
 func (m *managed) logged(s ...string) int {

@@ -16,15 +16,15 @@ type settlement struct {
 	stillHeld, answeredThenHeld, resolved, released, replaced int
 	// lostThenHeld: completed, then held at verification, because a failover
 	// without wait_replicas promoted a replica that had the claim but not the
-	// completion: the lost write left a lapsed lease, an unknown outcome (held,
+	// completion: the lost write left a lapsed claim, an unknown outcome (held,
 	// not run again).
 	lostThenHeld int
-	// undone: held because a lease lapsed while its instance, alive, could
+	// undone: held because a claim lapsed while its instance, alive, could
 	// not undo a claim whose store call failed (answered 503, never sent);
 	// the undo landed once the store took writes again, and the key then
 	// ran once.
 	undone int
-	// falseHolds: held because a lease lapsed, though no instance died while
+	// falseHolds: held because a claim lapsed, though no instance died while
 	// the key was in flight and its request never reached the upstream.
 	falseHolds int
 }
@@ -38,9 +38,9 @@ type settlement struct {
 //     its answer is that execution;
 //   - released by reconcile, then run once: two not-found lookups, and the one
 //     execution began after the last of them;
-//   - replaced by the late completion: held because its lease lapsed, then
+//   - replaced by the late completion: held because its claim lapsed, then
 //     replayed as the execution that was running when it was first held;
-//   - released by its instance: held because its lease lapsed though no
+//   - released by its instance: held because its claim lapsed though no
 //     instance died (a claim whose store call failed, answered 503, which its
 //     instance undid once the store took writes again), then run once, after
 //     the hold.
@@ -151,7 +151,7 @@ func (h *harness) ranAs(key string, id int64) bool {
 // replica which had not received the latest writes (Redis replicates
 // asynchronously), when the instances do not wait for a replica's
 // acknowledgement. An instance SIGKILLed or a store down at completion holds the
-// key instead (a lapsed lease is an unknown outcome): a double run from either
+// key instead (a lapsed claim is an unknown outcome): a double run from either
 // fails the run.
 func (h *harness) explain(e effect) string {
 	h.faults.mu.Lock()
@@ -166,7 +166,7 @@ func (h *harness) explain(e effect) string {
 
 // completionLost reports whether the execution id of k ended in a failover
 // that may have lost its completion (see explain): the new primary holds the
-// claim without the answer, so the key is held once its lease lapses.
+// claim without the answer, so the key is held once its claim lapses.
 func (h *harness) completionLost(k string, id int64) bool {
 	for _, e := range h.up.effects[k] {
 		if e.id == id {

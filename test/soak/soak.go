@@ -56,7 +56,7 @@ type seen struct {
 // heldKey is a key some client was answered outcome-unknown for.
 type heldKey struct {
 	first  time.Time // the first such answer
-	lapsed bool      // that answer said the first execution's lease lapsed
+	lapsed bool      // that answer said the first execution's claim lapsed
 }
 
 func (s *seen) hold(key string, lapsed bool) {
@@ -278,7 +278,7 @@ func (h *harness) run(schedule func(start time.Time) error) error {
 }
 
 // redisDownFor is how long the main phase keeps Redis down (then its restart
-// loads the append-only file): longer than the lease.
+// loads the append-only file): longer than the claim.
 const redisDownFor = 5 * time.Second
 
 // faultCycle is the length of one round of the fault schedule; a long run repeats it.
@@ -345,7 +345,7 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 		return err
 	}
 	// Longer than the 4 s lease: a completion retried in the background meets
-	// a retry that found its lease lapsed (held), and must replace that record.
+	// a retry that found its claim lapsed (held), and must replace that record.
 	time.Sleep(redisDownFor)
 	if err := h.redis.start(); err != nil {
 		return err
@@ -360,7 +360,7 @@ func (h *harness) faultRound(start time.Time, d time.Duration) error {
 }
 
 // sigkill SIGKILLs instance i, mid-request under the load, and starts it again
-// 1.5 s later. Its in-flight leases lapse: their keys are held.
+// 1.5 s later. Its in-flight claims lapse: their keys are held.
 func (h *harness) sigkill(i int) error {
 	p := h.proxies[i]
 	t := time.Now()

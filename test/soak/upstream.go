@@ -129,7 +129,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.aborted.Add(1)
 		return
 	}
-	// The effect and its id are one step under the lock a lookup takes: a lookup
+	// The effect and its id are one step under the claim a lookup takes: a lookup
 	// sees an execution entirely or not at all.
 	id := u.nextID.Add(1)
 	u.effects[key] = append(u.effects[key], effect{id: id, key: key, bodyHash: hash,

@@ -3,14 +3,14 @@
 // trip. It is bounded in bytes and exact about operator actions:
 //
 //   - Only completed records are kept; held unknown outcomes (which Resolve
-//     changes) and in-flight locks never are. A completed record never changes
+//     changes) and in-flight claims never are. A completed record never changes
 //     until it expires, is deleted, or (unknown outcomes only) is resolved.
 //   - An entry expires when its record does: at the local time the read was
 //     sent plus the record's remaining life by the store's clock, so a local
 //     clock that is off changes nothing.
 //   - Every change the store announces on its channel (Redis pub/sub,
 //     PostgreSQL LISTEN/NOTIFY: Resolve and Delete always, Complete and Release
-//     of a lock a duplicate waits for) drops the key, and marks reads of it in
+//     of a claim a duplicate waits for) drops the key, and marks reads of it in
 //     flight so their answer is not kept. (A Complete or Release changes no
 //     completed record a cache may hold, so it need not be announced.)
 //   - The cache is trusted only while its subscription is known to deliver:

@@ -11,7 +11,7 @@ import (
 type Registry[K comparable] struct {
 	mu sync.Mutex
 	m  map[K][]chan struct{}
-	n  atomic.Int64 // keys with waiters: Notify skips the lock when there are none
+	n  atomic.Int64 // keys with waiters: Notify skips the claim when there are none
 }
 
 // Subscribe returns a channel closed at k's next Notify, and a function to call
