@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// Kind describes a store to the programs that open one from configuration:
+// Driver describes a store to the programs that open one from configuration:
 // idemproxy (--store and the store's settings), the Caddy module (a store
 // module per kind), `idemproxy migrate` and a configuration reload. Each
-// store package has one (memstore.Kind, redisstore.Kind, …), and a program's
+// store package has one (memstore.Driver, redisstore.Driver, …), and a program's
 // list of them is the only list of stores it knows: a new store is its
 // package and one line in that list.
-type Kind struct {
+type Driver struct {
 	// Name is the store's name in configuration, in lower case: the prefix of
 	// its settings in idemproxy (redis_prefix), its Caddy module
 	// (http.handlers.idempotency.stores.redis).

@@ -137,7 +137,7 @@ func (m *Handler) parseStore(d *caddyfile.Dispenser) error {
 // a redis:// … URL.
 func storeForms() string {
 	var forms, urls []string
-	for _, k := range stores.Kinds {
+	for _, k := range stores.Drivers {
 		if k.Locator == "" {
 			forms = append(forms, k.Name)
 			continue

@@ -30,7 +30,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(new(Handler))
-	for _, k := range stores.Kinds {
+	for _, k := range stores.Drivers {
 		registerStore(k)
 	}
 }
@@ -49,7 +49,7 @@ type Handler struct {
 	// The store that holds locks and responses, shared by every server using the
 	// same one: "memory" (the default, this process only), or one shared by
 	// every Caddy instance pointing at the same one ("redis", "postgres",
-	// "dynamodb": the stores of internal/stores.Kinds, each a module Store).
+	// "dynamodb": the stores of internal/stores.Drivers, each a module Store).
 	StoreRaw json.RawMessage `json:"store,omitempty" conf:"-" caddy:"namespace=http.handlers.idempotency.stores inline_key=type"`
 
 	// What a key belongs to, as placeholders, e.g.

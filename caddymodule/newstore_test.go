@@ -25,15 +25,15 @@ func storeModule(t *testing.T, name string) *Store {
 var registerTrivial sync.Once
 
 // withTrivialStore adds the trivial store to the registry until the test
-// ends: the one line a new store takes in stores.Kinds. The init of this
+// ends: the one line a new store takes in stores.Drivers. The init of this
 // package registers a module for each store of that list; the list is read
 // before a test can add to it, so the test registers the trivial store's
 // module as init does (once: Caddy keeps its modules). Not with t.Parallel.
 func withTrivialStore(t *testing.T) {
-	k := stores.Kind{Kind: trivialstore.Kind}
-	kinds := stores.Kinds
-	stores.Kinds = append(kinds[:len(kinds):len(kinds)], k)
-	t.Cleanup(func() { stores.Kinds = kinds })
+	k := stores.Entry{Driver: trivialstore.Driver}
+	kinds := stores.Drivers
+	stores.Drivers = append(kinds[:len(kinds):len(kinds)], k)
+	t.Cleanup(func() { stores.Drivers = kinds })
 	registerTrivial.Do(func() { registerStore(k) })
 }
 

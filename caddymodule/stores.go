@@ -122,11 +122,11 @@ func (p *pooledStore) Unwrap() cache.Store { return p.Store }
 
 // registerStore registers the store module of the store k:
 // http.handlers.idempotency.stores.<name>.
-func registerStore(k stores.Kind) { caddy.RegisterModule(newStore(k)) }
+func registerStore(k stores.Entry) { caddy.RegisterModule(newStore(k)) }
 
 // Store is a store guest module, http.handlers.idempotency.stores.<name>: one
-// is registered for each store of the registry (internal/stores.Kinds), and
-// reads that store's description (cache.Kind). Its JSON is where the store is,
+// is registered for each store of the registry (internal/stores.Drivers), and
+// reads that store's description (cache.Driver). Its JSON is where the store is,
 // under the store's locator: "url" (a redis://, postgres://… URL), or
 // DynamoDB's "table" (region, credentials and endpoint from the Caddy
 // process's AWS environment); placeholders such as {env.REDIS_URL} are
@@ -137,7 +137,7 @@ func registerStore(k stores.Kind) { caddy.RegisterModule(newStore(k)) }
 // is shared by the configs that agree on its identity (its locator and
 // settings, internal/stores.Key), kept across reloads.
 type Store struct {
-	kind stores.Kind
+	kind stores.Entry
 	// Location is where the store is: the URL, or the table; empty for the
 	// memory store.
 	Location string
@@ -149,7 +149,7 @@ type Store struct {
 }
 
 // newStore is a module of the store k, holding its defaults.
-func newStore(k stores.Kind) *Store { return &Store{kind: k, Settings: k.Settings()} }
+func newStore(k stores.Entry) *Store { return &Store{kind: k, Settings: k.Settings()} }
 
 // CaddyModule returns the Caddy module information.
 func (s *Store) CaddyModule() caddy.ModuleInfo {

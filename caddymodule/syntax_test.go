@@ -25,7 +25,7 @@ func syntaxBlock() string {
 		b.WriteString("\t" + f.Name + " " + argsOf(f) + "\n")
 	}
 	b.WriteString("}\n")
-	for _, k := range stores.Kinds {
+	for _, k := range stores.Drivers {
 		head := "store " + k.Name
 		if k.Locator != "" {
 			head += " <" + k.Locator + ">"

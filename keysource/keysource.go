@@ -39,9 +39,9 @@ const (
 	Body = "body"
 )
 
-// A Kind is one kind of key source, described once: Parse, its errors and the
+// A kind is one kind of key source, described once: Parse, its errors and the
 // help of key_source read the list, so a new kind is one entry in kinds.
-type Kind struct {
+type kind struct {
 	// Name is the spec ("body"), or its part before the colon ("json").
 	Name string
 	// Arg names what follows the colon, as help shows it ("/pointer"); empty
@@ -53,7 +53,7 @@ type Kind struct {
 }
 
 // kinds are the key sources Parse builds, in the order help lists them.
-var kinds = []Kind{
+var kinds = []kind{
 	{Name: Header, Help: "key_header", parse: func(_, keyHeader string) (middleware.KeySource, error) {
 		return middleware.HeaderKey{Name: http.CanonicalHeaderKey(keyHeader)}, nil
 	}},
@@ -75,10 +75,10 @@ var kinds = []Kind{
 }
 
 // Kinds returns the kinds of key source Parse builds.
-func Kinds() []Kind { return slices.Clone(kinds) }
+func Kinds() []kind { return slices.Clone(kinds) }
 
 // Spec is how a spec of k is written: "body", "json:/pointer".
-func (k Kind) Spec() string {
+func (k kind) Spec() string {
 	if k.Arg == "" {
 		return k.Name
 	}

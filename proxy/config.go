@@ -151,7 +151,7 @@ type Config struct {
 	// Default: X-Request-Id.
 	RequestIDHeader string `json:"request_id_header" caddy:"Caddy's '{http.request.uuid}'"`
 
-	// Stores are every store's settings (internal/stores.Kinds), each named
+	// Stores are every store's settings (internal/stores.Drivers), each named
 	// with its store's name in front (redis_prefix); Store's URL picks which
 	// apply.
 	Stores stores.Settings
@@ -230,7 +230,7 @@ const (
 var routeFields = conf.Fields(reflect.TypeFor[config.Config]())
 
 // fields are the proxy's settings, its own, the stores' and the core's: read
-// at each use, for the stores are those of the registry (stores.Kinds).
+// at each use, for the stores are those of the registry (stores.Drivers).
 func fields() []conf.Field { return conf.Fields(reflect.TypeFor[Config]()) }
 
 // HelpList implements conf.Lister: the stores, for the help of store, and

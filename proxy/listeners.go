@@ -79,9 +79,9 @@ func (p *Proxy) logStarted(l *listeners) {
 		p.log.Log(context.Background(), level, "a setting of the config file is overridden: the file's value is not used",
 			"setting", o.setting, "by", o.by, "file", o.file)
 	}
-	if k := st.store.opened.Kind; k.Locator == "" { // a store in the process (cache.Kind.Locator)
+	if k := st.store.opened.Kind; k.Locator == "" { // a store in the process (cache.Driver.Locator)
 		var shared []string
-		for _, o := range stores.Kinds {
+		for _, o := range stores.Drivers {
 			if o.Locator != "" {
 				shared = append(shared, o.Name)
 			}

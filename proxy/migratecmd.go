@@ -103,7 +103,7 @@ func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) st
 }
 
 // hasSchema reports whether the store k has a schema to migrate.
-func hasSchema(k stores.Kind) bool {
+func hasSchema(k stores.Entry) bool {
 	_, ok := k.Settings().(cache.SchemaSettings)
 	return ok
 }
@@ -117,9 +117,9 @@ type schemaFlag struct {
 
 // schemaStores returns the stores with a schema, and the settings their
 // schemas read.
-func schemaStores(settings *stores.Settings) ([]stores.Kind, []schemaFlag) {
-	var kinds []stores.Kind
-	for _, k := range stores.Kinds {
+func schemaStores(settings *stores.Settings) ([]stores.Entry, []schemaFlag) {
+	var kinds []stores.Entry
+	for _, k := range stores.Drivers {
 		if hasSchema(k) {
 			kinds = append(kinds, k)
 		}
@@ -137,7 +137,7 @@ func schemaStores(settings *stores.Settings) ([]stores.Kind, []schemaFlag) {
 }
 
 // migrateUsage is migrate's help.
-func migrateUsage(kinds []stores.Kind, flags []schemaFlag, def *Config) string {
+func migrateUsage(kinds []stores.Entry, flags []schemaFlag, def *Config) string {
 	var b strings.Builder
 	b.WriteString("usage: idemproxy migrate [--store URL] [--apply]")
 	for _, f := range flags {

@@ -15,11 +15,11 @@ import (
 )
 
 // withStore adds k to the registry until the test ends: the one line a new
-// store takes in stores.Kinds. Not with t.Parallel.
-func withStore(t *testing.T, k stores.Kind) {
-	kinds := stores.Kinds
-	stores.Kinds = append(kinds[:len(kinds):len(kinds)], k)
-	t.Cleanup(func() { stores.Kinds = kinds })
+// store takes in stores.Drivers. Not with t.Parallel.
+func withStore(t *testing.T, k stores.Entry) {
+	kinds := stores.Drivers
+	stores.Drivers = append(kinds[:len(kinds):len(kinds)], k)
+	t.Cleanup(func() { stores.Drivers = kinds })
 }
 
 // A store is its package and one line in the registry: the trivial store
@@ -29,7 +29,7 @@ func withStore(t *testing.T, k stores.Kind) {
 // with another store; the proxy opens it and replays from it, and its setting
 // reaches it (one key at most: a second is 503).
 func TestANewStoreIsOneLineInTheRegistry(t *testing.T) {
-	withStore(t, stores.Kind{Kind: trivialstore.Kind})
+	withStore(t, stores.Entry{Driver: trivialstore.Driver})
 	up := testutil.NewUpstream(t)
 	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
 	none := env(nil)

@@ -17,13 +17,13 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// Kind describes the DynamoDB store to the programs that open stores from
+// Driver describes the DynamoDB store to the programs that open stores from
 // configuration (idemproxy, the Caddy module, idemproxy migrate). Its URL,
 // dynamodb://TABLE, selects it and names the table; region, credentials and
 // endpoint come from the standard AWS chain (Open). Open gives
 // cache.Env.Instrument the *Options of the store before it builds the
 // client, to add to their ClientOptions.
-var Kind = cache.Kind{
+var Driver = cache.Driver{
 	Name:     "dynamodb",
 	Title:    "DynamoDB",
 	Schemes:  []string{"dynamodb"},
@@ -72,10 +72,10 @@ const createWait = 2 * time.Minute
 // Check implements cache.Settings.
 func (d *Settings) Check() error {
 	if d.InlineLimit < 1 || d.InlineLimit > MaxInlineLimit {
-		return cache.FieldErrorf(Kind.Name, "inline_limit", "must be between 1B and %s, got %s", sizeText(MaxInlineLimit), sizeText(d.InlineLimit))
+		return cache.FieldErrorf(Driver.Name, "inline_limit", "must be between 1B and %s, got %s", sizeText(MaxInlineLimit), sizeText(d.InlineLimit))
 	}
 	if d.MaxResponse < 1 || d.MaxResponse > MaxMaxResponse {
-		return cache.FieldErrorf(Kind.Name, "max_response", "must be between 1B and %s, got %s", sizeText(MaxMaxResponse), sizeText(d.MaxResponse))
+		return cache.FieldErrorf(Driver.Name, "max_response", "must be between 1B and %s, got %s", sizeText(MaxMaxResponse), sizeText(d.MaxResponse))
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func reachable(ctx context.Context, client *dynamodb.Client, rawURL, table strin
 	case err == nil, errors.As(err, &api):
 		return nil // New says what a refusal means
 	case errors.As(err, &send), pctx.Err() != nil:
-		return &cache.UnreachableError{Store: Kind.Title, URL: rawURL, Err: err}
+		return &cache.UnreachableError{Store: Driver.Title, URL: rawURL, Err: err}
 	default: // no credentials, or a bad endpoint setting
 		return fmt.Errorf("%s: DynamoDB: %s", rawURL, strings.Join(strings.Fields(err.Error()), " "))
 	}

@@ -7,10 +7,10 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// Kind describes the memory store to the programs that open stores from
+// Driver describes the memory store to the programs that open stores from
 // configuration (idemproxy, the Caddy module): "memory", this process only,
 // the default. One serves the whole process, however "memory" is spelled.
-var Kind = cache.Kind{
+var Driver = cache.Driver{
 	Name:     "memory",
 	Title:    "memory",
 	Schemes:  []string{"memory"},
@@ -44,10 +44,10 @@ func DefaultSettings() Settings {
 // Check implements cache.Settings.
 func (m *Settings) Check() error {
 	if m.MaxRecords < 1 {
-		return cache.FieldErrorf(Kind.Name, "max_records", "must be at least 1, got %d", m.MaxRecords)
+		return cache.FieldErrorf(Driver.Name, "max_records", "must be at least 1, got %d", m.MaxRecords)
 	}
 	if m.MaxBytes < 1 {
-		return cache.FieldErrorf(Kind.Name, "max_bytes", "must be at least 1B, got %d", m.MaxBytes)
+		return cache.FieldErrorf(Driver.Name, "max_bytes", "must be at least 1B, got %d", m.MaxBytes)
 	}
 	return nil
 }

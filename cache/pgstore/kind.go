@@ -14,11 +14,11 @@ import (
 	"github.com/idemproxy/idemproxy/cache/internal/localcache"
 )
 
-// Kind describes the PostgreSQL store to the programs that open stores from
+// Driver describes the PostgreSQL store to the programs that open stores from
 // configuration (idemproxy, the Caddy module, idemproxy migrate): a
 // postgres:// URL, pgx's, selects it. Open gives cache.Env.Instrument the
 // *pgx.ConnConfig of its pool, before the first connection.
-var Kind = cache.Kind{
+var Driver = cache.Driver{
 	Name:     "postgres",
 	Title:    "PostgreSQL",
 	Schemes:  []string{"postgres", "postgresql"},
@@ -78,16 +78,16 @@ func DefaultSettings() Settings {
 // Check implements cache.Settings.
 func (p *Settings) Check() error {
 	if err := CheckTable(p.Table); err != nil {
-		return &cache.FieldError{Store: Kind.Name, Field: "table", Err: err}
+		return &cache.FieldError{Store: Driver.Name, Field: "table", Err: err}
 	}
 	if p.SweepInterval < 0 {
-		return cache.FieldErrorf(Kind.Name, "sweep_interval", "must not be negative, got %v", p.SweepInterval)
+		return cache.FieldErrorf(Driver.Name, "sweep_interval", "must not be negative, got %v", p.SweepInterval)
 	}
 	if p.LocalCache < 0 && p.LocalCache != localcache.Auto {
-		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", p.LocalCache)
+		return cache.FieldErrorf(Driver.Name, "local_cache", "must not be negative, got %d", p.LocalCache)
 	}
 	if p.SynchronousCommit != "" && !slices.Contains(synchronousCommit, p.SynchronousCommit) {
-		return cache.FieldErrorf(Kind.Name, "synchronous_commit", "want one of %s, or empty for the server's, got %q", strings.Join(synchronousCommit, ", "), p.SynchronousCommit)
+		return cache.FieldErrorf(Driver.Name, "synchronous_commit", "want one of %s, or empty for the server's, got %q", strings.Join(synchronousCommit, ", "), p.SynchronousCommit)
 	}
 	return nil
 }
@@ -137,7 +137,7 @@ func (p *Settings) Open(ctx context.Context, rawURL string, env cache.Env) (cach
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, nil, &cache.UnreachableError{Store: Kind.Title, URL: cache.RedactURL(rawURL), Err: cache.RedactError(err, rawURL)}
+		return nil, nil, &cache.UnreachableError{Store: Driver.Title, URL: cache.RedactURL(rawURL), Err: cache.RedactError(err, rawURL)}
 	}
 	sweep := p.SweepInterval
 	if sweep == 0 {
@@ -177,7 +177,7 @@ func (p *Settings) localCache(env cache.Env) (int64, func()) {
 func (p *Settings) Schema(string) (string, error) {
 	ddl, err := Schema(p.Table)
 	if err != nil {
-		return "", &cache.FieldError{Store: Kind.Name, Field: "table", Err: err}
+		return "", &cache.FieldError{Store: Driver.Name, Field: "table", Err: err}
 	}
 	return ddl, nil
 }

@@ -114,7 +114,7 @@ func TestPostgresErrorsHideThePassword(t *testing.T) {
 		"host=127.0.0.1 port=1 user=idem password=hunter2 dbname=idem connect_timeout=2",
 		"host=127.0.0.1 port=notaport password=hunter2",
 	} {
-		s := pgstore.Kind.Settings()
+		s := pgstore.Driver.Settings()
 		_, _, err := s.Open(ctx, rawURL, cache.Env{})
 		if err == nil {
 			t.Errorf("%s: opened; want an error", cache.RedactURL(rawURL))

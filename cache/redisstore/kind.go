@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Kind describes the Redis store to the programs that open stores from
+// Driver describes the Redis store to the programs that open stores from
 // configuration (idemproxy, the Caddy module): a redis:// URL (NewClient's
 // forms) selects it. Open gives cache.Env.Instrument the
 // redis.UniversalClient, before its first command.
-var Kind = cache.Kind{
+var Driver = cache.Driver{
 	Name:     "redis",
 	Title:    "Redis",
 	Schemes:  []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"},
@@ -74,13 +74,13 @@ func DefaultSettings() Settings {
 func (r *Settings) Check() error {
 	switch {
 	case r.Prefix == "":
-		return cache.FieldErrorf(Kind.Name, "prefix", "must not be empty")
+		return cache.FieldErrorf(Driver.Name, "prefix", "must not be empty")
 	case r.WaitReplicas < 0:
-		return cache.FieldErrorf(Kind.Name, "wait_replicas", "must not be negative, got %d", r.WaitReplicas)
+		return cache.FieldErrorf(Driver.Name, "wait_replicas", "must not be negative, got %d", r.WaitReplicas)
 	case r.WaitTimeout < time.Millisecond:
-		return cache.FieldErrorf(Kind.Name, "wait_timeout", "must be at least 1ms, got %v", r.WaitTimeout)
+		return cache.FieldErrorf(Driver.Name, "wait_timeout", "must be at least 1ms, got %v", r.WaitTimeout)
 	case r.LocalCache < 0 && r.LocalCache != localcache.Auto:
-		return cache.FieldErrorf(Kind.Name, "local_cache", "must not be negative, got %d", r.LocalCache)
+		return cache.FieldErrorf(Driver.Name, "local_cache", "must not be negative, got %d", r.LocalCache)
 	}
 	return nil
 }

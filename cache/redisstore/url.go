@@ -92,7 +92,7 @@ func dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 	pctx, cancel := context.WithTimeout(ctx, cache.PingTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
-		return client, &cache.UnreachableError{Store: Kind.Title, URL: Redact(rawURL), Err: err}
+		return client, &cache.UnreachableError{Store: Driver.Title, URL: Redact(rawURL), Err: err}
 	}
 	return client, nil
 }

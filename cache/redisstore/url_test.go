@@ -80,7 +80,7 @@ func TestSentinelURLErrorsHideThePassword(t *testing.T) {
 		"redis+sentinel://127.0.0.1:1/0?master_name=m&password=hunter2&dial_timeout=1s",
 		"redis+sentinel://127.0.0.1:1/0?master_name=m&password=hunter2&pool_size=x",
 	} {
-		s := redisstore.Kind.Settings()
+		s := redisstore.Driver.Settings()
 		_, _, err := s.Open(context.Background(), rawURL, cache.Env{})
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("opening %s: %v; want an error that does not show the password", redisstore.Redact(rawURL), err)

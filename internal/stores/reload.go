@@ -27,7 +27,7 @@ import (
 // them keeps it. It is the kind, the URL (not for a store in the process, one
 // per process however its URL is spelled: a Kind without a Locator) and
 // those of its settings that have no reload tag.
-func Key(k Kind, s cache.Settings, rawURL string) string {
+func Key(k Entry, s cache.Settings, rawURL string) string {
 	var b strings.Builder
 	b.WriteString(k.Name)
 	if k.Locator != "" {

@@ -72,7 +72,7 @@ func TestMemoryApply(t *testing.T) {
 		t.Error("Apply took max_records 0")
 	}
 	redis := stores.DefaultSettings()
-	if _, err := redis.Apply(&stores.Opened{Kind: stores.Kinds[1]}); err != nil {
+	if _, err := redis.Apply(&stores.Opened{Kind: stores.Drivers[1]}); err != nil {
 		t.Errorf("Apply on a store with no live settings: %v", err)
 	}
 }

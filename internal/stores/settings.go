@@ -21,7 +21,7 @@ type Settings struct {
 // DefaultSettings are every store's defaults.
 func DefaultSettings() Settings {
 	var s Settings
-	for _, k := range Kinds {
+	for _, k := range Drivers {
 		s.Of(k.Name)
 	}
 	return s
@@ -62,8 +62,8 @@ func (s *Settings) Of(name string) cache.Settings {
 // (needs:"store=redis": a setting of another store is refused,
 // conf.CheckNeeds).
 func (*Settings) Sections() []conf.Section {
-	out := make([]conf.Section, 0, len(Kinds))
-	for _, k := range Kinds {
+	out := make([]conf.Section, 0, len(Drivers))
+	for _, k := range Drivers {
 		out = append(out, conf.Section{Prefix: k.Name + "_", Type: reflect.TypeOf(k.Settings()).Elem(),
 			Tag: reflect.StructTag(`needs:"store=` + k.Name + `"`)})
 	}

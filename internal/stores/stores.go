@@ -1,5 +1,5 @@
 // Package stores is the registry of stores: Kinds lists every store this
-// program knows, each described by its own package (cache.Kind: its name, the
+// program knows, each described by its own package (cache.Driver: its name, the
 // URL schemes that select it, its settings as one tagged struct, how to check
 // them and open it). The proxy's configuration (--store and each store's
 // settings, prefixed: redis_prefix), the Caddy store modules, idemproxy
@@ -21,19 +21,19 @@ import (
 	"github.com/idemproxy/idemproxy/cache/redisstore"
 )
 
-// Kinds are the stores, in the order of their settings. A new store is one
+// Drivers are the stores, in the order of their settings. A new store is one
 // line here.
-var Kinds = []Kind{
-	{Kind: memstore.Kind},
-	{Kind: redisstore.Kind, Trace: traceRedis},
-	{Kind: pgstore.Kind, Trace: tracePostgres},
-	{Kind: dynamostore.Kind, Trace: traceDynamoDB},
+var Drivers = []Entry{
+	{Driver: memstore.Driver},
+	{Driver: redisstore.Driver, Trace: traceRedis},
+	{Driver: pgstore.Driver, Trace: tracePostgres},
+	{Driver: dynamostore.Driver, Trace: traceDynamoDB},
 }
 
-// Kind is a store this program knows: its description, and how this
+// Entry is a store this program knows: its description, and how this
 // program traces it.
-type Kind struct {
-	cache.Kind
+type Entry struct {
+	cache.Driver
 	// Trace, when set, makes the store's calls spans of the global
 	// OpenTelemetry tracer provider: it is given the client the store gives
 	// cache.Env.Instrument (Env.Trace). rawURL is the store's.
@@ -41,22 +41,22 @@ type Kind struct {
 }
 
 // Lookup returns the store named name.
-func Lookup(name string) (Kind, bool) {
-	i := slices.IndexFunc(Kinds, func(k Kind) bool { return k.Name == name })
+func Lookup(name string) (Entry, bool) {
+	i := slices.IndexFunc(Drivers, func(k Entry) bool { return k.Name == name })
 	if i < 0 {
-		return Kind{}, false
+		return Entry{}, false
 	}
-	return Kinds[i], true
+	return Drivers[i], true
 }
 
 // Select returns the store a URL selects: by its scheme, in any case, or by
 // the URL alone when it is a scheme ("memory").
-func Select(rawURL string) (Kind, error) {
+func Select(rawURL string) (Entry, error) {
 	scheme := rawURL
 	if i := strings.Index(rawURL, "://"); i >= 0 {
 		scheme = rawURL[:i]
 	}
-	for _, k := range Kinds {
+	for _, k := range Drivers {
 		for _, s := range k.Schemes {
 			if strings.EqualFold(scheme, s) {
 				return k, nil
@@ -64,7 +64,7 @@ func Select(rawURL string) (Kind, error) {
 		}
 	}
 	var all []string
-	for _, k := range Kinds {
+	for _, k := range Drivers {
 		for _, s := range k.Schemes {
 			if k.Locator == "" {
 				all = append(all, s)
@@ -73,7 +73,7 @@ func Select(rawURL string) (Kind, error) {
 			}
 		}
 	}
-	return Kind{}, fmt.Errorf("%q: want %s", Redact(rawURL), strings.Join(all, ", "))
+	return Entry{}, fmt.Errorf("%q: want %s", Redact(rawURL), strings.Join(all, ", "))
 }
 
 // KindOf returns the name of the store a URL selects (Select).
@@ -86,7 +86,7 @@ func KindOf(rawURL string) (string, error) {
 // idemproxy's --store.
 func Help() string {
 	var each []string
-	for _, k := range Kinds {
+	for _, k := range Drivers {
 		each = append(each, k.Help)
 	}
 	if n := len(each); n > 1 {
@@ -119,7 +119,7 @@ type Env struct {
 }
 
 // env is what the store k at rawURL is given.
-func (e Env) env(k Kind, rawURL string) cache.Env {
+func (e Env) env(k Entry, rawURL string) cache.Env {
 	ce := cache.Env{Warn: e.Warn, Info: e.Info, StartUnreachable: e.StartUnreachable, StoreTimeout: e.StoreTimeout}
 	if e.Trace && k.Trace != nil {
 		ce.Instrument = func(client any) error { return k.Trace(rawURL, client) }
@@ -130,7 +130,7 @@ func (e Env) env(k Kind, rawURL string) cache.Env {
 // Opened is an open store.
 type Opened struct {
 	Store cache.Store
-	Kind  Kind
+	Kind  Entry
 	// key is its identity (Key), storeTimeout its env's (Serves).
 	key          string
 	storeTimeout time.Duration
@@ -148,7 +148,7 @@ func (o *Opened) Close() error {
 }
 
 // Open opens the store that k's settings s describe at rawURL.
-func Open(ctx context.Context, k Kind, s cache.Settings, rawURL string, env Env) (*Opened, error) {
+func Open(ctx context.Context, k Entry, s cache.Settings, rawURL string, env Env) (*Opened, error) {
 	if err := s.Validate(rawURL); err != nil {
 		return nil, err
 	}

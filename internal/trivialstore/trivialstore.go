@@ -1,6 +1,6 @@
 // Package trivialstore is a store for tests of the registry of stores
 // (internal/stores): a map in the process, with one setting, described by its
-// Kind as every store is. A test adds it to stores.Kinds, the one line a new
+// Kind as every store is. A test adds it to stores.Drivers, the one line a new
 // store takes, and it is a store of idemproxy (--store trivial://NAME,
 // --trivial-max-keys) and a Caddy store module (store trivial <url> {
 // max_keys … }). Its semantics are the simplest that serve a request and its
@@ -17,9 +17,9 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
-// Kind describes the trivial store: trivial://NAME selects it; every NAME has
+// Driver describes the trivial store: trivial://NAME selects it; every NAME has
 // a map of its own.
-var Kind = cache.Kind{
+var Driver = cache.Driver{
 	Name:     "trivial",
 	Title:    "trivial",
 	Schemes:  []string{"trivial"},
@@ -39,7 +39,7 @@ type Settings struct {
 // Check implements cache.Settings.
 func (s *Settings) Check() error {
 	if s.MaxKeys < 1 {
-		return cache.FieldErrorf(Kind.Name, "max_keys", "must be at least 1, got %d", s.MaxKeys)
+		return cache.FieldErrorf(Driver.Name, "max_keys", "must be at least 1, got %d", s.MaxKeys)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func TestCaddyReloadKeepsTheMemoryStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	for _, f := range stores.Fields(memstore.Kind.Settings()) {
+	for _, f := range stores.Fields(memstore.Driver.Settings()) {
 		found := false
 		for _, c := range memoryReloads {
 			found = found || c.name == f.Name

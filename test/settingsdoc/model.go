@@ -18,7 +18,7 @@ import (
 
 // The two roots every setting is reached from: the proxy's configuration and
 // the Caddy handler's JSON (with the store modules its store member loads: one
-// for each store of internal/stores.Kinds).
+// for each store of internal/stores.Drivers).
 // Nothing else is listed here: a setting added to a struct they reach gets
 // its row.
 var (
@@ -62,7 +62,7 @@ type member struct {
 
 // storeModule is a Caddy store guest module: its name (memory), the JSON
 // members that say where its store is (url, table) and its settings, as its
-// store describes them (cache.Kind).
+// store describes them (cache.Driver).
 type storeModule struct {
 	name     string
 	locators []string
@@ -129,11 +129,11 @@ func newModel(root string) (*model, error) {
 }
 
 // storeModules returns the Caddy store modules of namespace ns: one for each store
-// of the registry (internal/stores.Kinds), which describes it (its name, its
+// of the registry (internal/stores.Drivers), which describes it (its name, its
 // locator, its settings); each must be registered in ns.
 func (m *model) storeModules(ns string) ([]storeModule, error) {
 	var out []storeModule
-	for _, k := range stores.Kinds {
+	for _, k := range stores.Drivers {
 		if _, err := caddy.GetModule(ns + "." + k.Name); err != nil {
 			return nil, fmt.Errorf("the %s store has no Caddy module: %w", k.Name, err)
 		}
