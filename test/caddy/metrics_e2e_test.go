@@ -43,7 +43,7 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 		return metricstest.Read(t, "Caddy", body)
 	}
 	s := scrape()
-	metricstest.Check(t, s, "../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
+	metricstest.Check(t, s, "../../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
 	metricstest.Same(t, s, metricstest.Reference(t))
 	metricstest.Lint(t, s)
 
@@ -88,5 +88,5 @@ func TestCaddyMetricsFitTheDashboard(t *testing.T) {
 	}
 	s = scrape()
 	want(s, "after a reload")
-	metricstest.Check(t, s, "../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
+	metricstest.Check(t, s, "../../examples", slices.Concat(prommetrics.ProxyOnly, prommetrics.LocalCacheMetrics)...)
 }

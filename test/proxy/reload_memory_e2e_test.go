@@ -45,7 +45,7 @@ func TestE2EReloadKeepsTheMemoryStore(t *testing.T) {
 			p.Signal(t, syscall.SIGHUP)
 			waitLog(t, p, `"msg":"configuration reloaded"`, 1)
 			if logs := p.Logs.String(); !strings.Contains(logs, `"store":"kept"`) ||
-				!strings.Contains(logs, `applied to the running store; its records and in-flight locks kept","settings":"`+name+`"`) {
+				!strings.Contains(logs, `applied to the running store; its records and in-flight claims kept","settings":"`+name+`"`) {
 				t.Errorf("the reload did not keep the store, or does not say it applied %s to it:\n%s", name, logs)
 			}
 			if r := p.Post(t, "/charges", "done", "x"); !r.Replayed || up.Count("done") != 1 {
