@@ -137,9 +137,9 @@ type Settings struct {
 	// Default: 24h.
 	TTL time.Duration `json:"ttl"`
 
-	// In-flight lease, renewed every third of it while the first execution runs
-	// and while its answer is stored; once the claim of an instance that died
-	// lapses, its key is held as an unknown outcome (unknown_outcome; see
+	// How long a first execution's claim on its key lasts, renewed every
+	// third of it while it runs and while its answer is stored; once the claim
+	// of an instance that died lapses, its key is held as an unknown outcome (unknown_outcome; see
 	// docs/unknown-outcomes.md). At least 3ms.
 	//
 	// Default: 30s.
