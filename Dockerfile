@@ -6,7 +6,7 @@
 #
 # It listens on 0.0.0.0:8080 (clients) and 0.0.0.0:9100 (/metrics, /healthz and
 # /readyz, no token); its HEALTHCHECK runs `idemproxy healthcheck`. The admin API (/readyz, /keys/) is off unless IDEMPROXY_ADMIN is
-# set; see README, "Container", for probes and configuration files.
+# set; see docs/proxy.md, "Running it as a service", for probes and configuration files.
 
 # The build stage. GO_IMAGE is any image with Go 1.26 and a shell; make
 # image-check passes one assembled from the host's Go when no registry answers.

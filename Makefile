@@ -46,7 +46,7 @@ bench-micro: ## Every Go micro-benchmark (Benchmark* in any package of any modul
 	$(GO) test -run '^$$' -bench . -benchmem $$pkgs
 
 .PHONY: vet
-vet: ## go vet in every module, gofmt, every go.mod tidy and in go.work, the core (middleware, cache) importing no Caddy, zap, Prometheus or OpenTelemetry, and a program using middleware + memstore + redisstore getting none of Caddy, AWS, pgx, OpenTelemetry, Prometheus, gRPC (.ci/depcheck).
+vet: ## go vet in every module, gofmt, every go.mod tidy and in go.work and versions.yaml (.ci/release check), nothing built committed (.ci/builtcheck), the core (middleware, cache) importing no Caddy, zap, Prometheus or OpenTelemetry, and a program using middleware + memstore + redisstore getting none of Caddy, AWS, pgx, OpenTelemetry, Prometheus, gRPC (.ci/depcheck).
 	$(EACH) $(GO) vet ./...
 	GO='$(GO)' ./.ci/modtidy -check
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -149,7 +149,7 @@ func FieldErrorf(store, field, format string, args ...any) error {
 
 // UnreachableError: the store did not answer when it was opened.
 type UnreachableError struct {
-	Store string // its Kind's Title: Redis, PostgreSQL
+	Store string // its Driver's Title: Redis, PostgreSQL
 	URL   string // redacted
 	Err   error
 }

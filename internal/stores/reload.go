@@ -25,7 +25,7 @@ import (
 // Key is the identity of the store k opens with settings s at rawURL: two
 // configurations with the same Key share one open store, and a reload between
 // them keeps it. It is the kind, the URL (not for a store in the process, one
-// per process however its URL is spelled: a Kind without a Locator) and
+// per process however its URL is spelled: a Driver without a Locator) and
 // those of its settings that have no reload tag.
 func Key(k Entry, s cache.Settings, rawURL string) string {
 	var b strings.Builder

@@ -58,7 +58,7 @@ func (s *Settings) Of(name string) cache.Settings {
 }
 
 // Sections implements conf.Sections: each store's settings, in the order of
-// Kinds, prefixed with its name, and needing the setting store to select it
+// Drivers, prefixed with its name, and needing the setting store to select it
 // (needs:"store=redis": a setting of another store is refused,
 // conf.CheckNeeds).
 func (*Settings) Sections() []conf.Section {

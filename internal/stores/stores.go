@@ -1,10 +1,10 @@
-// Package stores is the registry of stores: Kinds lists every store this
+// Package stores is the registry of stores: Drivers lists every store this
 // program knows, each described by its own package (cache.Driver: its name, the
 // URL schemes that select it, its settings as one tagged struct, how to check
 // them and open it). The proxy's configuration (--store and each store's
 // settings, prefixed: redis_prefix), the Caddy store modules, idemproxy
 // migrate and a reload's "same store?" all read it. A new store is its
-// package and one line in Kinds.
+// package and one line in Drivers.
 package stores
 
 import (
@@ -106,7 +106,7 @@ type Env struct {
 	// local cache's size, or why there is none).
 	Info func(msg string, args ...any)
 	// Trace makes the store's calls spans of the global OpenTelemetry tracer
-	// provider, through its Kind's Trace: redisotel for Redis, a pgx query
+	// provider, through its Entry's Trace: redisotel for Redis, a pgx query
 	// tracer for PostgreSQL, a span per request for DynamoDB.
 	Trace bool
 	// StartUnreachable opens a store that does not answer yet (Caddy: requests

@@ -1,6 +1,6 @@
 // Package trivialstore is a store for tests of the registry of stores
 // (internal/stores): a map in the process, with one setting, described by its
-// Kind as every store is. A test adds it to stores.Drivers, the one line a new
+// Driver as every store is. A test adds it to stores.Drivers, the one line a new
 // store takes, and it is a store of idemproxy (--store trivial://NAME,
 // --trivial-max-keys) and a Caddy store module (store trivial <url> {
 // max_keys … }). Its semantics are the simplest that serve a request and its

@@ -21,10 +21,9 @@
 // blocks. What it never changes: user-visible names (setting names such as
 // lock_ttl and their flags, variables and Caddyfile subdirectives, metric
 // names and label values, JSON fields and values of the admin API such as
-// "lease_lapsed", data formats and the stores' schemas), struct tags (the
-// settings' help, which docs/settings.md is generated from), and the pages
+// "lease_lapsed", data formats and the stores' schemas), struct tags (names, units, defaults), and the pages
 // that record history or the names themselves: docs/upgrading.md,
-// docs/settings.md (generated: go generate ./internal/settingsdoc after a
+// docs/settings.md (generated: go generate ./test/settingsdoc after a
 // run), BENCHMARKS.md, and this program. What it leaves: the mutexes (a
 // shard's lock, Lock/Unlock), SQL's SKIP LOCKED and row locks, Redis and
 // PostgreSQL lock words in scripts and statements.

@@ -1,7 +1,7 @@
 // Command rss measures the resident memory of a built idemproxy under hostile
 // request bodies, for BENCHMARKS.md:
 //
-//	go build -o /tmp/rss ./bench/rss
+//	go build -C test -o /tmp/rss ./bench/rss
 //	/tmp/rss -bin bin/idemproxy -scenario flood
 //	/tmp/rss -bin bin/idemproxy -scenario json
 //
