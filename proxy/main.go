@@ -17,21 +17,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Main is the idemproxy command. It returns the exit code: 0 success, 1 runtime
-// failure, 2 bad usage or configuration.
+// Main is the idemproxy command's server: it serves on the configuration args
+// and the environment (getenv) give, until SIGINT or SIGTERM. It returns the
+// exit code: 0 success, 1 runtime failure, 2 bad usage or configuration. The
+// subcommands (keys, migrate, sign, validate, healthcheck) are the command's
+// own (cmd/idemproxy).
 func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) > 0 {
 		switch args[0] {
-		case "keys":
-			return keysMain(args[1:], os.Stdin, stdout, stderr, getenv)
-		case "migrate":
-			return migrateMain(args[1:], stdout, stderr, getenv)
-		case "sign":
-			return signMain(args[1:], os.Stdin, stdout, stderr)
-		case "validate":
-			return validateMain(args[1:], stdout, stderr, getenv)
-		case "healthcheck":
-			return healthMain(args[1:], stdout, stderr, getenv)
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, "idemproxy", Version)
 			return 0

@@ -2,7 +2,11 @@ module github.com/idemproxy/idemproxy/cmd/idemproxy
 
 go 1.26.0
 
-require github.com/idemproxy/idemproxy/proxy v0.0.0-00010101000000-000000000000
+require (
+	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000
+	github.com/idemproxy/idemproxy/internal/stores v0.0.0-00010101000000-000000000000
+	github.com/idemproxy/idemproxy/proxy v0.0.0-00010101000000-000000000000
+)
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0 // indirect
@@ -29,10 +33,8 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	github.com/idemproxy/idemproxy v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemproxy/idemproxy/cache/dynamostore v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemproxy/idemproxy/cache/pgstore v0.0.0-00010101000000-000000000000 // indirect
-	github.com/idemproxy/idemproxy/internal/stores v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemproxy/idemproxy/prommetrics v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemproxy/idemproxy/tracing v0.0.0-00010101000000-000000000000 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

@@ -7,11 +7,32 @@
 package main
 
 import (
+	"io"
 	"os"
 
 	"github.com/idemproxy/idemproxy/proxy"
 )
 
 func main() {
-	os.Exit(proxy.Main(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+}
+
+// run is the command: a subcommand, or the proxy (proxy.Main). It returns the
+// exit code: 0 success, 1 runtime failure, 2 bad usage or configuration.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "keys":
+			return keysMain(args[1:], stdin, stdout, stderr, getenv)
+		case "migrate":
+			return migrateMain(args[1:], stdout, stderr, getenv)
+		case "sign":
+			return signMain(args[1:], stdin, stdout, stderr)
+		case "validate":
+			return validateMain(args[1:], stdout, stderr, getenv)
+		case "healthcheck":
+			return healthMain(args[1:], stdout, stderr, getenv)
+		}
+	}
+	return proxy.Main(args, stdout, stderr, getenv)
 }

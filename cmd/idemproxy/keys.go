@@ -1,4 +1,4 @@
-package proxy
+package main
 
 import (
 	"bytes"
@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/idemproxy/idemproxy/internal/adminkeys"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/proxy"
 )
 
 type headerList []string
@@ -195,7 +197,7 @@ resolve only:
 // adminCall sends req to the admin API with the admin token, and returns
 // the answer's status and body; !ok when none came (said on stderr).
 func adminCall(req *http.Request, admin string, getenv func(string) string, stderr io.Writer) (int, []byte, bool) {
-	if token := getenv(EnvName("admin-token")); token != "" {
+	if token := getenv(proxy.EnvName("admin-token")); token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := (&http.Client{Timeout: 2 * adminkeys.ListTimeout}).Do(req)
@@ -223,8 +225,8 @@ func keysList(admin string, limit int, cursor string, all bool, stdout, stderr i
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	var out HeldPage
-	out.Held = []HeldKey{}
+	var out proxy.HeldPage
+	out.Held = []proxy.HeldKey{}
 	for pages := 0; ; pages++ {
 		q := url.Values{"state": {"held"}}
 		if limit != 0 {
@@ -246,7 +248,7 @@ func keysList(admin string, limit int, cursor string, all bool, stdout, stderr i
 			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered %d: %.500s\n", status, bytes.TrimSpace(body))
 			return 2
 		}
-		var page HeldPage
+		var page proxy.HeldPage
 		if err := json.Unmarshal(body, &page); err != nil {
 			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered with something else than a page: %v\n", err)
 			return 2
@@ -268,7 +270,7 @@ func resolution(status int, text, file string, headers []string, stdin io.Reader
 	if status == 0 {
 		return nil, fmt.Errorf("--status is required (the status the retries get, 200-599)")
 	}
-	req := ResolveRequest{Status: status, Headers: map[string][]string{}}
+	req := proxy.ResolveRequest{Status: status, Headers: map[string][]string{}}
 	switch {
 	case text != "" && file != "":
 		return nil, fmt.Errorf("give --body or --body-file, not both")

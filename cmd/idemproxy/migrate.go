@@ -1,4 +1,4 @@
-package proxy
+package main
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/conf"
 	"github.com/idemproxy/idemproxy/internal/stores"
+	"github.com/idemproxy/idemproxy/proxy"
 )
 
 // migrateMain runs `idemproxy migrate`: it prints the schema of the store
@@ -26,7 +27,7 @@ func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) st
 	fs.SetOutput(io.Discard)
 	store := fs.String("store", getenv("IDEMPROXY_STORE"), "")
 	apply := fs.Bool("apply", false, "")
-	cfg := DefaultConfig()
+	cfg := proxy.DefaultConfig()
 	kinds, flags := schemaStores(&cfg.Stores)
 	values := map[string]*string{}
 	for _, f := range flags {
@@ -55,7 +56,7 @@ func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) st
 			continue
 		}
 		if !set {
-			v = getenv(f.EnvName(EnvPrefix))
+			v = getenv(f.EnvName(proxy.EnvPrefix))
 		}
 		if v == "" {
 			continue
@@ -95,7 +96,7 @@ func migrateMain(args []string, stdout, stderr io.Writer, getenv func(string) st
 	}
 	ready, err := st.Migrate(context.Background(), *store, cache.Env{Warn: warn})
 	if err != nil {
-		fmt.Fprintln(stderr, "idemproxy migrate:", Redact(strings.Join(strings.Fields(err.Error()), " ")))
+		fmt.Fprintln(stderr, "idemproxy migrate:", proxy.Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		return 1
 	}
 	fmt.Fprintf(stdout, "idemproxy migrate: %s ready\n", ready)
@@ -125,7 +126,7 @@ func schemaStores(settings *stores.Settings) ([]stores.Entry, []schemaFlag) {
 		}
 	}
 	var flags []schemaFlag
-	for _, f := range fields() {
+	for _, f := range proxy.Fields() {
 		for _, k := range kinds {
 			name, ok := strings.CutPrefix(f.Name, k.Name+"_")
 			if ok && stores.SchemaSetting(settings.Of(k.Name), name) {
@@ -137,7 +138,7 @@ func schemaStores(settings *stores.Settings) ([]stores.Entry, []schemaFlag) {
 }
 
 // migrateUsage is migrate's help.
-func migrateUsage(kinds []stores.Entry, flags []schemaFlag, def *Config) string {
+func migrateUsage(kinds []stores.Entry, flags []schemaFlag, def *proxy.Config) string {
 	var b strings.Builder
 	b.WriteString("usage: idemproxy migrate [--store URL] [--apply]")
 	for _, f := range flags {
@@ -157,10 +158,10 @@ The stores with a schema:
 		fmt.Fprintf(&b, "  %s: %s\n", k.Name, k.Help)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "  --store URL   the store, for --apply (default $%s)\n", EnvName("store"))
+	fmt.Fprintf(&b, "  --store URL   the store, for --apply (default $%s)\n", proxy.EnvName("store"))
 	b.WriteString("  --apply       apply the schema instead of printing it\n")
 	for _, f := range flags {
-		fmt.Fprintf(&b, "  --%s VALUE   %s (default $%s, else %s)\n", f.FlagName(), f.Help, f.EnvName(EnvPrefix), f.Text(def))
+		fmt.Fprintf(&b, "  --%s VALUE   %s (default $%s, else %s)\n", f.FlagName(), f.Help, f.EnvName(proxy.EnvPrefix), f.Text(def))
 	}
 	return b.String()
 }

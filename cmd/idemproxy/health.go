@@ -1,4 +1,4 @@
-package proxy
+package main
 
 // `idemproxy healthcheck`: a probe of a running instance's /readyz, for an
 // image without a shell or curl (the Dockerfile's HEALTHCHECK).
@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemproxy/idemproxy/proxy"
 )
 
 // healthMain probes /readyz of the instance this environment configures:
@@ -24,7 +26,7 @@ func healthMain(args []string, stdout, stderr io.Writer, getenv func(string) str
 	target := fs.String("url", "", "")
 	metrics := fs.String("metrics", "", "")
 	admin := fs.String("admin", "", "")
-	file := fs.String("config", getenv(EnvName("config")), "")
+	file := fs.String("config", getenv(proxy.EnvName("config")), "")
 	timeout := fs.Duration("timeout", 3*time.Second, "")
 	usage := `usage: idemproxy healthcheck [--url URL] [--metrics ADDR | --admin ADDR] [--config FILE] [--timeout 3s]
 
@@ -51,7 +53,7 @@ answer; 2: usage.
 		}
 		*target = "http://" + addr + "/readyz"
 		if isAdmin {
-			token = getenv(EnvName("admin-token"))
+			token = getenv(proxy.EnvName("admin-token"))
 		}
 	}
 	req, err := http.NewRequest(http.MethodGet, *target, nil)
@@ -81,13 +83,13 @@ answer; 2: usage.
 // one, each from its flag, its variable, then the config file.
 func probeAddr(metrics, admin, file string, getenv func(string) string) (addr string, isAdmin bool, err error) {
 	if metrics == "" {
-		metrics = getenv(EnvName("metrics"))
+		metrics = getenv(proxy.EnvName("metrics"))
 	}
 	if admin == "" {
-		admin = getenv(EnvName("admin"))
+		admin = getenv(proxy.EnvName("admin"))
 	}
 	if (metrics == "" || admin == "") && file != "" {
-		c := DefaultConfig()
+		c := proxy.DefaultConfig()
 		if err := c.LoadFile(file); err != nil {
 			return "", false, err
 		}
