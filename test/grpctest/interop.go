@@ -92,7 +92,10 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-var interopLogOnce sync.Once
+// The interop cases' logger is set once, before any gRPC goroutine of the
+// test binary starts (grpclog.SetLoggerV2 must come before them: a later call
+// races with a server's or client's log reads).
+func init() { grpclog.SetLoggerV2(interopLog) }
 
 // runInteropCase runs one case and says how long it took and why it failed
 // ("" when it passed).
@@ -164,7 +167,6 @@ func InteropServer(t *testing.T) string {
 // takes directly.
 func RunInterop(t *testing.T, upstream, through, via string) {
 	t.Helper()
-	interopLogOnce.Do(func() { grpclog.SetLoggerV2(interopLog) })
 	direct, proxied := keyEveryCall(t, upstream), keyEveryCall(t, through)
 	// Connect both first, so that no case's time has a dial in it.
 	interop.DoEmptyUnaryCall(context.Background(), testgrpc.NewTestServiceClient(direct))
