@@ -39,7 +39,7 @@ const (
 // them. A page may be empty while its cursor is not, hold a few more than
 // q.Limit, and SCAN may list a key twice. The records of a store whose
 // prefix extends this one's, which the pattern matches too, are left out
-// (longerPrefixes).
+// (foreign).
 func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 			node++
 		}
 		keys = slices.DeleteFunc(keys, func(k string) bool {
-			return slices.Contains(jobs, k) || k == s.channel() || longerPrefixes(k[len(s.prefix):])
+			return slices.Contains(jobs, k) || k == s.channel() || foreign(s.prefix, k[len(s.prefix):])
 		})
 		if q.Held {
 			if keys, err = mayBeHeld(ctx, n, keys); err != nil {
@@ -87,18 +87,26 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 	return page, nil
 }
 
-// longerPrefixes reports whether rest, what follows the store's prefix in a
-// Redis key, is the record of a store whose prefix begins with this one's
-// (idem:eu: after idem:), which SCAN's pattern matches too: the middleware's
-// key (64 lowercase hex digits) after more of a prefix. No key of the
-// middleware is longer, so such a key is never this store's. (The other
-// store's reconcile keys are no records, and are dropped as any foreign
-// value is.)
-func longerPrefixes(rest string) bool {
-	if len(rest) <= 64 {
-		return false
+// foreign reports whether rest, what follows the store's prefix in a Redis
+// key that SCAN's pattern matched, is the record of another store whose
+// prefix nests with this one's: the middleware's key is 64 lowercase hex
+// digits, so such a key reads as one after a longer prefix (idem:eu: after
+// idem:, the key longer than 64 and ending in 64 hex digits) or after a
+// shorter one that this prefix extends by hex digits (a*'s record a*b7e7…
+// seen by a*b as 63 hex digits). No key of the middleware has either shape
+// under its own prefix. (The other store's reconcile keys are no records,
+// and are dropped as any foreign value is.)
+func foreign(prefix, rest string) bool {
+	if len(rest) > 64 {
+		return isHex(rest[len(rest)-64:])
 	}
-	for _, c := range []byte(rest[len(rest)-64:]) {
+	short := 64 - len(rest)
+	return short > 0 && len(prefix) >= short && isHex(rest) && isHex(prefix[len(prefix)-short:])
+}
+
+// isHex reports whether s is lowercase hex digits only.
+func isHex(s string) bool {
+	for _, c := range []byte(s) {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
 			return false
 		}
