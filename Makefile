@@ -106,8 +106,10 @@ release-rehearsal: ## Cut release VERSION of every module in versions.yaml (a re
 	GO='$(GO)' ./.ci/release rehearse $(VERSION) $(OUT)
 
 .PHONY: ci
-ci: vet build rules test demo-check soak ## Everything CI runs, and a release rehearsal at v0.1.0 (REHEARSAL_OUT, default a temporary directory).
-	$(MAKE) release-rehearsal VERSION=v0.1.0 OUT=$(or $(REHEARSAL_OUT),$(shell mktemp -d /tmp/idemproxy-release.XXXXXX))
+ci: vet build rules test demo-check soak ## Everything CI runs, and a release rehearsal at v0.1.0 (in REHEARSAL_OUT, kept; by default a temporary directory, removed when it passes).
+	@if [ -n "$(REHEARSAL_OUT)" ]; then $(MAKE) release-rehearsal VERSION=v0.1.0 OUT=$(REHEARSAL_OUT); else \
+	  out=$$(mktemp -d /tmp/idemproxy-release.XXXXXX) && $(MAKE) release-rehearsal VERSION=v0.1.0 OUT=$$out && \
+	  { git worktree remove --force $$out/src; chmod -R u+w $$out; rm -rf $$out; echo "release: $$out removed (about 1.3 GB: set REHEARSAL_OUT to keep it)"; }; fi
 
 .PHONY: clean
 clean: ## Remove build output.
