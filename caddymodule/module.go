@@ -279,20 +279,23 @@ const CleanupTimeout = 10 * time.Second
 // reverse_proxy failing to reach its upstream) releases the key and is returned
 // unchanged, so Caddy's error handling still applies.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	tracked := h.core.Tracked(r.Method)
-	if tracked {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-			repl.Set(ResultPlaceholder, "executing")
-		}
-	} else {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !h.core.Tracked(r.Method) {
+		if repl != nil {
 			repl.Set(ResultPlaceholder, "untracked")
 		}
 		if h.requests != nil {
 			h.requests.Untracked()
 		}
+		return h.core.Handle(w, r, classified{next: next, h: h})
 	}
-	return h.core.Handle(w, r, classified{next: next, guard: tracked, h: h})
+	c := classified{next: next, guard: true, h: h}
+	if repl != nil {
+		repl.Set(ResultPlaceholder, resultExecuting)
+		c.result = &resultWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, repl: repl}
+		w = c.result
+	}
+	return h.core.Handle(w, r, c)
 }
 
 // classified tells the core how a failed reverse_proxy call ended, as the proxy
@@ -309,13 +312,20 @@ type classified struct {
 	next  caddyhttp.Handler
 	guard bool // a tracked method: never let the transport re-send it
 	h     *Handler
+	// result is the writer under the core that sets the result placeholder
+	// (nil without a replacer): it learns here how the core passed r on.
+	result *resultWriter
 }
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	if !c.guard {
 		return c.next.ServeHTTP(w, r)
 	}
-	w = c.h.withResult(w, r)
+	if c.result != nil {
+		c.h.passedOn(c.result, r)
+		c.result.inNext = true
+		defer func() { c.result.inNext = false }()
+	}
 	// reverse_proxy copies the request it sends upstream from r, context and
 	// GetBody included: the attempt sees its writes and keeps Go's transport
 	// from re-sending it once the upstream read it.
