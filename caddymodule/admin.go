@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -31,6 +32,8 @@ func init() { caddy.RegisterModule(Admin{}) }
 //	GET    /idempotency/keys?state=held     the held unknown outcomes, a page at a time
 //	                                        (?limit=, ?cursor=)
 //
+// A POST must be Content-Type: application/json (release's empty body
+// too), or it is refused with 415, as idemproxy's admin listener refuses it.
 // H is 12 to 64 hex digits (the key_hash of the logs, or a listing's hash).
 // ?handler=NAME picks the handler whose name subdirective is NAME (the
 // newest config's); without it, the newest handler serves when every handler
@@ -60,6 +63,14 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 	case "GET /keys", "DELETE /keys", "POST /release", "POST /resolve":
 	default:
 		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
+		return nil
+	}
+	if r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")) {
+		// As idemproxy's admin listener (proxy/adminguard.go): a web page
+		// can make a browser send a form or text/plain POST to a loopback
+		// port without a preflight, and one as JSON only after a CORS
+		// preflight, which Caddy's admin endpoint never grants.
+		adminkeys.WriteJSON(w, http.StatusUnsupportedMediaType, adminkeys.Error{Error: "a POST to the admin API must be Content-Type: application/json"})
 		return nil
 	}
 	h, unpin, err := registry.pick(r.URL.Query().Get("handler"))
@@ -200,6 +211,13 @@ func pinStore(store cache.Store) (unpin func(), ok bool) {
 		return p.Pin(), true
 	}
 	return func() {}, true
+}
+
+// isJSON reports whether a Content-Type is application/json (parameters such
+// as charset allowed): the rule of idemproxy's admin listener.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // Interface guards.
