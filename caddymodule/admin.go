@@ -101,7 +101,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	k := adminkeys.Key{StoreKey: storeKey, KeyHash: storeKey[:12]}
 	k.NotFound = adminkeys.Error{Error: "not found: settled or expired since it was looked up", KeyHash: k.KeyHash}
-	log := caddy.Log().Named("admin.api.idempotency")
+	log := caddy.Log().Named("admin.api.idempotency").Sugar()
 	switch op {
 	case "POST /release", "POST /resolve":
 		var res *middleware.Resolution
@@ -112,13 +112,13 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 		switch adminkeys.Settle(w, r, h.core, store, k, res) {
 		case adminkeys.Resolved:
-			log.Warn("unknown outcome resolved through the admin API; retries get the given response")
+			log.Warnw("unknown outcome resolved through the admin API; retries get the given response", "key_hash", k.KeyHash, "status", res.Status)
 		case adminkeys.Released:
-			log.Warn("unknown outcome released through the admin API; the next retry runs")
+			log.Warnw("unknown outcome released through the admin API; the next retry runs", "key_hash", k.KeyHash)
 		}
 	default:
 		if adminkeys.GetOrDelete(w, r, store, k) {
-			log.Info("record purged through the admin API")
+			log.Infow("record purged through the admin API", "key_hash", k.KeyHash)
 		}
 	}
 	return nil

@@ -197,6 +197,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	s.Observer = func(ev middleware.Event) {
 		if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set(ResultPlaceholder, string(ev.Outcome))
+			if ev.KeyHash != "" {
+				repl.Set(KeyHashPlaceholder, ev.KeyHash)
+			}
 		}
 		if counts != nil {
 			counts.Observe(ev)
@@ -291,6 +294,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	c := classified{next: next, guard: true, h: h}
 	if repl != nil {
+		r = withRequestLog(r, repl)
 		repl.Set(ResultPlaceholder, resultExecuting)
 		c.result = &resultWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, repl: repl}
 		w = c.result

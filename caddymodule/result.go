@@ -1,7 +1,7 @@
 package caddymodule
 
-// The result placeholder: what the handler did with a request, for access logs
-// and the header directive.
+// The placeholders: what the handler did with a request, and its key hash,
+// for access logs and the header directive.
 
 import (
 	"net/http"
@@ -23,6 +23,16 @@ import (
 // for a method the handler does not track: the outcomes of
 // middleware.Outcomes.
 const ResultPlaceholder = "http.idempotency.result"
+
+// KeyHashPlaceholder is the request's key hash: the key_hash (12 hex
+// digits) the handler's log lines, Caddy's admin API (admin.api.idempotency)
+// and idemproxy print for its key, so that Caddy's access log (log_append)
+// can be joined to the held list. It is set for every tracked request with
+// a valid key, before an answer the core writes itself (a replay, a
+// conflict, a held key's answer) and, for a first execution, when it ends:
+// a header directive reads it on the core's own answers, the access log on
+// every one. Unset without a key.
+const KeyHashPlaceholder = "http.idempotency.key_hash"
 
 // resultWriter sets the result placeholder as the response's headers go
 // out (so the header directive reads it), when nothing set it since the
