@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"mime"
@@ -24,6 +25,7 @@ func init() { caddy.RegisterModule(Admin{}) }
 // them (package adminkeys serves both), by the key hash the logs print:
 //
 //	GET    /idempotency/handlers            the handlers: name, store
+//	GET    /idempotency/readyz              200 when the stores answer, else 503 (idemproxy's /readyz)
 //	GET    /idempotency/keys?hash=H         the record whose key hash begins with H
 //	DELETE /idempotency/keys?hash=H         purge it (an in-flight key may then run again)
 //	POST   /idempotency/release?hash=H      release a held unknown outcome: the next retry runs
@@ -58,11 +60,15 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		adminkeys.WriteJSON(w, http.StatusOK, registry.list())
 		return nil
 	}
+	if r.Method == http.MethodGet && path == "/readyz" {
+		readyz(w, r)
+		return nil
+	}
 	op := r.Method + " " + path
 	switch op {
 	case "GET /keys", "DELETE /keys", "POST /release", "POST /resolve":
 	default:
-		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
+		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET /idempotency/readyz, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
 		return nil
 	}
 	if r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")) {
@@ -123,6 +129,37 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
+
+// readyz answers whether the store answers, as idemproxy's GET /readyz:
+// 200 {"status":"ready"}, or 503 {"status":"store unavailable"} with the
+// store's error. ?handler=NAME asks that handler's store; without it, every
+// store the running config's handlers use must answer. No handler: 503.
+func readyz(w http.ResponseWriter, r *http.Request) {
+	picked, err := registry.pickAll(r.URL.Query().Get("handler"))
+	if err != nil {
+		adminkeys.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		return
+	}
+	defer func() {
+		for _, p := range picked {
+			p.unpin()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
+	defer cancel()
+	for _, p := range picked {
+		if err := p.h.store.Ping(ctx); err != nil {
+			adminkeys.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable",
+				"error": fmt.Sprintf("handler %q (%s): %v", p.h.Name, p.h.storeName, err)})
+			return
+		}
+	}
+	adminkeys.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// ReadyTimeout bounds GET /idempotency/readyz's wait for the stores, as
+// idemproxy's /readyz waits for its store.
+const ReadyTimeout = 2 * time.Second
 
 // registry is the provisioned handlers, for the admin API: a handler joins
 // it when provisioned and leaves at its cleanup, so that after a reload it
@@ -195,6 +232,45 @@ func (g *handlerRegistry) pick(name string) (h *Handler, unpin func(), err error
 		return nil, nil, fmt.Errorf("handler %q: %w", h.Name, errStoreClosed)
 	}
 	return h, unpin, nil
+}
+
+// pinnedHandler is a handler picked for an operation, its store pinned
+// until unpin.
+type pinnedHandler struct {
+	h     *Handler
+	unpin func()
+}
+
+// pickAll is, for readiness, the handler named name (as pick has it), or
+// with no name the newest handler of each store the handlers use: each
+// store pinned for the caller, who unpins them. A handler whose store a
+// reload closed is left out (its config is going); none left is an error.
+func (g *handlerRegistry) pickAll(name string) ([]pinnedHandler, error) {
+	if name != "" {
+		h, unpin, err := g.pick(name)
+		if err != nil {
+			return nil, err
+		}
+		return []pinnedHandler{{h, unpin}}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []pinnedHandler
+	seen := map[string]bool{}
+	for i := len(g.handlers) - 1; i >= 0; i-- {
+		h := g.handlers[i]
+		if seen[h.storeID] {
+			continue
+		}
+		if unpin, ok := pinStore(h.store); ok {
+			seen[h.storeID] = true
+			out = append(out, pinnedHandler{h, unpin})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no idempotency handler in the running config")
+	}
+	return out, nil
 }
 
 // errStoreClosed: the picked handler's store was closed (its config is gone).

@@ -186,3 +186,65 @@ func TestAdminPostNeedsJSON(t *testing.T) {
 		t.Errorf("POST /idempotency/resolve as JSON: %d %s; want it resolved", rec.Code, rec.Body)
 	}
 }
+
+// downStore is a memory store whose Ping fails: a store that does not answer.
+type downStore struct{ *memstore.Store }
+
+func (downStore) Ping(context.Context) error {
+	return errors.New("dial tcp 192.0.2.1:6379: connection refused")
+}
+
+// GET /idempotency/readyz is idemproxy's /readyz under Caddy's admin API:
+// 200 when the stores answer, 503 with the store's error when one does not;
+// ?handler=NAME asks that handler's store alone.
+func TestAdminReadyz(t *testing.T) {
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := middleware.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &Handler{Name: "up", store: mem, storeName: "memory", storeID: "memory", core: core}
+	down := &Handler{Name: "down", store: downStore{mem}, storeName: "redis redis://192.0.2.1:6379", storeID: "redis\x00redis://192.0.2.1:6379", core: core}
+	registry.mu.Lock()
+	saved := registry.handlers
+	registry.handlers = nil // the other tests' handlers stay out of this one
+	registry.mu.Unlock()
+	t.Cleanup(func() {
+		registry.mu.Lock()
+		registry.handlers = saved
+		registry.mu.Unlock()
+	})
+	get := func(target string) (int, string) {
+		rec := httptest.NewRecorder()
+		if err := (Admin{}).serve(rec, httptest.NewRequest(http.MethodGet, target, nil)); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/idempotency/readyz"); code != 503 || !strings.Contains(body, "no idempotency handler") {
+		t.Errorf("no handler: %d %s; want 503", code, body)
+	}
+	registry.add(up)
+	registry.add(down)
+	for _, c := range []struct {
+		target string
+		code   int
+		says   string
+	}{
+		{"/idempotency/readyz", 503, "connection refused"},
+		{"/idempotency/readyz?handler=up", 200, `"status": "ready"`},
+		{"/idempotency/readyz?handler=down", 503, `"status": "store unavailable"`},
+		{"/idempotency/readyz?handler=other", 503, "no handler named"},
+	} {
+		if code, body := get(c.target); code != c.code || !strings.Contains(body, c.says) {
+			t.Errorf("GET %s: %d %s; want %d with %q", c.target, code, body, c.code, c.says)
+		}
+	}
+	registry.remove(down)
+	if code, body := get("/idempotency/readyz"); code != 200 {
+		t.Errorf("every store answers: %d %s; want 200", code, body)
+	}
+}
