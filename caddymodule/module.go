@@ -296,7 +296,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if repl != nil {
 		r = withRequestLog(r, repl)
 		repl.Set(ResultPlaceholder, resultExecuting)
-		c.result = &resultWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, repl: repl}
+		c.result = &resultWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, repl: repl}
 		w = c.result
 	}
 	return h.core.Handle(w, r, c)

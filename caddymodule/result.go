@@ -46,7 +46,8 @@ const KeyHashPlaceholder = "http.idempotency.key_hash"
 // The core's event sets the final outcome when the request ends, for the
 // access log (log_append).
 type resultWriter struct {
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper // (not a pointer: one allocation)
+
 	repl *caddy.Replacer
 	// result is the value for a status that next wrote, or that the core
 	// wrote for it (the 200 of a handler that wrote nothing); nil until the
