@@ -62,7 +62,7 @@ func TestCaddyStoreOutageLogs(t *testing.T) {
 // with none of the three), and {http.idempotency.key_hash} puts the same
 // key_hash in Caddy's access log (with the request id as uuid) as the line
 // and the held list of Caddy's admin API print, on the first execution and
-// its retries.
+// its retries (whose header directive reads it too).
 func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
@@ -70,10 +70,12 @@ func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 	bin := caddyBinary(t)
 	reset := testutil.NewRawUpstream(t, "reset") // reads the request, then resets: outcome unknown
 	dir := t.TempDir()
-	p := startCaddy(t, bin, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tlog\n\tlog_append key_hash {http.idempotency.key_hash}\n\tidempotency\n\treverse_proxy %s\n}\n", reset.Addr()))
+	p := startCaddy(t, bin, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tlog\n\tlog_append key_hash {http.idempotency.key_hash}\n\tidempotency\n"+
+		"\theader ?X-Key-Hash {http.idempotency.key_hash}\n\treverse_proxy %s\n}\n", reset.Addr()))
+	var retry testutil.Response
 	for range 2 { // the first execution, and its retry (replayed)
-		if r := p.Post(t, "/charges?token=secret", "k-held", "x"); r.Status != 502 || !strings.Contains(r.Body, "outcome-unknown") {
-			t.Fatalf("%d %s; want the held outcome-unknown answer", r.Status, r.Body)
+		if retry = p.Post(t, "/charges?token=secret", "k-held", "x"); retry.Status != 502 || !strings.Contains(retry.Body, "outcome-unknown") {
+			t.Fatalf("%d %s; want the held outcome-unknown answer", retry.Status, retry.Body)
 		}
 	}
 	type entry struct {
@@ -108,6 +110,9 @@ func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 		if a.KeyHash != warning.KeyHash {
 			t.Errorf("access log line %d: key_hash %q, want the warning's %q", i, a.KeyHash, warning.KeyHash)
 		}
+	}
+	if got := retry.Header.Get("X-Key-Hash"); got != warning.KeyHash {
+		t.Errorf("the retry's X-Key-Hash header: %q, want the warning's key_hash %q", got, warning.KeyHash)
 	}
 	if access[0].UUID != warning.RequestID {
 		t.Errorf("the first execution's access log line: uuid %q, want the warning's request_id %q", access[0].UUID, warning.RequestID)
