@@ -189,6 +189,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	counts := h.requests
 	s.Logger = moduleLogger(ctx)
+	if h.Name != "" {
+		// The name the admin API picks a handler by (?handler=, keys --handler).
+		s.Logger = s.Logger.With("handler", h.Name)
+	}
 	// With Caddy's tracing directive on, its span is in the request's
 	// context: the first execution's span context is kept with the claim,
 	// and the outcome and the link to it go on that span. Off, both find

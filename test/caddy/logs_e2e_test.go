@@ -58,7 +58,7 @@ func TestCaddyStoreOutageLogs(t *testing.T) {
 
 // A held key leads from the module's warning to the request, as the proxy's
 // does: the "outcome unknown" line carries the request's path, request id
-// and client, and unknown_hold as Go writes it ("24h0m0s"; it read 86400,
+// and client, the handler's name (what ?handler= picks), and unknown_hold as Go writes it ("24h0m0s"; it read 86400,
 // with none of the three), and {http.idempotency.key_hash} puts the same
 // key_hash in Caddy's access log (with the request id as uuid) as the line
 // and the held list of Caddy's admin API print, on the first execution and
@@ -70,7 +70,7 @@ func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 	bin := caddyBinary(t)
 	reset := testutil.NewRawUpstream(t, "reset") // reads the request, then resets: outcome unknown
 	dir := t.TempDir()
-	p := startCaddy(t, bin, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tlog\n\tlog_append key_hash {http.idempotency.key_hash}\n\tidempotency\n"+
+	p := startCaddy(t, bin, dir, globalOptions(dir)+fmt.Sprintf(":0 {\n\tlog\n\tlog_append key_hash {http.idempotency.key_hash}\n\tidempotency {\n\t\tname charges\n\t}\n"+
 		"\theader ?X-Key-Hash {http.idempotency.key_hash}\n\treverse_proxy %s\n}\n", reset.Addr()))
 	var retry testutil.Response
 	for range 2 { // the first execution, and its retry (replayed)
@@ -79,11 +79,11 @@ func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 		}
 	}
 	type entry struct {
-		Logger, Msg, Path, Client string
-		KeyHash                   string `json:"key_hash"`
-		RequestID                 string `json:"request_id"`
-		UUID                      string `json:"uuid"`
-		UnknownHold               any    `json:"unknown_hold"`
+		Logger, Msg, Path, Client, Handler string
+		KeyHash                            string `json:"key_hash"`
+		RequestID                          string `json:"request_id"`
+		UUID                               string `json:"uuid"`
+		UnknownHold                        any    `json:"unknown_hold"`
 	}
 	var warning *entry
 	var access []entry
@@ -103,8 +103,8 @@ func TestCaddyHeldKeyJoinsTheLogs(t *testing.T) {
 		}
 		return warning != nil && len(access) == 2
 	})
-	if warning.UnknownHold != "24h0m0s" || warning.Path != "/charges" || warning.Client != "127.0.0.1" || warning.RequestID == "" || len(warning.KeyHash) != 12 {
-		t.Errorf("the outcome unknown line: %+v; want unknown_hold 24h0m0s, path /charges, client 127.0.0.1, a request_id and a key_hash", *warning)
+	if warning.UnknownHold != "24h0m0s" || warning.Path != "/charges" || warning.Client != "127.0.0.1" || warning.RequestID == "" || len(warning.KeyHash) != 12 || warning.Handler != "charges" {
+		t.Errorf("the outcome unknown line: %+v; want unknown_hold 24h0m0s, path /charges, client 127.0.0.1, a request_id, a key_hash and handler charges", *warning)
 	}
 	for i, a := range access {
 		if a.KeyHash != warning.KeyHash {
