@@ -1,8 +1,10 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -23,6 +25,7 @@ func init() { caddy.RegisterModule(Admin{}) }
 // them (package adminkeys serves both), by the key hash the logs print:
 //
 //	GET    /idempotency/handlers            the handlers: name, store
+//	GET    /idempotency/readyz              200 when the stores answer, else 503 (idemproxy's /readyz)
 //	GET    /idempotency/keys?hash=H         the record whose key hash begins with H
 //	DELETE /idempotency/keys?hash=H         purge it (an in-flight key may then run again)
 //	POST   /idempotency/release?hash=H      release a held unknown outcome: the next retry runs
@@ -31,6 +34,8 @@ func init() { caddy.RegisterModule(Admin{}) }
 //	GET    /idempotency/keys?state=held     the held unknown outcomes, a page at a time
 //	                                        (?limit=, ?cursor=)
 //
+// A POST must be Content-Type: application/json (release's empty body
+// too), or it is refused with 415, as idemproxy's admin listener refuses it.
 // H is 12 to 64 hex digits (the key_hash of the logs, or a listing's hash).
 // ?handler=NAME picks the handler whose name subdirective is NAME (the
 // newest config's); without it, the newest handler serves when every handler
@@ -55,11 +60,23 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		adminkeys.WriteJSON(w, http.StatusOK, registry.list())
 		return nil
 	}
+	if r.Method == http.MethodGet && path == "/readyz" {
+		readyz(w, r)
+		return nil
+	}
 	op := r.Method + " " + path
 	switch op {
 	case "GET /keys", "DELETE /keys", "POST /release", "POST /resolve":
 	default:
-		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
+		adminkeys.WriteJSON(w, http.StatusNotFound, adminkeys.Error{Error: "not found: GET /idempotency/handlers, GET /idempotency/readyz, GET or DELETE /idempotency/keys?hash=H, POST /idempotency/release?hash=H, POST /idempotency/resolve?hash=H, GET /idempotency/keys?state=held"})
+		return nil
+	}
+	if r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")) {
+		// As idemproxy's admin listener (proxy/adminguard.go): a web page
+		// can make a browser send a form or text/plain POST to a loopback
+		// port without a preflight, and one as JSON only after a CORS
+		// preflight, which Caddy's admin endpoint never grants.
+		adminkeys.WriteJSON(w, http.StatusUnsupportedMediaType, adminkeys.Error{Error: "a POST to the admin API must be Content-Type: application/json"})
 		return nil
 	}
 	h, unpin, err := registry.pick(r.URL.Query().Get("handler"))
@@ -90,7 +107,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	k := adminkeys.Key{StoreKey: storeKey, KeyHash: storeKey[:12]}
 	k.NotFound = adminkeys.Error{Error: "not found: settled or expired since it was looked up", KeyHash: k.KeyHash}
-	log := caddy.Log().Named("admin.api.idempotency")
+	log := caddy.Log().Named("admin.api.idempotency").Sugar()
 	switch op {
 	case "POST /release", "POST /resolve":
 		var res *middleware.Resolution
@@ -101,17 +118,48 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 		switch adminkeys.Settle(w, r, h.core, store, k, res) {
 		case adminkeys.Resolved:
-			log.Warn("unknown outcome resolved through the admin API; retries get the given response")
+			log.Warnw("unknown outcome resolved through the admin API; retries get the given response", "key_hash", k.KeyHash, "status", res.Status)
 		case adminkeys.Released:
-			log.Warn("unknown outcome released through the admin API; the next retry runs")
+			log.Warnw("unknown outcome released through the admin API; the next retry runs", "key_hash", k.KeyHash)
 		}
 	default:
 		if adminkeys.GetOrDelete(w, r, store, k) {
-			log.Info("record purged through the admin API")
+			log.Infow("record purged through the admin API", "key_hash", k.KeyHash)
 		}
 	}
 	return nil
 }
+
+// readyz answers whether the store answers, as idemproxy's GET /readyz:
+// 200 {"status":"ready"}, or 503 {"status":"store unavailable"} with the
+// store's error. ?handler=NAME asks that handler's store; without it, every
+// store the running config's handlers use must answer. No handler: 503.
+func readyz(w http.ResponseWriter, r *http.Request) {
+	picked, err := registry.pickAll(r.URL.Query().Get("handler"))
+	if err != nil {
+		adminkeys.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		return
+	}
+	defer func() {
+		for _, p := range picked {
+			p.unpin()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
+	defer cancel()
+	for _, p := range picked {
+		if err := p.h.store.Ping(ctx); err != nil {
+			adminkeys.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable",
+				"error": fmt.Sprintf("handler %q (%s): %v", p.h.Name, p.h.storeName, err)})
+			return
+		}
+	}
+	adminkeys.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// ReadyTimeout bounds GET /idempotency/readyz's wait for the stores, as
+// idemproxy's /readyz waits for its store.
+const ReadyTimeout = 2 * time.Second
 
 // registry is the provisioned handlers, for the admin API: a handler joins
 // it when provisioned and leaves at its cleanup, so that after a reload it
@@ -186,6 +234,45 @@ func (g *handlerRegistry) pick(name string) (h *Handler, unpin func(), err error
 	return h, unpin, nil
 }
 
+// pinnedHandler is a handler picked for an operation, its store pinned
+// until unpin.
+type pinnedHandler struct {
+	h     *Handler
+	unpin func()
+}
+
+// pickAll is, for readiness, the handler named name (as pick has it), or
+// with no name the newest handler of each store the handlers use: each
+// store pinned for the caller, who unpins them. A handler whose store a
+// reload closed is left out (its config is going); none left is an error.
+func (g *handlerRegistry) pickAll(name string) ([]pinnedHandler, error) {
+	if name != "" {
+		h, unpin, err := g.pick(name)
+		if err != nil {
+			return nil, err
+		}
+		return []pinnedHandler{{h, unpin}}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []pinnedHandler
+	seen := map[string]bool{}
+	for i := len(g.handlers) - 1; i >= 0; i-- {
+		h := g.handlers[i]
+		if seen[h.storeID] {
+			continue
+		}
+		if unpin, ok := pinStore(h.store); ok {
+			seen[h.storeID] = true
+			out = append(out, pinnedHandler{h, unpin})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no idempotency handler in the running config")
+	}
+	return out, nil
+}
+
 // errStoreClosed: the picked handler's store was closed (its config is gone).
 var errStoreClosed = errors.New("its store was closed by a config reload; try again")
 
@@ -200,6 +287,13 @@ func pinStore(store cache.Store) (unpin func(), ok bool) {
 		return p.Pin(), true
 	}
 	return func() {}, true
+}
+
+// isJSON reports whether a Content-Type is application/json (parameters such
+// as charset allowed): the rule of idemproxy's admin listener.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // Interface guards.

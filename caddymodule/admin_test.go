@@ -131,3 +131,120 @@ func TestAdminPinsTheStore(t *testing.T) {
 		t.Errorf("a handler whose store is closed: %d %s; want 503", rec.Code, rec.Body)
 	}
 }
+
+// A POST to the admin API must be Content-Type: application/json (415
+// otherwise), as idemproxy's admin listener has it: a web page can make a
+// browser send a form or text/plain POST to a loopback port without a
+// preflight, and resolve a held key to what it chose. Before, Caddy's
+// resolve took any body.
+func TestAdminPostNeedsJSON(t *testing.T) {
+	ctx := context.Background()
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.Repeat("cd", 32)
+	if _, _, err := mem.ClaimOrGet(ctx, key, cache.Claim{Token: "t", Fingerprint: "f", Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Complete(ctx, key, "t", &cache.Record{Response: &cache.Response{Status: 502, Unknown: true}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	core, err := middleware.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{Name: "json-test", store: mem, storeName: "memory", core: core}
+	registry.add(h)
+	t.Cleanup(func() { registry.remove(h) })
+	body := `{"status":201,"body":"{\"id\":7}"}`
+	for _, path := range []string{"/idempotency/resolve", "/idempotency/release"} {
+		for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"} {
+			req := httptest.NewRequest(http.MethodPost, path+"?handler=json-test&hash="+key[:12], strings.NewReader(body))
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			rec := httptest.NewRecorder()
+			if err := (Admin{}).serve(rec, req); err != nil {
+				t.Fatal(err)
+			}
+			if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "application/json") {
+				t.Errorf("POST %s with Content-Type %q: %d %s; want 415", path, ct, rec.Code, rec.Body)
+			}
+		}
+	}
+	if rec, err := mem.Get(ctx, key); err != nil || rec.Response == nil || !rec.Response.Unknown {
+		t.Fatalf("after the refused POSTs: %+v, %v; want the key still held", rec, err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/idempotency/resolve?handler=json-test&hash="+key[:12], strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	rec := httptest.NewRecorder()
+	if err := (Admin{}).serve(rec, req); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"resolved": true`) {
+		t.Errorf("POST /idempotency/resolve as JSON: %d %s; want it resolved", rec.Code, rec.Body)
+	}
+}
+
+// downStore is a memory store whose Ping fails: a store that does not answer.
+type downStore struct{ *memstore.Store }
+
+func (downStore) Ping(context.Context) error {
+	return errors.New("dial tcp 192.0.2.1:6379: connection refused")
+}
+
+// GET /idempotency/readyz is idemproxy's /readyz under Caddy's admin API:
+// 200 when the stores answer, 503 with the store's error when one does not;
+// ?handler=NAME asks that handler's store alone.
+func TestAdminReadyz(t *testing.T) {
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := middleware.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &Handler{Name: "up", store: mem, storeName: "memory", storeID: "memory", core: core}
+	down := &Handler{Name: "down", store: downStore{mem}, storeName: "redis redis://192.0.2.1:6379", storeID: "redis\x00redis://192.0.2.1:6379", core: core}
+	registry.mu.Lock()
+	saved := registry.handlers
+	registry.handlers = nil // the other tests' handlers stay out of this one
+	registry.mu.Unlock()
+	t.Cleanup(func() {
+		registry.mu.Lock()
+		registry.handlers = saved
+		registry.mu.Unlock()
+	})
+	get := func(target string) (int, string) {
+		rec := httptest.NewRecorder()
+		if err := (Admin{}).serve(rec, httptest.NewRequest(http.MethodGet, target, nil)); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/idempotency/readyz"); code != 503 || !strings.Contains(body, "no idempotency handler") {
+		t.Errorf("no handler: %d %s; want 503", code, body)
+	}
+	registry.add(up)
+	registry.add(down)
+	for _, c := range []struct {
+		target string
+		code   int
+		says   string
+	}{
+		{"/idempotency/readyz", 503, "connection refused"},
+		{"/idempotency/readyz?handler=up", 200, `"status": "ready"`},
+		{"/idempotency/readyz?handler=down", 503, `"status": "store unavailable"`},
+		{"/idempotency/readyz?handler=other", 503, "no handler named"},
+	} {
+		if code, body := get(c.target); code != c.code || !strings.Contains(body, c.says) {
+			t.Errorf("GET %s: %d %s; want %d with %q", c.target, code, body, c.code, c.says)
+		}
+	}
+	registry.remove(down)
+	if code, body := get("/idempotency/readyz"); code != 200 {
+		t.Errorf("every store answers: %d %s; want 200", code, body)
+	}
+}

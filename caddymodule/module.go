@@ -189,6 +189,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	counts := h.requests
 	s.Logger = moduleLogger(ctx)
+	if h.Name != "" {
+		// The name the admin API picks a handler by (?handler=, keys --handler).
+		s.Logger = s.Logger.With("handler", h.Name)
+	}
 	// With Caddy's tracing directive on, its span is in the request's
 	// context: the first execution's span context is kept with the claim,
 	// and the outcome and the link to it go on that span. Off, both find
@@ -197,6 +201,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	s.Observer = func(ev middleware.Event) {
 		if repl, ok := ev.Request.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set(ResultPlaceholder, string(ev.Outcome))
+			if ev.KeyHash != "" {
+				repl.Set(KeyHashPlaceholder, ev.KeyHash)
+			}
 		}
 		if counts != nil {
 			counts.Observe(ev)
@@ -279,20 +286,24 @@ const CleanupTimeout = 10 * time.Second
 // reverse_proxy failing to reach its upstream) releases the key and is returned
 // unchanged, so Caddy's error handling still applies.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	tracked := h.core.Tracked(r.Method)
-	if tracked {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-			repl.Set(ResultPlaceholder, "executing")
-		}
-	} else {
-		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !h.core.Tracked(r.Method) {
+		if repl != nil {
 			repl.Set(ResultPlaceholder, "untracked")
 		}
 		if h.requests != nil {
 			h.requests.Untracked()
 		}
+		return h.core.Handle(w, r, classified{next: next, h: h})
 	}
-	return h.core.Handle(w, r, classified{next: next, guard: tracked, h: h})
+	c := classified{next: next, guard: true, h: h}
+	if repl != nil {
+		r = withRequestLog(r, repl)
+		repl.Set(ResultPlaceholder, resultExecuting)
+		c.result = &resultWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, repl: repl}
+		w = c.result
+	}
+	return h.core.Handle(w, r, c)
 }
 
 // classified tells the core how a failed reverse_proxy call ended, as the proxy
@@ -309,13 +320,20 @@ type classified struct {
 	next  caddyhttp.Handler
 	guard bool // a tracked method: never let the transport re-send it
 	h     *Handler
+	// result is the writer under the core that sets the result placeholder
+	// (nil without a replacer): it learns here how the core passed r on.
+	result *resultWriter
 }
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	if !c.guard {
 		return c.next.ServeHTTP(w, r)
 	}
-	w = c.h.withResult(w, r)
+	if c.result != nil {
+		c.h.passedOn(c.result, r)
+		c.result.inNext = true
+		defer func() { c.result.inNext = false }()
+	}
 	// reverse_proxy copies the request it sends upstream from r, context and
 	// GetBody included: the attempt sees its writes and keeps Go's transport
 	// from re-sending it once the upstream read it.

@@ -121,8 +121,8 @@ func Usage(out io.Writer) {
 Usage:
   idemproxy --upstream http://127.0.0.1:3000 [flags]
   idemproxy keys get|delete|release|resolve KEY [--admin ADDR] [--host HOST] [--header 'Name: value'] [--path /route]
-  idemproxy keys get|delete|release|resolve --hash KEY_HASH [--admin ADDR]
-  idemproxy keys list --held [--admin ADDR] [--limit N] [--cursor C | --all]
+  idemproxy keys get|delete|release|resolve --hash KEY_HASH [--admin ADDR | --caddy ADDR [--handler NAME]]
+  idemproxy keys list --held [--admin ADDR | --caddy ADDR [--handler NAME]] [--limit N] [--cursor C | --all]
   idemproxy validate --config FILE [flags]     check a configuration as start-up does (no store contacted)
   idemproxy healthcheck [--url URL]            probe a running instance's /readyz (exit 0: ready)
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,8 +24,8 @@ func (h *headerList) String() string     { return strings.Join(*h, ", ") }
 func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 // keysMain runs `idemproxy keys get|delete|release|resolve KEY|--hash H` and
-// `idemproxy keys list --held`: it calls the admin API and prints its JSON
-// answer. Exit 0: found, deleted, released, resolved or listed; 1: not found
+// `idemproxy keys list --held`: it calls the admin API (idemproxy's, or with
+// --caddy Caddy's, by hash) and prints its JSON answer. Exit 0: found, deleted, released, resolved or listed; 1: not found
 // (or, for release and resolve, not an unknown outcome; for --hash, more than
 // one record matches); 2: usage or other error.
 func keysMain(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -31,6 +33,7 @@ func keysMain(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		fmt.Fprint(stderr, `usage: idemproxy keys get|delete|release|resolve KEY [flags]
        idemproxy keys get|delete|release|resolve --hash KEY_HASH [flags]
        idemproxy keys list --held [--limit N] [--cursor C | --all]
+       idemproxy keys ... --caddy ADDR [--handler NAME]   (Caddy's admin API, by --hash)
 
 Inspect or purge the record of an idempotency key through a running idemproxy's
 admin listener. For a key held with an unknown outcome: release it (the next
@@ -40,7 +43,15 @@ by the key_hash the logs print (no credential needed). list --held lists the
 held unknown outcomes and their reconcile jobs.
 IDEMPROXY_ADMIN_TOKEN is sent as the admin token.
 
+With --caddy, the same is done through Caddy's admin API (the idempotency
+module's /idempotency/ routes) for the keys of a Caddy's idempotency handlers:
+name a record by --hash there (Caddy does not find a record by its key).
+
   --admin ADDR      admin listener (default $IDEMPROXY_ADMIN, else 127.0.0.1:9090)
+  --caddy ADDR      Caddy's admin endpoint instead, as its admin option writes it:
+                    localhost:2019 (Caddy's default), or unix//path/to/admin.sock
+  --handler NAME    with --caddy: the handler whose name subdirective is NAME
+                    (needed when Caddy's handlers use more than one store)
   --hash KEY_HASH   the key_hash of a log line (12 digits), or a listing's hash (up to 64)
   --host HOST       the Host the client sent (default: the proxy's --listen address)
   --header 'N: V'   a scope header the client sent (repeatable), e.g. 'Authorization: Bearer …'
@@ -76,6 +87,8 @@ resolve only:
 		admin = "127.0.0.1:9090"
 	}
 	fs.StringVar(&admin, "admin", admin, "")
+	caddyAdmin := fs.String("caddy", "", "")
+	handler := fs.String("handler", "", "")
 	host := fs.String("host", "", "")
 	path := fs.String("path", "", "")
 	var headers, respHeaders headerList
@@ -94,12 +107,27 @@ resolve only:
 		usage()
 		return 2
 	}
+	api := proxyAdmin(admin, getenv)
+	if *caddyAdmin != "" {
+		var err error
+		if api, err = caddyAdminAPI(*caddyAdmin, *handler); err != nil {
+			fmt.Fprintln(stderr, "idemproxy keys: --caddy:", err)
+			return 2
+		}
+		if key != "" || fs.NArg() > 0 || *host != "" || len(headers) > 0 || *path != "" {
+			fmt.Fprintf(stderr, "idemproxy keys %s --caddy: name the record by --hash KEY_HASH (the key_hash of the logs, of {http.idempotency.key_hash} or of keys list --held): Caddy's admin API does not find a record by its key, so KEY, --host, --header and --path are for idemproxy\n", verb)
+			return 2
+		}
+	} else if *handler != "" {
+		fmt.Fprintln(stderr, "idemproxy keys: --handler picks one of Caddy's handlers: it is for --caddy")
+		return 2
+	}
 	if verb == "list" {
 		if !*held || key != "" || fs.NArg() > 0 || *hash != "" {
 			fmt.Fprintln(stderr, "idemproxy keys list: give --held (and no key): the held unknown outcomes are what is listed")
 			return 2
 		}
-		return keysList(admin, *limit, *cursor, *all, stdout, stderr, getenv)
+		return keysList(api, *limit, *cursor, *all, stdout, stderr)
 	}
 	if *held || *limit != 0 || *cursor != "" || *all {
 		fmt.Fprintf(stderr, "idemproxy keys %s: --held, --limit, --cursor and --all are for list\n", verb)
@@ -146,20 +174,17 @@ resolve only:
 		}
 		q.Add(strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(value))
 	}
-	base := admin
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	endpoint := map[string]string{"get": "/keys/", "delete": "/keys/", "release": "/release/", "resolve": "/resolve/"}[verb]
-	target := strings.TrimRight(base, "/") + endpoint + url.PathEscape(key)
+	target := api.base + endpoint + url.PathEscape(key)
 	if *hash != "" {
 		if *host != "" || len(headers) > 0 {
 			fmt.Fprintf(stderr, "idemproxy keys %s: --hash names the record alone: --host and --header are for a KEY\n", verb)
 			return 2
 		}
-		target = strings.TrimRight(base, "/") + strings.TrimSuffix(endpoint, "/")
+		target = api.base + strings.TrimSuffix(endpoint, "/")
 		q.Set("hash", *hash)
 	}
+	api.query(q)
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
@@ -174,13 +199,13 @@ resolve only:
 		// cross-origin without a preflight), release with its empty body too.
 		req.Header.Set("Content-Type", "application/json")
 	}
-	code, body, ok := adminCall(req, admin, getenv, stderr)
+	code, body, ok := api.call(req, stderr)
 	if !ok {
 		return 2
 	}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, body, "", "  ") != nil {
-		fmt.Fprintf(stderr, "idemproxy keys: admin API answered %d with non-JSON: %.200s\n", code, body)
+		fmt.Fprintf(stderr, "idemproxy keys: admin API answered %d with non-JSON: %.200s%s\n", code, body, api.hint(code))
 		return 2
 	}
 	stdout.Write(bytes.TrimSpace(pretty.Bytes()))
@@ -194,15 +219,85 @@ resolve only:
 	return 2
 }
 
-// adminCall sends req to the admin API with the admin token, and returns
-// the answer's status and body; !ok when none came (said on stderr).
-func adminCall(req *http.Request, admin string, getenv func(string) string, stderr io.Writer) (int, []byte, bool) {
-	if token := getenv(proxy.EnvName("admin-token")); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+// adminAPI is where keys sends its requests: idemproxy's admin listener, or
+// Caddy's admin endpoint (--caddy), whose idempotency routes take the
+// same requests under /idempotency, by hash, and pick a handler by
+// ?handler=.
+type adminAPI struct {
+	addr    string // as given, for messages
+	base    string // the URL the admin API's paths follow: http://host:port[/idempotency]
+	token   string // the admin token (idemproxy's), sent as a bearer token
+	handler string // Caddy's ?handler=
+	client  *http.Client
+}
+
+// proxyAdmin is idemproxy's admin listener at addr (host:port or a URL), with
+// IDEMPROXY_ADMIN_TOKEN.
+func proxyAdmin(addr string, getenv func(string) string) adminAPI {
+	base := addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
 	}
-	resp, err := (&http.Client{Timeout: 2 * adminkeys.ListTimeout}).Do(req)
+	return adminAPI{addr: addr, base: strings.TrimRight(base, "/"), token: getenv(proxy.EnvName("admin-token")),
+		client: &http.Client{Timeout: 2 * adminkeys.ListTimeout}}
+}
+
+// caddyAdminAPI is Caddy's admin endpoint at addr, as Caddy's admin option
+// writes it: host:port (localhost:2019 by default), a URL, or a unix socket
+// (unix//path/admin.sock; a |mode after it, Caddy's file mode, is left
+// out). Caddy's admin endpoint has no token: idemproxy's is not sent.
+func caddyAdminAPI(addr, handler string) (adminAPI, error) {
+	api := adminAPI{addr: addr, handler: handler, client: &http.Client{Timeout: 2 * adminkeys.ListTimeout}}
+	switch {
+	case strings.HasPrefix(addr, "unix/"):
+		sock, _, _ := strings.Cut(strings.TrimPrefix(addr, "unix/"), "|")
+		if sock == "" {
+			return api, fmt.Errorf("%q: want unix//path/to/admin.sock", addr)
+		}
+		api.base = "http://localhost/idempotency"
+		api.client.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+	case strings.Contains(addr, "://"):
+		api.base = strings.TrimRight(addr, "/") + "/idempotency"
+	default:
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return api, fmt.Errorf("%q: want host:port (Caddy's default: localhost:2019) or unix//path/to/admin.sock", addr)
+		}
+		api.base = "http://" + addr + "/idempotency"
+	}
+	return api, nil
+}
+
+// hint is what to add to an answer that is not the admin API's: a 404 from
+// idemproxy's address may be Caddy's admin endpoint, which serves its keys
+// under /idempotency.
+func (a adminAPI) hint(status int) string {
+	if status != http.StatusNotFound || strings.HasSuffix(a.base, "/idempotency") {
+		return ""
+	}
+	return "\n(is " + a.addr + " Caddy's admin endpoint? Caddy serves the keys under /idempotency: give --caddy " + a.addr + " and --hash)"
+}
+
+// query adds to q what the admin API needs on every request: Caddy's
+// ?handler=.
+func (a adminAPI) query(q url.Values) {
+	if a.handler != "" {
+		q.Set("handler", a.handler)
+	}
+}
+
+// call sends req to the admin API (with the admin token, for idemproxy's),
+// and returns the answer's status and body; !ok when none came (said on
+// stderr).
+func (a adminAPI) call(req *http.Request, stderr io.Writer) (int, []byte, bool) {
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := a.client.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", admin, err)
+		fmt.Fprintf(stderr, "idemproxy keys: admin API at %s: %v\n", a.addr, err)
 		return 0, nil, false
 	}
 	defer resp.Body.Close()
@@ -216,14 +311,10 @@ func adminCall(req *http.Request, admin string, getenv func(string) string, stde
 
 // keysList runs `idemproxy keys list --held`: one page, or with all every
 // page as one answer.
-func keysList(admin string, limit int, cursor string, all bool, stdout, stderr io.Writer, getenv func(string) string) int {
+func keysList(api adminAPI, limit int, cursor string, all bool, stdout, stderr io.Writer) int {
 	if all && cursor != "" {
 		fmt.Fprintln(stderr, "idemproxy keys list: --all starts at the first page: give --cursor or --all, not both")
 		return 2
-	}
-	base := admin
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
 	}
 	var out proxy.HeldPage
 	out.Held = []proxy.HeldKey{}
@@ -235,17 +326,18 @@ func keysList(admin string, limit int, cursor string, all bool, stdout, stderr i
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		req, err := http.NewRequest(http.MethodGet, strings.TrimRight(base, "/")+"/keys?"+q.Encode(), nil)
+		api.query(q)
+		req, err := http.NewRequest(http.MethodGet, api.base+"/keys?"+q.Encode(), nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "idemproxy keys:", err)
 			return 2
 		}
-		status, body, ok := adminCall(req, admin, getenv, stderr)
+		status, body, ok := api.call(req, stderr)
 		if !ok {
 			return 2
 		}
 		if status != http.StatusOK {
-			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered %d: %.500s\n", status, bytes.TrimSpace(body))
+			fmt.Fprintf(stderr, "idemproxy keys list: admin API answered %d: %.500s%s\n", status, bytes.TrimSpace(body), api.hint(status))
 			return 2
 		}
 		var page proxy.HeldPage

@@ -56,6 +56,15 @@ func TestCaddyAdminSettlesHeldKeys(t *testing.T) {
 		keyHash[fmt.Sprint(len(keyHash))] = h
 	}
 	runs := reset.Count.Load()
+	// A POST that is not JSON is refused, as idemproxy's admin listener
+	// refuses it: a browser sends a form or text/plain POST cross-site
+	// without a preflight. Before, Caddy's resolve took it.
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
+		code, body = admin(t, dir, "POST", "/idempotency/resolve?hash="+keyHash["1"], ct, `{"status":200,"body":"chosen by a web page"}`)
+		if code != 415 {
+			t.Fatalf("POST /idempotency/resolve with Content-Type %q: %d %s; want 415", ct, code, body)
+		}
+	}
 	// Release one: its retry runs again (and is held again: the upstream resets).
 	code, body = admin(t, dir, "POST", "/idempotency/release?hash="+keyHash["0"], "application/json", "")
 	if code != 200 || !strings.Contains(body, `"released": true`) {

@@ -70,3 +70,41 @@ func accessLogResults(p *testutil.Proc) []string {
 	}
 	return out
 }
+
+// A first execution that ended in the core's own deadline (handler_timeout),
+// or in reverse_proxy's (response_header_timeout, after the request was
+// sent), is answered 504 outcome-unknown by the handler and held: the result
+// reads "unknown" in the header and in the access log. Before, the header
+// read "executing", which the docs say it never does once headers go out.
+func TestCaddyResultPlaceholderOnTimeouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	bin := caddyBinary(t)
+	up := testutil.NewUpstream(t)
+	for _, c := range []struct{ what, key, idempotency, proxy string }{
+		{"handler_timeout", "k-handler", "idempotency {\n\t\thandler_timeout 1s\n\t}", "reverse_proxy " + up.Listener.Addr().String()},
+		{"reverse_proxy's response_header_timeout", "k-proxy", "idempotency", "reverse_proxy " + up.Listener.Addr().String() + " {\n\t\ttransport http {\n\t\t\tresponse_header_timeout 1s\n\t\t}\n\t}"},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			dir := t.TempDir()
+			p := startCaddy(t, bin, dir, globalOptions(dir)+":0 {\n\tlog\n\tlog_append result {http.idempotency.result}\n\t"+c.idempotency+
+				"\n\theader ?X-Idempotency-Result {http.idempotency.result}\n\t"+c.proxy+"\n}\n")
+			r := p.Post(t, "/slow?ms=3000", c.key, "x")
+			if r.Status != 504 || !strings.Contains(r.Body, "outcome-unknown") {
+				t.Fatalf("%d %s; want the 504 outcome-unknown answer", r.Status, r.Body)
+			}
+			if got := r.Header.Get("X-Idempotency-Result"); got != "unknown" {
+				t.Errorf("the header reads %q, want %q", got, "unknown")
+			}
+			var lines []string
+			testutil.Eventually(t, 10*time.Second, "the access log line", func() bool {
+				lines = accessLogResults(p)
+				return len(lines) > 0
+			})
+			if lines[0] != "unknown" {
+				t.Errorf("the access log reads %q, want %q", lines[0], "unknown")
+			}
+		})
+	}
+}
