@@ -120,7 +120,7 @@ func checkInFlight(ctx context.Context, s *suite) Result {
 	firstc := make(chan *response, 1)
 	go func() { firstc <- s.post(ctx, post{path: path, key: key}) }()
 	// Give the first time to reach the target and claim its key.
-	gap := min(100*time.Millisecond+2*s.latency, time.Second)
+	gap := min(100*time.Millisecond+2*s.latency, 400*time.Millisecond)
 	var first *response
 	select {
 	case first = <-firstc:
