@@ -9,8 +9,9 @@
 // so in its answer (a new id each execution, a timestamp: any body that
 // differs from one execution to the next). The suite tells a replay from a
 // second execution by the body: a replay is byte for byte the first answer,
-// another execution answers another body. Run checks it can see that first:
-// two POSTs with two fresh keys must answer 2xx with different bodies.
+// another execution answers another body. Run makes sure it can tell them
+// apart before any check: two POSTs with two fresh keys must answer 2xx with
+// different bodies.
 //
 // The package uses net/http alone.
 package conformance
@@ -335,7 +336,7 @@ func (s *suite) calibrate(ctx context.Context) error {
 			return fmt.Errorf("%w: POST %s: %v", ErrUnsuitable, s.url(s.cfg.Path), r.err)
 		}
 		if !r.ok() {
-			return fmt.Errorf("%w: POST %s with a fresh key answered %s; it must create something (2xx): check --path, --body, --content-type and --header (credentials)",
+			return fmt.Errorf("%w: POST %s with a fresh key answered %s; it must create something (2xx): check --path, --body, --content-type, --header (credentials), and the key's form (--key-header, --bare-keys)",
 				ErrUnsuitable, s.url(s.cfg.Path), r.short())
 		}
 	}
