@@ -125,6 +125,8 @@ Usage:
   idemproxy keys list --held [--admin ADDR | --caddy ADDR [--handler NAME]] [--limit N] [--cursor C | --all]
   idemproxy validate --config FILE [flags]     check a configuration as start-up does (no store contacted)
   idemproxy healthcheck [--url URL]            probe a running instance's /readyz (exit 0: ready)
+  idemproxy conformance --target URL [--path /v1/charges] [--header 'Authorization: …'] [--level draft|strict] [--json]
+                                               check any server that enforces Idempotency-Key (docs/conformance.md)
   idemproxy migrate [--postgres-table NAME] [--apply --store postgres://…]
   idemproxy migrate --store dynamodb://TABLE [--apply]
   idemproxy sign --webhook PRESET --secret env:NAME|file:PATH [--id ID] --body TEXT

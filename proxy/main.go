@@ -20,7 +20,7 @@ import (
 // Main is the idemproxy command's server: it serves on the configuration args
 // and the environment (getenv) give, until SIGINT or SIGTERM. It returns the
 // exit code: 0 success, 1 runtime failure, 2 bad usage or configuration. The
-// subcommands (keys, migrate, sign, validate, healthcheck) are the command's
+// subcommands (keys, migrate, sign, validate, healthcheck, conformance) are the command's
 // own (cmd/idemproxy).
 func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) > 0 {

@@ -32,6 +32,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 			return validateMain(args[1:], stdout, stderr, getenv)
 		case "healthcheck":
 			return healthMain(args[1:], stdout, stderr, getenv)
+		case "conformance":
+			return conformanceMain(args[1:], stdout, stderr)
 		}
 	}
 	return proxy.Main(args, stdout, stderr, getenv)

@@ -1,9 +1,10 @@
 // Command demoapi is a tiny payments-like API to put idemproxy in front of. It has no
 // idempotency of its own: every POST /charges creates a new charge.
 //
-//	POST /charges          {"amount": 100}   → 201 with a new charge id
-//	     ?delay=3s                           (answers after a delay, to see a 409)
+//	POST /charges          {"amount": 100}   → 201 with a new charge id, and its Location
+//	     ?delay=3s                           (answers after a delay, to see a 409; up to 1m)
 //	GET  /charges                            → every charge created so far
+//	GET  /charges/{id}                       → one charge
 //	POST /flaky                              → 503 (never stored: a retry runs again)
 //	POST /webhooks         (any body)        → 200, the delivery recorded (webhook receiver)
 //	GET  /webhooks                           → every delivery received so far
@@ -51,6 +52,7 @@ func main() {
 		charges = append(charges, c)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/charges/"+c.ID)
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(c)
 	})
@@ -59,6 +61,18 @@ func main() {
 		defer mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(charges), "charges": charges})
+	})
+	mux.HandleFunc("GET /charges/{id}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range charges {
+			if c.ID == r.PathValue("id") {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(c)
+				return
+			}
+		}
+		http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
 	})
 	var deliveries []json.RawMessage
 	mux.HandleFunc("POST /webhooks", func(w http.ResponseWriter, r *http.Request) {
