@@ -26,7 +26,8 @@ import (
 //	gr   when the first claim after a restart found the claim lapsed, ms (restartGraceLua)
 //	w    "1" when a duplicate waits for this claim in flight (markScript): only then
 //	     do Complete and Release announce the change
-//	in   an in-flight claim's cache.Claim.Info (a completed record's is in resp)
+//	in   an in-flight claim's cache.Claim.Info (a completed record's is in resp;
+//	     in kept after the completion, which deleting would cost one more command)
 //	rc   how many replays were counted (countScript); rl the latest, ms
 //
 // PEXPIRE removes the key when ex passes (an in-flight claim restartKeepMS later); ex is checked as well so that an injected
@@ -195,7 +196,6 @@ if not (live and ours) then
   redis.call('HSET', KEYS[1], 'v', '1', 'fp', ARGV[6], 'ca', ARGV[7], 'tok', ARGV[1])
 end
 redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[2], 'ex', now + tonumber(ARGV[3]))
-redis.call('HDEL', KEYS[1], 'in')
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'u', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if h[4] == '1' then redis.call('PUBLISH', ARGV[5], KEYS[1]) end
