@@ -1,9 +1,12 @@
 package cache
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -77,17 +80,88 @@ const (
 )
 
 // EncodeInfo encodes info within its bounds (see Info), for Claim.Info and
-// Response.Info; "" for a nil info.
+// Response.Info; "" for a nil info. It runs at every claim, a replay's
+// included, so it writes the msgpack map the struct tags describe by hand,
+// through a pooled encoder: one allocation, the string.
 func EncodeInfo(info *Info) string {
 	if info == nil {
 		return ""
 	}
 	b := info.bounded()
-	out, err := msgpack.Marshal(&b)
-	if err != nil || len(out) > MaxInfo { // neither can happen to a bounded Info
+	buf := infoBufs.Get().(*bytes.Buffer)
+	defer infoBufs.Put(buf)
+	buf.Reset()
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	if err := b.encode(enc); err != nil || buf.Len() > MaxInfo { // neither can happen to a bounded Info
 		return ""
 	}
-	return string(out)
+	return buf.String()
+}
+
+var infoBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// encode writes i as msgpack: a map of its non-empty fields by their tags.
+func (i *Info) encode(enc *msgpack.Encoder) error {
+	strs := [...]struct{ k, v string }{{"m", i.Method}, {"p", i.Path}, {"r", i.Route}, {"i", i.RequestID}, {"c", i.Client}}
+	n := 0
+	for _, f := range strs {
+		if f.v != "" {
+			n++
+		}
+	}
+	if !i.FirstSeen.IsZero() {
+		n++
+	}
+	if len(i.Events) > 0 {
+		n++
+	}
+	if err := enc.EncodeMapLen(n); err != nil {
+		return err
+	}
+	for _, f := range strs {
+		if f.v == "" {
+			continue
+		}
+		if err := errors.Join(enc.EncodeString(f.k), enc.EncodeString(f.v)); err != nil {
+			return err
+		}
+	}
+	if !i.FirstSeen.IsZero() {
+		if err := errors.Join(enc.EncodeString("f"), enc.EncodeTime(i.FirstSeen)); err != nil {
+			return err
+		}
+	}
+	if len(i.Events) == 0 {
+		return nil
+	}
+	if err := errors.Join(enc.EncodeString("e"), enc.EncodeArrayLen(len(i.Events))); err != nil {
+		return err
+	}
+	for _, ev := range i.Events {
+		m := 1
+		if ev.By != "" {
+			m++
+		}
+		if !ev.At.IsZero() {
+			m++
+		}
+		if err := errors.Join(enc.EncodeMapLen(m), enc.EncodeString("k"), enc.EncodeString(string(ev.Kind))); err != nil {
+			return err
+		}
+		if ev.By != "" {
+			if err := errors.Join(enc.EncodeString("b"), enc.EncodeString(ev.By)); err != nil {
+				return err
+			}
+		}
+		if !ev.At.IsZero() {
+			if err := errors.Join(enc.EncodeString("a"), enc.EncodeTime(ev.At.UTC())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // DecodeInfo decodes what EncodeInfo wrote: nil for "", ErrCorrupt for

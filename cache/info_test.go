@@ -69,3 +69,24 @@ func TestResponseInfoBothWays(t *testing.T) {
 		t.Fatalf("info of a previous version's record: %+v, %v", i, err)
 	}
 }
+
+// The hand-written encoder writes what the library writes from the tags.
+func TestEncodeInfoMatchesReflection(t *testing.T) {
+	for _, in := range []*cache.Info{
+		{},
+		{Method: "POST", Path: "/a", Route: "/", RequestID: "r", Client: "c", FirstSeen: time.Unix(1700000000, 5).UTC()},
+		{Path: "/b", Events: []cache.Event{{Kind: cache.EventHeld, By: cache.ByLapse}, {Kind: cache.EventResolved, By: cache.ByOperator, At: time.Unix(9, 0).UTC()}}},
+	} {
+		want, err := msgpack.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cache.EncodeInfo(in); got != string(want) {
+			t.Errorf("EncodeInfo(%+v) = %x, the library writes %x", in, got, want)
+		}
+	}
+	in := &cache.Info{Method: "POST", Path: "/a", RequestID: "r", FirstSeen: time.Now()}
+	if n := testing.AllocsPerRun(100, func() { cache.EncodeInfo(in) }); n > 1 {
+		t.Errorf("EncodeInfo: %v allocations, want 1", n)
+	}
+}
