@@ -44,6 +44,12 @@ type Claim struct {
 	// Record.Trace while it is in flight, so a duplicate can link to it.
 	// Optional.
 	Trace []byte
+	// Info is the first request and its history as EncodeInfo writes it
+	// (at most MaxInfo bytes; opaque to the store), kept with the claim and
+	// returned as Record.Info while it is in flight, and in the held record
+	// of its lapse (LapsedRecord). A completed record's is its
+	// Response.Info. Optional.
+	Info string
 	// Owner identifies the client scope the record belongs to: a short opaque
 	// string (the middleware passes 16 hex digits of a digest of the request's
 	// scope, never a credential). A bounded store may use it to share its room
@@ -177,6 +183,26 @@ type LocalCacheStats struct {
 	// the claim that finds it so wakes it, and is not counted.
 	Untrusted time.Duration
 }
+
+// ReplayCounter is implemented by stores that count the replays of their
+// records (Record.Replays, Record.LastReplay), which the middleware tells
+// them of.
+type ReplayCounter interface {
+	// CountReplay counts one answer from the record under key, whose
+	// CreatedAt is created, at at. It never waits for the store: a store
+	// whose writes are round trips adds counts up in memory and writes them
+	// in the background, all its keys in one batch every ReplayFlush and on
+	// Close (so a crash loses the counts of the last ReplayFlush at most).
+	// A count whose record was replaced meanwhile (a CreatedAt of another)
+	// is dropped, as are those past a store's bound on the keys it holds.
+	CountReplay(key string, created, at time.Time)
+	// FlushReplays writes the counts added up so far now (a store that
+	// writes each at once has none to write).
+	FlushReplays(ctx context.Context) error
+}
+
+// ReplayFlush is how often a store that batches replay counts writes them.
+const ReplayFlush = 2 * time.Second
 
 // InProcess is implemented by stores whose operations never block on I/O (the
 // memory store). The middleware then skips per-call timeouts, which would only

@@ -49,6 +49,15 @@ type Record struct {
 	// Trace is an in-flight record's Claim.Trace (a completed record's is in
 	// Response.Trace).
 	Trace []byte `msgpack:"x,omitempty"`
+	// Info is an in-flight record's Claim.Info, encoded (a completed
+	// record's is in Response.Info; InfoOf reads either).
+	Info string `msgpack:"-"`
+	// Replays is how many retries were answered from the record, and
+	// LastReplay when the latest was, as the store counted them
+	// (ReplayCounter): filled by Get and List, for operators; a claim's
+	// answer may leave them zero.
+	Replays    int64     `msgpack:"-"`
+	LastReplay time.Time `msgpack:"-"`
 	// Lapsed marks a claim that lapsed, held as an unknown outcome for
 	// its Claim.Hold (see LapsedRecord). Stores set it on read; it is not stored.
 	Lapsed bool `msgpack:"-"`
@@ -65,15 +74,16 @@ const LapsedStatus = http.StatusGatewayTimeout
 // LapsedRecord is how a store returns an in-flight claim that lapsed and
 // which is held (Claim.Hold): a completed record holding an unknown outcome
 // (status LapsedStatus, no rendered answer), with the claim's fingerprint,
-// creation time and trace context, expiring when the hold ends.
-func LapsedRecord(fingerprint string, created, holdEnd time.Time, trace []byte, found bool) *Record {
+// creation time, trace context and info (Claim.Info, to which it adds the
+// hold: an EventHeld ByLapse), expiring when the hold ends.
+func LapsedRecord(fingerprint string, created, holdEnd time.Time, trace []byte, info string, found bool) *Record {
 	return &Record{
 		Version:     FormatVersion,
 		State:       StateCompleted,
 		Fingerprint: fingerprint,
 		CreatedAt:   created,
 		ExpiresAt:   holdEnd,
-		Response:    &Response{Status: LapsedStatus, Unknown: true, Trace: trace},
+		Response:    &Response{Status: LapsedStatus, Unknown: true, Trace: trace, Info: WithEvent(info, Event{Kind: EventHeld, By: ByLapse})},
 		Lapsed:      true,
 		Found:       found,
 	}
@@ -97,6 +107,10 @@ type Response struct {
 	Unknown bool `msgpack:"u,omitempty"`
 	// Trace is the first execution's trace context (see Claim.Trace).
 	Trace []byte `msgpack:"x,omitempty"`
+	// Info is the record's request and history (Claim.Info, with the events
+	// that held and settled it), encoded by EncodeInfo; nothing replays it.
+	// Records of earlier versions have none.
+	Info string `msgpack:"i,omitempty"`
 }
 
 // EncodeResponse and DecodeResponse encode only the response, for stores that keep

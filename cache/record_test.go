@@ -24,6 +24,7 @@ func sample() *cache.Record {
 			BodySize: 4,
 			Trailer:  http.Header{"X-Checksum": {"abc"}},
 			Trace:    []byte("\x00trace\xff"),
+			Info:     cache.EncodeInfo(&cache.Info{Method: "POST", Path: "/p", RequestID: "r"}),
 		},
 	}
 }

@@ -12,7 +12,7 @@ import (
 // Response is encoded by hand: it is on every replay's path, and msgpack's
 // reflection cost more than the rest of a replay. The wire format is the plain
 // msgpack map the struct tags describe ({"s": status, "h": headers, "b": body,
-// "o": oversize, "n": body size, "t": trailers, "u": unknown outcome, "x": trace context}, empty fields left out), so either side can be
+// "o": oversize, "n": body size, "t": trailers, "u": unknown outcome, "x": trace context, "i": info, as EncodeInfo writes it}, empty fields left out), so either side can be
 // decoded by any msgpack reader.
 
 var (
@@ -42,6 +42,9 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 		n++
 	}
 	if len(r.Trace) > 0 {
+		n++
+	}
+	if r.Info != "" {
 		n++
 	}
 	if err := enc.EncodeMapLen(n); err != nil {
@@ -100,6 +103,14 @@ func (r *Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 			return err
 		}
 		if err := enc.EncodeBytes(r.Trace); err != nil {
+			return err
+		}
+	}
+	if r.Info != "" {
+		if err := enc.EncodeString("i"); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(r.Info); err != nil {
 			return err
 		}
 	}
@@ -189,6 +200,10 @@ func (r *Response) DecodeMsgpack(dec *msgpack.Decoder) error {
 			}
 		case "n":
 			if r.BodySize, err = dec.DecodeInt64(); err != nil {
+				return err
+			}
+		case "i":
+			if r.Info, err = dec.DecodeString(); err != nil {
 				return err
 			}
 		default:

@@ -96,6 +96,12 @@ func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 			}
 			r.Trace = make([]byte, l) // empty, not nil, for a zero-length bin, as the library has it
 			copy(r.Trace, b[off:off+l])
+		case 'i':
+			off, l, ok := p.strSpan()
+			if !ok {
+				return nil, false
+			}
+			r.Info = str(off, l) // with the headers: no copy of its own
 		case 'o':
 			v, ok := p.bool()
 			if !ok {

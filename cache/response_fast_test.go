@@ -19,6 +19,7 @@ func FuzzFastDecoderAgrees(f *testing.F) {
 		{Status: 500, Oversize: true, BodySize: 1 << 40},
 		{Status: 200, Body: make([]byte, 70000), BodySize: 70000},
 		{Status: 201, Body: []byte("ok"), Trace: []byte("0123456789abcdef01234567\x01")},
+		{Status: 201, Header: http.Header{"A": {"1"}}, Info: EncodeInfo(&Info{Method: "POST", Path: "/p"})},
 	} {
 		b, err := EncodeResponse(r)
 		if err != nil {

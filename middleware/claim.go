@@ -24,6 +24,8 @@ type claim struct {
 	token    string // fences every write after the claim
 	fp       string // the request's fingerprint
 	trace    []byte // the first execution's trace context, stored with it
+	info     string // the request and its history (cache.Info, encoded), stored with it
+	lateSeen bool   // late marked the lapse in the history
 	echo     string // the client's key when it came in a key header; echoed on answers
 	grpc     bool   // a gRPC call: the core's answers in gRPC's shape
 	held     *Held  // what Settings.OnHold is told, when it is set (nil otherwise)
@@ -64,7 +66,7 @@ func (c *claim) claimOrGet(r *http.Request, owner string, ev *Event) (*cache.Rec
 // asked is the claim c asks the store for.
 func (c *claim) asked(owner string) cache.Claim {
 	h := c.h
-	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
+	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Info: c.info, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
 }
 
 // storeCtx returns the context for one store call: not cancelled by the client
@@ -317,6 +319,10 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 // replaces, each try at most a second after the store answers again.
 func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	h := c.h
+	if resp.Info == "" {
+		resp.Info = c.info
+	}
+	c.late(resp)
 	// The fingerprint and start go with the record: should the claim be gone
 	// (its hold ended during a store outage), Complete recreates the record on
 	// the free key.
@@ -342,7 +348,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 			release = h.pinned.Pin() // taken while this request still pins it
 		}
 		// Outlives the request, and renews the claim until it is done.
-		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, renew: c.renew}
+		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, info: c.info, renew: c.renew}
 		c.renew = nil
 		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
 	}
@@ -369,6 +375,7 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 			return
 		}
 		time.Sleep(backoff)
+		c.late(rec.Response)
 		sctx, cancel := h.completeCtx(ctx)
 		err := h.store.Complete(sctx, c.storeKey, c.token, rec, ttl)
 		cancel()
@@ -382,6 +389,22 @@ func (c *claim) storeLater(ctx context.Context, rec *cache.Record, ttl time.Dura
 			return
 		}
 	}
+}
+
+// late records in resp's history that the claim's lease lapsed (as far as
+// its renewals know) before resp was stored, when the key is held from then
+// on: the completion that lands replaces the hold.
+func (c *claim) late(resp *cache.Response) {
+	if c.h.lapseHold == 0 || c.lateSeen || resp.Unknown {
+		return
+	}
+	at, lapsed := c.renew.lapsedAt()
+	if !lapsed {
+		return
+	}
+	c.lateSeen = true
+	info := cache.WithEvent(resp.Info, cache.Event{Kind: cache.EventHeld, By: cache.ByLapse, At: at})
+	resp.Info = cache.WithEvent(info, cache.Event{Kind: cache.EventResolved, By: cache.ByLateCompletion, At: time.Now()})
 }
 
 // answeredByAnother reports whether the key holds another request's completed
@@ -489,8 +512,21 @@ type renewal struct {
 	t        *time.Timer
 	mu       sync.Mutex
 	stopped  bool
-	store    bool // the claim's answer is being stored: a lost lease may be its own Complete
+	store    bool      // the claim's answer is being stored: a lost lease may be its own Complete
+	renewed  time.Time // when the store last took the claim's lease (claimed, or extended)
 	running  sync.WaitGroup
+}
+
+// lapsedAt reports when the claim's lease lapsed, as far as its renewals
+// know (the store took none for a whole lease), and whether it did.
+func (rn *renewal) lapsedAt() (time.Time, bool) {
+	if rn == nil {
+		return time.Time{}, false
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	end := rn.renewed.Add(rn.h.s.ClaimTTL)
+	return end, time.Now().After(end)
 }
 
 // storing tells the renewal that the claim's answer is being stored: from
@@ -508,7 +544,7 @@ func (rn *renewal) storing() {
 func (c *claim) startRenewal() *renewal {
 	// The renewal holds copies, not the claim, which may then stay on the
 	// request's stack.
-	rn := &renewal{h: c.h, ctx: c.ctx, storeKey: c.storeKey, token: c.token, keyHash: c.keyHash}
+	rn := &renewal{h: c.h, ctx: c.ctx, storeKey: c.storeKey, token: c.token, keyHash: c.keyHash, renewed: c.started}
 	rn.mu.Lock() // fire reads rn.t under mu; it may run before AfterFunc returns
 	rn.t = time.AfterFunc(c.h.s.ClaimTTL/3, rn.fire)
 	rn.mu.Unlock()
@@ -532,6 +568,8 @@ func (rn *renewal) fire() {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	switch {
+	case err == nil:
+		rn.renewed = time.Now()
 	case errors.Is(err, cache.ErrClaimLost):
 		switch {
 		case rn.store || rn.stopped:

@@ -30,11 +30,12 @@ func (f NextFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) error { retu
 type Handler struct {
 	store     cache.Store
 	s         Settings
-	*compiled                // what New derived from s
-	inProcess bool           // the store never blocks: no per-call timeouts
-	pinned    cache.Pinned   // the store must be pinned while used; nil for most
-	budget    *budget        // body_budget: shared by every Handler of its size
-	pending   sync.WaitGroup // responses whose storing is being retried
+	*compiled                     // what New derived from s
+	inProcess bool                // the store never blocks: no per-call timeouts
+	pinned    cache.Pinned        // the store must be pinned while used; nil for most
+	replays   cache.ReplayCounter // the store counts replays; nil when it does not
+	budget    *budget             // body_budget: shared by every Handler of its size
+	pending   sync.WaitGroup      // responses whose storing is being retried
 }
 
 // New returns a Handler over store, with DefaultSettings changed by opts. A
@@ -53,7 +54,8 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	}
 	store, pinned := cache.Unwrap(store) // pinned through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
-	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, budget: sharedBudget(s.BodyBudget)}, nil
+	replays, _ := store.(cache.ReplayCounter)
+	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, replays: replays, budget: sharedBudget(s.BodyBudget)}, nil
 }
 
 // Settings returns the settings h runs with.
@@ -138,6 +140,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	// (renewal, a retried store) holds copies.
 	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key, grpc: t.grpc}
 	c.keyHash = c.storeKey[:12]
+	c.info = h.requestInfo(r, path, t.start) // history.go
 	if h.s.OnHold != nil {
 		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
 	}
@@ -179,7 +182,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 			h.lapsed(r, c, key, body, rec) // unknown.go
 			t.ev.Outcome, t.ev.Err = OutcomeUnknown, errClaimLapsed
 		}
-		h.answerDuplicate(w, r, rec, c.fp, t)
+		h.answerDuplicate(w, r, rec, c.fp, c.storeKey, t)
 		return nil
 	}
 	defer t.adopt(&c.ev) // also when next panics

@@ -18,7 +18,7 @@ import (
 )
 
 // answerDuplicate answers a request whose key already has a record.
-func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *cache.Record, fp string, t *tracker) {
+func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *cache.Record, fp, storeKey string, t *tracker) {
 	t.ev.Origin = rec.Trace
 	if rec.Response != nil {
 		t.ev.Origin = rec.Response.Trace
@@ -44,6 +44,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			t.ev.Outcome = OutcomeReplayed
 		}
 		t.emit()
+		h.countReplay(storeKey, rec) // history.go
 		w.Header().Set("Idempotent-Replayed", "true")
 		h.writeProblem(w, heldProblem(rec), 0, t.key, true)
 	default:
@@ -70,6 +71,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 		}
 		t.ev.Status = resp.Status
 		t.emit()
+		h.countReplay(storeKey, rec) // history.go
 		h.replayEchoing(w, resp, t.key, dec)
 	}
 }

@@ -254,6 +254,13 @@ type Settings struct {
 	// fits it to OpenTelemetry.
 	TraceContext func(context.Context) []byte `json:"-"`
 
+	// RequestInfo, when set, is called at each claim: what the packaging
+	// knows of the request beyond it (its request id, its client's address,
+	// its route), which the record keeps for operators (cache.Info, shown by
+	// the admin APIs). Unset: the request's X-Request-Id header, its
+	// RemoteAddr, and no route. The proxy sets it from what it logs.
+	RequestInfo func(*http.Request) RequestInfo `json:"-"`
+
 	// OnHold, when set, is called when a first execution's key is about to
 	// be held as an unknown outcome (unknown_outcome hold), before the hold
 	// is stored, with what the request carried (Held): the proxy's reconcile

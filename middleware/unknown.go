@@ -92,6 +92,7 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 		}
 	}
 	status := unknownStatus(c.ev.Err)
+	c.info = cache.WithEvent(c.info, cache.Event{Kind: cache.EventHeld, By: cache.ByNoAnswer, At: time.Now()})
 	h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", c.keyHash), slog.Duration("unknown_hold", h.s.UnknownHold), slog.Any("error", c.ev.Err))
 	err := c.store(h.unknownAnswer(status, c.trace), h.s.UnknownHold)
@@ -197,22 +198,30 @@ func (r *Resolution) Validate() error {
 // key 422, as for any answer). It fails with cache.ErrNotFound when no record is
 // held and with cache.ErrNotUnknown when the record is anything but a held
 // unknown outcome (an answer, or a request still in flight), changing nothing.
+// The record's history names an operator as its settler (Settle names
+// another).
 func (h *Handler) Resolve(ctx context.Context, storeKey string, res *Resolution) error {
-	var resp *cache.Response
-	if res != nil {
-		if err := res.Validate(); err != nil {
-			return err
-		}
-		hdr := make(http.Header, len(res.Header))
-		for name, vals := range res.Header {
-			hdr[http.CanonicalHeaderKey(name)] = vals
-		}
-		hdr = storableHeader(hdr, h.ignored)
-		delete(hdr, "Content-Length") // the replay writes the body's own
-		if _, ok := hdr[h.keyHeader]; ok {
-			h.markKeyEcho(hdr) // the retry's own key, never the key itself in the store
-		}
-		resp = &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}
+	_, err := h.Settle(ctx, storeKey, res, cache.ByOperator)
+	return err
+}
+
+// resolution is res as the stored response it becomes (nil for nil: a
+// release).
+func (h *Handler) resolution(res *Resolution) (*cache.Response, error) {
+	if res == nil {
+		return nil, nil
 	}
-	return h.store.Resolve(ctx, storeKey, resp, h.s.TTL)
+	if err := res.Validate(); err != nil {
+		return nil, err
+	}
+	hdr := make(http.Header, len(res.Header))
+	for name, vals := range res.Header {
+		hdr[http.CanonicalHeaderKey(name)] = vals
+	}
+	hdr = storableHeader(hdr, h.ignored)
+	delete(hdr, "Content-Length") // the replay writes the body's own
+	if _, ok := hdr[h.keyHeader]; ok {
+		h.markKeyEcho(hdr) // the retry's own key, never the key itself in the store
+	}
+	return &cache.Response{Status: res.Status, Header: hdr, Body: res.Body, BodySize: int64(len(res.Body))}, nil
 }

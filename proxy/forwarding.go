@@ -61,6 +61,16 @@ type reqInfo struct {
 
 type reqInfoKey struct{}
 
+// requestInfo is what a record keeps of r beyond it (Settings.RequestInfo):
+// what the proxy's log lines carry.
+func requestInfo(r *http.Request) middleware.RequestInfo {
+	info := infoOf(r.Context())
+	if info == nil {
+		return middleware.RequestInfo{ID: r.Header.Get("X-Request-Id"), Client: r.RemoteAddr}
+	}
+	return middleware.RequestInfo{ID: info.requestID, Client: info.client, Route: info.route}
+}
+
 func infoOf(ctx context.Context) *reqInfo {
 	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
 	return info

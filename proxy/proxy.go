@@ -62,6 +62,7 @@ func (p *Proxy) buildRoute(st *state, cr compiledRoute) (*route, error) {
 	if p.tracing {
 		s.TraceContext = tracing.TraceContext
 	}
+	s.RequestInfo = requestInfo
 	if err := p.reconcileRoute(st, cr.path, cr.rules, &s); err != nil {
 		return nil, err
 	}

@@ -190,10 +190,10 @@ func (w *Worker) settle(ctx context.Context, key, token string, rules *Rules, a 
 	var err error
 	if a.Answer == AnswerDone {
 		a.Outcome = OutcomeResolved
-		err = w.Store.Resolve(sctx, key, a.resp, rules.TTL)
+		_, err = cache.Settle(sctx, w.Store, key, a.resp, rules.TTL, cache.ByReconcile, time.Now())
 	} else {
 		a.Outcome = OutcomeReleased
-		err = w.Store.Resolve(sctx, key, nil, 0)
+		_, err = cache.Settle(sctx, w.Store, key, nil, 0, cache.ByReconcile, time.Now())
 	}
 	switch {
 	case errors.Is(err, cache.ErrNotUnknown) || errors.Is(err, cache.ErrNotFound):

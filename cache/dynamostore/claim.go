@@ -42,6 +42,9 @@ func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 		if len(lock.Trace) > 0 {
 			it[attrTrace] = avB(lock.Trace)
 		}
+		if lock.Info != "" {
+			it[attrInfo] = avB([]byte(lock.Info))
+		}
 		out, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           aws.String(s.table),
 			Item:                                it,

@@ -116,7 +116,7 @@ func (s *Store) complete(ctx context.Context, key, token string, rec *cache.Reco
 		set += ", #fp = if_not_exists(#fp, :fp)"
 	}
 	rset, rremove := r.update(values)
-	update := "SET " + set + ", " + rset + " REMOVE #tr, #op, #le, #hd, #hs, #lf, " + rremove
+	update := "SET " + set + ", " + rset + " REMOVE #tr, #in, #op, #le, #hd, #hs, #lf, " + rremove
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 itemKey(key, recordSK),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemproxy/idemproxy/cache"
+	"github.com/idemproxy/idemproxy/cache/internal/replays"
 	"github.com/idemproxy/idemproxy/cache/internal/waiters"
 )
 
@@ -122,6 +124,9 @@ type Store struct {
 	opts       Options
 	waiters    waiters.Registry[string]
 	unfinished unfinished // chunk sets a failed Complete left part-written
+
+	replaysOnce sync.Once
+	replays     *replays.Batch // the replay counts not written yet (replays.go)
 }
 
 var (
@@ -213,10 +218,13 @@ func (o *Options) check() error {
 // Table is the store's table.
 func (s *Store) Table() string { return s.table }
 
-// Close releases nothing the caller does not own (the client is the caller's,
-// or Open's and needs no closing); it is there for symmetry with the other
-// stores and is idempotent.
-func (s *Store) Close() error { return nil }
+// Close writes the replay counts not written yet (replays.go); it releases
+// nothing else the caller does not own (the client is the caller's, or
+// Open's and needs no closing). It is idempotent.
+func (s *Store) Close() error {
+	s.replayBatch().Close()
+	return nil
+}
 
 // Subscribe implements cache.Notifier for this process: Complete, Release,
 // Resolve and Delete through this Store wake its waiters at once. DynamoDB

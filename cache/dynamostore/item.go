@@ -29,6 +29,9 @@ const (
 	attrTTL      = "ttl" // N: DynamoDB's time to live, Unix seconds
 	attrUnknown  = "unk" // BOOL: the response is a held unknown outcome
 	attrTrace    = "tr"  // B: an in-flight claim's trace context
+	attrInfo     = "in"  // B: an in-flight claim's cache.Claim.Info (a completed record's is in its response)
+	attrReplays  = "rc"  // N: how many replays were counted (Store.CountReplay)
+	attrLastRep  = "rl"  // N: the latest of them, Unix ms
 	attrResponse = "rsp" // B: the msgpack-encoded response, when inline
 	attrChunks   = "nch" // N: how many chunk items hold the encoded response
 	attrVersion  = "cv"  // S: the chunk items' version
@@ -193,12 +196,23 @@ func (it item) record() (*cache.Record, error) {
 		if tr := it.b(attrTrace); len(tr) > 0 {
 			rec.Trace = tr
 		}
+		rec.Info = string(it.b(attrInfo))
 	case stateCompleted:
 		rec.State = cache.StateCompleted
 	default:
 		return nil, fmt.Errorf("%w: state %d", cache.ErrCorrupt, st)
 	}
+	it.counts(rec)
 	return rec, nil
+}
+
+// counts sets rec's replay count.
+func (it item) counts(rec *cache.Record) {
+	n, ok1 := it.n(attrReplays)
+	last, ok2 := it.n(attrLastRep)
+	if ok1 && ok2 && n > 0 {
+		rec.Replays, rec.LastReplay = n, time.UnixMilli(last)
+	}
 }
 
 // itemSize is an item's size as DynamoDB counts it for capacity: each
@@ -247,5 +261,5 @@ func (it item) lapsedRecord(token string) *cache.Record {
 		tr = b
 	}
 	found := token != "" && string(it.b(attrFound)) == token
-	return cache.LapsedRecord(string(it.b(attrFP)), time.UnixMilli(ca), time.UnixMilli(ex), tr, found)
+	return cache.LapsedRecord(string(it.b(attrFP)), time.UnixMilli(ca), time.UnixMilli(ex), tr, string(it.b(attrInfo)), found)
 }

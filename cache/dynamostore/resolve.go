@@ -58,7 +58,7 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 		rset, rremove := r.update(values)
 		// A claim that lapsed becomes a completed record (keeping its
 		// token, fingerprint and creation time).
-		update := "SET #st = :two, #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE #tr, #le, #hd, #hs, #lf, " + rremove
+		update := "SET #st = :two, #unk = :false, #ex = :ex, #ttl = :ttl, #op = :op, " + rset + " REMOVE #tr, #in, #le, #hd, #hs, #lf, " + rremove
 		call = "UpdateItem"
 		var out *dynamodb.UpdateItemOutput
 		out, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -17,6 +17,7 @@ import (
 type lock struct {
 	token, fingerprint string
 	trace              string // Claim.Trace
+	info               string // Claim.Info
 	found              string // the token of the claim that found it lapsed
 	created, expires   int64  // unix nanoseconds
 	lease              int64  // unix nanoseconds
@@ -28,7 +29,7 @@ type lock struct {
 func (l *lock) lapsed(now int64) bool { return l.lease <= now }
 
 func (l *lock) size() int64 {
-	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace))
+	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace)+len(l.info))
 }
 
 // ClaimOrGet implements cache.Store. A claim at a bound makes room within the
@@ -75,7 +76,7 @@ func (s *Store) ClaimOrGet(_ context.Context, key string, l cache.Claim) (*cache
 			}
 			s.dropIndexLocked(sh, e)
 		}
-		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), created: now,
+		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), info: l.Info, created: now,
 			lease: now + int64(l.Duration), expires: now + int64(l.Duration) + int64(max(l.Hold, 0)), owner: owner}
 		// The owner's row, should this be its first record, is reserved too.
 		need := nl.size() + ownerBytes
@@ -312,7 +313,7 @@ func (s *Store) dropLockLocked(sh *shard, k *ikey, l *lock) {
 // lapsedRecord is the claim read as the held unknown outcome it is once its
 // claim lapsed.
 func (l *lock) lapsedRecord(found bool) *cache.Record {
-	return cache.LapsedRecord(l.fingerprint, time.Unix(0, l.created), time.Unix(0, l.expires), bytesOrNil(l.trace), found)
+	return cache.LapsedRecord(l.fingerprint, time.Unix(0, l.created), time.Unix(0, l.expires), bytesOrNil(l.trace), l.info, found)
 }
 
 func (l *lock) record() *cache.Record {
@@ -323,6 +324,7 @@ func (l *lock) record() *cache.Record {
 		CreatedAt:   time.Unix(0, l.created),
 		ExpiresAt:   time.Unix(0, l.lease),
 		Trace:       bytesOrNil(l.trace),
+		Info:        l.info,
 	}
 }
 

@@ -46,6 +46,7 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 		k   ikey
 		rec *cache.Record // a claim's, or nil: decode e
 		e   entry
+		rc  replayCount // e's
 	}
 	var page []found
 	keep := func(f found) {
@@ -84,7 +85,7 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 			if q.Held && !bytes.Contains(e[entryHeader+e.fpLen():], unknownMark) {
 				continue
 			}
-			keep(found{k: *e.key(), e: e}) // entries are never written again: decoded below, unlocked
+			keep(found{k: *e.key(), e: e, rc: s.replaysLocked(sh, e)}) // entries are never written again: decoded below, unlocked
 		}
 		sh.mu.Unlock()
 	}
@@ -99,6 +100,7 @@ func (s *Store) List(ctx context.Context, q cache.ListQuery) (cache.ListPage, er
 			if rec, err = f.e.record(); err != nil {
 				return cache.ListPage{}, err
 			}
+			f.rc.fill(rec)
 			if q.Held && !cache.IsHeld(rec) {
 				continue // the mark's bytes were in a body or header
 			}

@@ -35,6 +35,9 @@ func (s *Store) unindexLocked(sh *shard, e entry) {
 // chunk is compacted.
 func (s *Store) dropIndexLocked(sh *shard, e entry) {
 	sh.waiters.Notify(*e.key())
+	if sh.replays != nil {
+		delete(sh.replays, s.prefixOf(e.key()))
+	}
 	s.unindexLocked(sh, e)
 	s.records.Add(-1)
 	s.bytes.Add(-indexBytes + s.owners.add(e.owner(), -1, -e.cost()))

@@ -192,6 +192,9 @@ type shard struct {
 	mark mark
 	// waiters by key, woken when the key's record changes.
 	waiters waiters.Registry[ikey]
+	// replays counts the replays of completed records (replays.go), by
+	// their index's prefix; nil until the first.
+	replays map[prefix]replayCount
 }
 
 // internKey maps a store key to its ikey: 64 lowercase hex digits (what the

@@ -122,8 +122,13 @@ func (s *Store) Get(_ context.Context, key string) (*cache.Record, error) {
 		sh.mu.Unlock()
 		return nil, cache.ErrNotFound
 	}
+	rc := s.replaysLocked(sh, e)
 	sh.mu.Unlock()
-	return e.record()
+	rec, err := e.record()
+	if err == nil {
+		rc.fill(rec)
+	}
+	return rec, err
 }
 
 // Delete implements cache.Store.

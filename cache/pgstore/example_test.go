@@ -55,7 +55,10 @@ func ExampleSchema() {
 	// 	waited      boolean     NOT NULL DEFAULT false,
 	// 	lease_until timestamptz,
 	// 	found_by    bytea,
-	// 	sweep_at    timestamptz NOT NULL DEFAULT '-infinity'
+	// 	sweep_at    timestamptz NOT NULL DEFAULT '-infinity',
+	// 	info        bytea,
+	// 	replays     bigint      NOT NULL DEFAULT 0,
+	// 	last_replay timestamptz
 	// ) WITH (fillfactor = 80);
 	// CREATE TABLE IF NOT EXISTS "idem_records_reconcile" (
 	// 	key   bytea       PRIMARY KEY,
@@ -77,6 +80,9 @@ func ExampleSchema() {
 	// 		EXECUTE format('ALTER TABLE "idem_records" ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT %L',
 	// 			coalesce((SELECT max(expires_at) FROM "idem_records"), '-infinity'));
 	// 		ALTER TABLE "idem_records" ALTER COLUMN sweep_at SET DEFAULT '-infinity';
+	// 	END IF;
+	// 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '"idem_records"'::regclass AND attname = 'info' AND NOT attisdropped) THEN
+	// 		ALTER TABLE "idem_records" ADD COLUMN info bytea, ADD COLUMN replays bigint NOT NULL DEFAULT 0, ADD COLUMN last_replay timestamptz;
 	// 	END IF;
 	// 	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '"idem_records"'::regclass AND o LIKE 'fillfactor=%') THEN
 	// 		ALTER TABLE "idem_records" SET (fillfactor = 80);

@@ -44,7 +44,8 @@ func (s *Store) Resolve(ctx context.Context, key string, resp *cache.Response, t
 // Get implements cache.Store.
 func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 	var rec row
-	err := s.pool.QueryRow(ctx, s.q.get, []byte(key), s.nowArg()).Scan(&rec.lapsed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response)
+	err := s.pool.QueryRow(ctx, s.q.get, []byte(key), s.nowArg()).Scan(&rec.lapsed, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response,
+		&rec.info, &rec.replays, &rec.lastReplay)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, cache.ErrNotFound
 	}

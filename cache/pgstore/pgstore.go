@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/internal/localcache"
+	"github.com/idemproxy/idemproxy/cache/internal/replays"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -101,6 +102,8 @@ type Store struct {
 	batches int
 	batch   *batcher // nil: every statement on its own
 
+	replays *replays.Batch // the replay counts not written yet (replays.go)
+
 	stopSweep context.CancelFunc
 	sweeping  sync.WaitGroup
 	closeOnce sync.Once
@@ -165,6 +168,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s.q = buildQueries(s.table)
 	s.rq = buildReconcileQueries(s.table)
+	s.replays = replays.New(cache.ReplayFlush, replayFlushTimeout, s.writeReplays)
 	if s.createSchema {
 		if err := s.migrate(ctx); err != nil {
 			return nil, err
@@ -195,6 +199,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 // pool, which the caller owns. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.replays.Close() // first: it writes what it holds
 		s.stopSweep()
 		s.sweeping.Wait()
 		s.sub.close()
@@ -262,7 +267,7 @@ func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 			rec     row
 			now     time.Time
 		)
-		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Duration), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold), sweepMs(lock)},
+		err := s.queryRow(ctx, key, query, []any{[]byte(key), []byte(lock.Token), []byte(lock.Fingerprint), ms(lock.Duration), s.nowArg(), traceArg(lock.Trace), holdMs(lock.Hold), sweepMs(lock), infoArg(lock.Info)},
 			&outcome, &rec.state, &rec.fingerprint, &rec.createdAt, &rec.expiresAt, &rec.response, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):

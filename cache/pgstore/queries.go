@@ -33,6 +33,11 @@ import (
 //	             expires_at. -infinity (the default) in rows an earlier version
 //	             inserts: the sweep looks at them first; the rows there when the
 //	             column was added read the latest expiry among them (addColumnsSQL).
+//	info         an in-flight claim's cache.Claim.Info, or NULL (a completed
+//	             record's is in its response)
+//	replays      how many replays were counted (Store.CountReplay), and
+//	last_replay  the latest; counts older than created_at (left by an earlier
+//	             version's takeover of the row) read as none
 //
 // Completing a claim is a HOT update: no index holds a column the completion
 // changes (state, response, unknown, expires_at; sweep_at keeps its value),
@@ -51,12 +56,16 @@ const schemaSQL = `CREATE TABLE IF NOT EXISTS {T} (
 	waited      boolean     NOT NULL DEFAULT false,
 	lease_until timestamptz,
 	found_by    bytea,
-	sweep_at    timestamptz NOT NULL DEFAULT '-infinity'
+	sweep_at    timestamptz NOT NULL DEFAULT '-infinity',
+	info        bytea,
+	replays     bigint      NOT NULL DEFAULT 0,
+	last_replay timestamptz
 ) WITH (fillfactor = {FF});
 `
 
 // addColumnsSQL brings a table of an earlier version up to date: the columns
-// waited, lease_until, found_by and sweep_at, and the fillfactor. A constant
+// waited, lease_until, found_by, sweep_at, info, replays and last_replay, and
+// the fillfactor. A constant
 // default (or none) makes each column a change of the catalog only (no
 // rewrite). The rows already there read sweep_at as the latest expiry among
 // them (the default the column is added with; the index on expires_at of
@@ -81,6 +90,9 @@ const addColumnsSQL = `DO $$ BEGIN
 		EXECUTE format('ALTER TABLE {T} ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT %L',
 			coalesce((SELECT max(expires_at) FROM {T}), '-infinity'));
 		ALTER TABLE {T} ALTER COLUMN sweep_at SET DEFAULT '-infinity';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{T}'::regclass AND attname = 'info' AND NOT attisdropped) THEN
+		ALTER TABLE {T} ADD COLUMN info bytea, ADD COLUMN replays bigint NOT NULL DEFAULT 0, ADD COLUMN last_replay timestamptz;
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_class, unnest(reloptions) AS o WHERE oid = '{T}'::regclass AND o LIKE 'fillfactor=%') THEN
 		ALTER TABLE {T} SET (fillfactor = {FF});
@@ -137,7 +149,7 @@ const nowSQL = `coalesce($%d::timestamptz, statement_timestamp())`
 type queries struct {
 	schema, addColumns, indexes, dropIndexes, check                        string
 	claim, takeover, complete, release, extend, resolve, get, delete, mark string
-	completeHeld, find, sweep                                              string
+	completeHeld, find, sweep, count                                       string
 }
 
 // Schema returns the DDL that creates table and its index, or brings a table
@@ -165,10 +177,10 @@ func buildQueries(table string) queries {
 		addColumns:  r.Replace(addColumnsSQL),
 		indexes:     r.Replace(indexesSQL),
 		dropIndexes: r.Replace(dropIndexesSQL),
-		check:       r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at FROM {T} LIMIT 0`),
+		check:       r.Replace(`SELECT key, state, token, fingerprint, created_at, expires_at, unknown, response, waited, lease_until, found_by, sweep_at, info, replays, last_replay FROM {T} LIMIT 0`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context, $7 hold ms,
-		// $8 the record's TTL in ms (sweep_at: the claim end plus it). Read
+		// $8 the record's TTL in ms (sweep_at: the claim end plus it), $9 info. Read
 		// first: the row under the key is read by its primary key, and the
 		// lock is inserted only when there is none (ON CONFLICT DO NOTHING, which
 		// takes no row lock). A replay or a conflict therefore writes nothing:
@@ -184,9 +196,9 @@ func buildQueries(table string) queries {
 cur AS (SELECT r.state, r.token = $2 AS mine, r.fingerprint, r.created_at, r.expires_at, r.response,
 	coalesce(r.lease_until, r.expires_at) AS lease_until FROM {T} r WHERE r.key = $1),
 ins AS (
-	INSERT INTO {T} (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at)
+	INSERT INTO {T} (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at, info)
 	SELECT $1, 1, $2, $3, c.now, c.now + ($4::bigint + $7::bigint) * interval '1 millisecond', false, $6::bytea,
-		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond' FROM c
+		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond', $9::bytea FROM c
 	WHERE NOT EXISTS (SELECT 1 FROM cur)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING 1
@@ -212,18 +224,19 @@ SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, coalesce(
 	r.response, c.now FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
 
 		// $1 key, $2 token, $3 fingerprint, $4 lease ms, $5 now, $6 trace context,
-		// $7 hold ms, $8 the record's TTL in ms. Takes over an expired row
+		// $7 hold ms, $8 the record's TTL in ms, $9 info. Takes over an expired row
 		// (claim answered 2): claims the key if it is free (absent or expired) or held by the token's live claim
 		// (a re-sent claim); otherwise returns the live row and writes nothing.
 		// Answers as claim (a claim that lapsed: 3).
 		takeover: r.Replace(`WITH c AS (SELECT {NOW5} AS now),
 ins AS (
-	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at)
+	INSERT INTO {T} AS r (key, state, token, fingerprint, created_at, expires_at, unknown, response, lease_until, sweep_at, info)
 	SELECT $1, 1, $2, $3, c.now, c.now + ($4::bigint + $7::bigint) * interval '1 millisecond', false, $6::bytea,
-		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond' FROM c
+		c.now + $4::bigint * interval '1 millisecond', c.now + ($4::bigint + $8::bigint) * interval '1 millisecond', $9::bytea FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 1, token = excluded.token, fingerprint = excluded.fingerprint,
 		created_at = excluded.created_at, expires_at = excluded.expires_at, unknown = false, response = excluded.response,
-		waited = false, lease_until = excluded.lease_until, found_by = NULL, sweep_at = excluded.sweep_at
+		waited = false, lease_until = excluded.lease_until, found_by = NULL, sweep_at = excluded.sweep_at,
+		info = excluded.info, replays = 0, last_replay = NULL
 	WHERE r.expires_at <= excluded.created_at
 		OR (r.state = 1 AND r.token = excluded.token AND coalesce(r.lease_until, r.expires_at) > excluded.created_at)
 	RETURNING 1
@@ -247,6 +260,7 @@ up AS (
 	SELECT $1, 2, $2, $3, $4, c.now + $5::bigint * interval '1 millisecond', $7, $6, c.now + $5::bigint * interval '1 millisecond' FROM c
 	ON CONFLICT (key) DO UPDATE SET state = 2, token = excluded.token, unknown = excluded.unknown,
 		response = excluded.response, expires_at = excluded.expires_at, sweep_at = excluded.sweep_at,
+		info = NULL, replays = 0, last_replay = NULL,
 		fingerprint = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
 			THEN r.fingerprint ELSE excluded.fingerprint END,
 		created_at = CASE WHEN r.state = 1 AND r.token = excluded.token AND r.expires_at > (SELECT now FROM c)
@@ -270,7 +284,7 @@ SELECT EXISTS (SELECT 1 FROM up)
 		// the claim holds): the update then changes no indexed column and is
 		// a HOT update. Otherwise sweep_at is the new expiry.
 		completeHeld: r.Replace(`WITH c AS (SELECT {NOW6} AS now, {NOW6} + $5::bigint * interval '1 millisecond' AS exp),
-up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.exp,
+up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.exp, info = NULL,
 		sweep_at = CASE WHEN r.sweep_at >= c.exp AND r.sweep_at <= greatest(r.lease_until, c.now) + $5::bigint * interval '1 millisecond'
 			THEN r.sweep_at ELSE c.exp END
 	FROM c WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now
@@ -304,7 +318,7 @@ SELECT EXISTS (SELECT 1 FROM u), 0::bigint`),
 		// record, keeping its token, fingerprint and creation time.
 		resolve: r.Replace(`WITH c AS (SELECT {NOW4} AS now),
 cur AS (SELECT 1 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now),
-u AS (UPDATE {T} r SET state = 2, response = $2, unknown = false, expires_at = c.now + $3::bigint * interval '1 millisecond',
+u AS (UPDATE {T} r SET state = 2, response = $2, unknown = false, info = NULL, expires_at = c.now + $3::bigint * interval '1 millisecond',
 		sweep_at = c.now + $3::bigint * interval '1 millisecond' FROM c
 	WHERE $2::bytea IS NOT NULL AND r.key = $1 AND r.expires_at > c.now
 		AND (r.state = 2 AND r.unknown OR r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now) RETURNING 1),
@@ -321,12 +335,23 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM d) THEN 1
 		mark: r.Replace(`UPDATE {T} SET waited = true WHERE key = $1 AND state = 1 AND NOT waited`),
 
 		// $1 key, $2 now. Answers (lapsed, state, fingerprint, created,
-		// expires, response): lapsed for a claim that lapsed, held (its
-		// expires is the hold's end; a live claim's, its claim end).
+		// expires, response, info, replays, last replay): lapsed for a claim
+		// that lapsed, held (its expires is the hold's end; a live claim's,
+		// its claim end).
 		get: r.Replace(`WITH c AS (SELECT {NOW2} AS now)
 SELECT r.state = 1 AND coalesce(r.lease_until, r.expires_at) <= c.now, r.state, r.fingerprint, r.created_at,
-	CASE WHEN r.state = 1 AND coalesce(r.lease_until, r.expires_at) > c.now THEN r.lease_until ELSE r.expires_at END, r.response
+	CASE WHEN r.state = 1 AND coalesce(r.lease_until, r.expires_at) > c.now THEN r.lease_until ELSE r.expires_at END, r.response,
+	r.info, CASE WHEN r.last_replay >= r.created_at THEN r.replays ELSE 0 END, r.last_replay
 FROM {T} r, c WHERE r.key = $1 AND r.expires_at > c.now`),
+
+		// $1 keys, $2 their records' creation, $3 replays, $4 the latest.
+		// Adds each count to the completed record created then (another
+		// record under the key is left alone). Announces nothing: a count
+		// changes no answer a local cache may hold.
+		count: r.Replace(`UPDATE {T} r SET replays = CASE WHEN r.last_replay >= r.created_at THEN r.replays ELSE 0 END + c.n,
+	last_replay = greatest(r.last_replay, c.at)
+FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::timestamptz[]) AS c(key, created, n, at)
+WHERE r.key = c.key AND r.created_at = c.created AND r.state = 2`),
 
 		// $1 key, $2 now, $3 channels. True when a live record was deleted (a
 		// lapsed one is deleted too, and answers false).

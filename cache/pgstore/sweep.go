@@ -59,7 +59,7 @@ func migrate(ctx context.Context, db beginner, table string, q queries) error {
 			return nil
 		})
 	}
-	err := step("adding the columns waited, lease_until, found_by and sweep_at", q.schema, q.addColumns)
+	err := step("adding the columns waited, lease_until, found_by, sweep_at, info, replays and last_replay", q.schema, q.addColumns)
 	if err == nil {
 		err = step("creating the index on sweep_at", q.indexes)
 	}

@@ -279,7 +279,8 @@ func TestDroppingTheEarlierIndexesWaitsBriefly(t *testing.T) {
 	if _, err := pool.Exec(ctx, earlierDDL); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `ALTER TABLE old ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity'`); err != nil {
+	if _, err := pool.Exec(ctx, `ALTER TABLE old ADD COLUMN sweep_at timestamptz NOT NULL DEFAULT '-infinity',
+		ADD COLUMN info bytea, ADD COLUMN replays bigint NOT NULL DEFAULT 0, ADD COLUMN last_replay timestamptz`); err != nil {
 		t.Fatal(err)
 	}
 	dump, err := pool.Begin(ctx)

@@ -124,6 +124,7 @@ func (s *Store) startSubscriber() {
 // was opened. Calls after Close fail. It does not close the client, which the
 // caller owns. Close is idempotent.
 func (s *Store) Close() error {
+	s.replays.Close() // before the pipeline workers stop: it writes what it holds
 	if s.pipe != nil {
 		s.pipe.close()
 	}

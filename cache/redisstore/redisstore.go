@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/cache/internal/localcache"
+	"github.com/idemproxy/idemproxy/cache/internal/replays"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -40,12 +41,15 @@ type Store struct {
 	local      *localcache.Cache // nil: no local cache
 
 	notifyArg any // channel(), boxed once (channelArg)
+
+	replays *replays.Batch // the replay counts not written yet (replays.go)
 }
 
 var (
-	_ cache.Store       = (*Store)(nil)
-	_ cache.Notifier    = (*Store)(nil)
-	_ cache.LocalCacher = (*Store)(nil)
+	_ cache.Store         = (*Store)(nil)
+	_ cache.Notifier      = (*Store)(nil)
+	_ cache.LocalCacher   = (*Store)(nil)
+	_ cache.ReplayCounter = (*Store)(nil)
 )
 
 // New returns a Store over c: a *redis.Client, *redis.ClusterClient, a Sentinel
@@ -68,6 +72,7 @@ func New(c redis.UniversalClient, opts Options) (*Store, error) {
 		localBytes:   opts.LocalCache,
 	}
 	s.notifyArg = s.channel()
+	s.replays = replays.New(cache.ReplayFlush, replayFlushTimeout, s.writeReplays)
 	switch {
 	case s.waitReplicas < 0:
 		return nil, fmt.Errorf("redisstore: wait replicas must not be negative, got %d", s.waitReplicas)
@@ -159,7 +164,7 @@ func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 // claimOrGet runs the claim; ttl is a found record's remaining life by the
 // server's clock.
 func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, time.Duration, error) {
-	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Duration), s.nowArg(), string(lock.Trace), holdArg(lock.Hold)).Slice()
+	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Duration), s.nowArg(), string(lock.Trace), holdArg(lock.Hold), lock.Info).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
 		// it, so it cannot hold the key against the pending Complete of an
@@ -281,7 +286,32 @@ func (s *Store) Get(ctx context.Context, key string) (*cache.Record, error) {
 	if !found {
 		return nil, cache.ErrNotFound
 	}
+	operatorFields(res, rec)
 	return rec, nil
+}
+
+// operatorFields sets rec's info and replay count from getScript's answer,
+// whose last three values they are.
+func operatorFields(res []any, rec *cache.Record) {
+	if len(res) != 11 && len(res) != 12 {
+		return
+	}
+	x := res[len(res)-3:]
+	info, _ := x[0].(string)
+	switch {
+	case rec.Lapsed:
+		rec.Response.Info = cache.WithEvent(info, cache.Event{Kind: cache.EventHeld, By: cache.ByLapse})
+	case rec.State == cache.StateInFlight:
+		rec.Info = info
+	}
+	if s, ok := x[1].(string); ok {
+		rec.Replays, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if s, ok := x[2].(string); ok {
+		if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+			rec.LastReplay = time.UnixMilli(ms)
+		}
+	}
 }
 
 // Delete implements cache.Store.
@@ -321,7 +351,7 @@ func parseRecord(res []any) (*cache.Record, bool, error) {
 		return nil, false, nil
 	case code == -1:
 		return nil, false, fmt.Errorf("%w: the value under this key is not an idempotency record", cache.ErrCorrupt)
-	case code == 2 && len(res) == 9:
+	case code == 2 && len(res) >= 9:
 		return parseLapsed(res)
 	case code != 1 || len(res) < 6:
 		return nil, false, fmt.Errorf("%w: script answer %v", cache.ErrCorrupt, res)
@@ -382,5 +412,5 @@ func parseLapsed(res []any) (*cache.Record, bool, error) {
 	if trace != "" {
 		tr = []byte(trace)
 	}
-	return cache.LapsedRecord(fp, time.UnixMilli(created), time.UnixMilli(expires), tr, found == 1), true, nil
+	return cache.LapsedRecord(fp, time.UnixMilli(created), time.UnixMilli(expires), tr, "", found == 1), true, nil
 }

@@ -26,6 +26,9 @@ import (
 //	gr   when the first claim after a restart found the claim lapsed, ms (restartGraceLua)
 //	w    "1" when a duplicate waits for this claim in flight (markScript): only then
 //	     do Complete and Release announce the change
+//	in   an in-flight claim's cache.Claim.Info (a completed record's is in resp;
+//	     in kept after the completion, which deleting would cost one more command)
+//	rc   how many replays were counted (countScript); rl the latest, ms
 //
 // PEXPIRE removes the key when ex passes (an in-flight claim restartKeepMS later); ex is checked as well so that an injected
 // clock (ARGV now, 0 = the server's TIME) decides expiry consistently.
@@ -124,7 +127,7 @@ return {1, r[1], r[2], r[3], r[4], ex, r[6] or false, now}
 `
 
 // lockScript: KEYS[1]; ARGV token, fingerprint, lease ms, now ms, trace context,
-// hold ms. Answers {0} when claimed (also when ARGV token already holds the
+// hold ms, info. Answers {0} when claimed (also when ARGV token already holds the
 // live claim: a re-sent claim), or the live record as answerLua does. The
 // first claim with the fingerprint of a lapsed claim marks it found (lf).
 var lockScript = redis.NewScript(fmt.Sprintf(nowLua, 4) + readLua + restartGraceLua + `
@@ -139,6 +142,7 @@ local hold = tonumber(ARGV[6]) or 0
 redis.call('HSET', KEYS[1], 'v', '1', 'st', '1', 'tok', ARGV[1], 'fp', ARGV[2], 'ca', now, 'ex', now + tonumber(ARGV[3]) + hold, 'ls', ARGV[3])
 if hold > 0 then redis.call('HSET', KEYS[1], 'le', now + tonumber(ARGV[3])) end
 if ARGV[5] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'resp', ARGV[5]) end
+if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'in', ARGV[7]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + hold + ` + fmt.Sprint(restartKeepMS) + `)
 return {0}
 `)
@@ -218,7 +222,7 @@ if ARGV[1] == '' then
   redis.call('DEL', KEYS[1])
 else
   redis.call('HSET', KEYS[1], 'st', '2', 'resp', ARGV[1], 'ex', now + tonumber(ARGV[2]))
-  redis.call('HDEL', KEYS[1], 'u')
+  redis.call('HDEL', KEYS[1], 'u', 'in')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 redis.call('PUBLISH', ARGV[4], KEYS[1])
@@ -252,13 +256,31 @@ return 1
 `)
 
 // getScript: KEYS[1]; ARGV now ms. Answers {0} when absent, the record as
-// answerLua does otherwise.
+// answerLua does otherwise, followed by the operators' fields: in, rc, rl
+// (or false each).
 var getScript = redis.NewScript(fmt.Sprintf(nowLua, 1) + readLua + `
-local tok = false
 if live then
-` + answerLua + `
+  local x = redis.call('HMGET', KEYS[1], 'in', 'rc', 'rl')
+  if lapsed then
+    return {2, r[1], r[2], r[3], r[4], r[5], r[6] or false, now, 0, x[1] or false, x[2] or false, x[3] or false}
+  end
+  local ex = r[5]
+  if r[2] == '1' and r[8] then ex = r[8] end
+  return {1, r[1], r[2], r[3], r[4], ex, r[6] or false, now, x[1] or false, x[2] or false, x[3] or false}
 end
 return {0}
+`)
+
+// countScript: KEYS[1]; ARGV created ms, replays, latest ms. Adds replays to
+// the completed record created then (another record under the key, or none,
+// is left alone: HINCRBY would create a hash without expiry). Announces
+// nothing: a count changes no answer a local cache may hold.
+var countScript = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'v', 'st', 'ca', 'rl')
+if h[1] ~= '1' or h[2] ~= '2' or h[3] ~= ARGV[1] then return 0 end
+redis.call('HINCRBY', KEYS[1], 'rc', ARGV[2])
+if not tonumber(h[4]) or tonumber(h[4]) < tonumber(ARGV[3]) then redis.call('HSET', KEYS[1], 'rl', ARGV[3]) end
+return 1
 `)
 
 // deleteScript: KEYS[1]; ARGV now ms, channel. Answers 1 when a live record was deleted.

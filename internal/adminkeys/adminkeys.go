@@ -32,9 +32,65 @@ type KeyRecord struct {
 	CreatedAt   time.Time    `json:"created_at"`
 	ExpiresAt   time.Time    `json:"expires_at"`
 	Response    *KeyResponse `json:"response,omitempty"`
+	// Request is the first request, as the record keeps it (absent from a
+	// record an earlier version wrote).
+	Request *KeyRequest `json:"request,omitempty"`
+	// Replays is how many retries were answered from the record, and
+	// LastReplay when the latest was (counted in batches by the shared
+	// stores: a replay shows here within seconds).
+	Replays    int64     `json:"replays"`
+	LastReplay time.Time `json:"last_replay,omitzero"`
+	// History is what held and settled the record, oldest first.
+	History []KeyEvent `json:"history,omitempty"`
 	// Reconcile is the key's reconcile job, while it has one (a held
 	// unknown outcome of a route that reconciles).
 	Reconcile *KeyReconcile `json:"reconcile,omitempty"`
+}
+
+// KeyRequest is the first request of a record: no header value and no
+// body, only what tells an operator which request it was.
+type KeyRequest struct {
+	Method    string    `json:"method"`
+	Path      string    `json:"path"` // canonical, without the query
+	Route     string    `json:"route,omitempty"`
+	RequestID string    `json:"request_id,omitempty"`
+	Client    string    `json:"client,omitempty"`
+	FirstSeen time.Time `json:"first_seen"`
+}
+
+// KeyEvent is one step of a record's history: held (by no_answer or
+// lease_lapsed), resolved or released (by operator, reconcile, or
+// late_completion: the first execution's own answer, stored after its
+// claim lapsed).
+type KeyEvent struct {
+	Event string    `json:"event"`
+	By    string    `json:"by,omitempty"`
+	At    time.Time `json:"at,omitzero"` // absent for a hold by lapse, which began at held_since
+}
+
+// Request and History are info as the admin APIs show it.
+func Request(info *cache.Info) *KeyRequest {
+	if info == nil || info.Method == "" && info.Path == "" {
+		return nil
+	}
+	return &KeyRequest{Method: info.Method, Path: info.Path, Route: info.Route, RequestID: info.RequestID,
+		Client: info.Client, FirstSeen: info.FirstSeen.UTC()}
+}
+
+// History is info's events as the admin APIs show them.
+func History(info *cache.Info) []KeyEvent {
+	if info == nil {
+		return nil
+	}
+	out := make([]KeyEvent, 0, len(info.Events))
+	for _, ev := range info.Events {
+		ke := KeyEvent{Event: string(ev.Kind), By: ev.By}
+		if !ev.At.IsZero() {
+			ke.At = ev.At.UTC()
+		}
+		out = append(out, ke)
+	}
+	return out
 }
 
 // KeyReconcile is a held key's reconcile schedule in a KeyRecord.
@@ -84,6 +140,10 @@ type HeldKey struct {
 	// (known from its reconcile job), else empty.
 	Route     string    `json:"route,omitempty"`
 	CreatedAt time.Time `json:"created_at"` // when the first request claimed the key
+	// Request is the first request, History what held it (see KeyRecord).
+	Request *KeyRequest `json:"request,omitempty"`
+	Replays int64       `json:"replays"`
+	History []KeyEvent  `json:"history,omitempty"`
 	// HeldSince is when the hold began: HeldUntil less the route's
 	// unknown_hold (the claim's end, for a lapsed claim).
 	HeldSince time.Time     `json:"held_since"`
@@ -156,6 +216,12 @@ func Record(keyHash string, rec *cache.Record) KeyRecord {
 		}
 		out.Response = &KeyResponse{Status: resp.Status, Headers: headers, BodySize: resp.BodySize,
 			BodyBase64: base64.StdEncoding.EncodeToString(resp.Body), Oversize: resp.Oversize, Unknown: resp.Unknown}
+	}
+	if !rec.LastReplay.IsZero() {
+		out.Replays, out.LastReplay = rec.Replays, rec.LastReplay.UTC()
+	}
+	if info, err := cache.InfoOf(rec); err == nil { // one that does not decode is left out
+		out.Request, out.History = Request(info), History(info)
 	}
 	return out
 }
@@ -269,6 +335,10 @@ func Held(w http.ResponseWriter, r *http.Request, store cache.Store, hold func(r
 		if rec.Lapsed {
 			hk.Kind = "lease_lapsed"
 		}
+		hk.Replays = rec.Replays
+		if info, err := cache.InfoOf(rec); err == nil {
+			hk.Request, hk.History = Request(info), History(info)
+		}
 		route := ""
 		if jobs != nil {
 			if job, err := jobs.GetReconcile(ctx, l.Key); err == nil {
@@ -368,11 +438,12 @@ const (
 )
 
 // Settle releases (res nil) or resolves (with res) the held unknown outcome k
-// names through core, whose store is store, and answers.
+// names through core, whose store is store, and answers, with the record's
+// history: a released record's last, since the release deletes it.
 func Settle(w http.ResponseWriter, r *http.Request, core *middleware.Handler, store cache.Store, k Key, res *middleware.Resolution) Settlement {
 	ctx, cancel := context.WithTimeout(r.Context(), OpTimeout)
 	defer cancel()
-	err := core.Resolve(ctx, k.StoreKey, res)
+	info, err := core.Settle(ctx, k.StoreKey, res, cache.ByOperator)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		WriteJSON(w, http.StatusNotFound, k.NotFound)
@@ -388,7 +459,14 @@ func Settle(w http.ResponseWriter, r *http.Request, core *middleware.Handler, st
 		WriteJSON(w, http.StatusOK, out)
 		return Resolved
 	default:
-		WriteJSON(w, http.StatusOK, map[string]any{"released": true, "key_hash": k.KeyHash})
+		out := map[string]any{"released": true, "key_hash": k.KeyHash}
+		if req := Request(info); req != nil {
+			out["request"] = req
+		}
+		if h := History(info); len(h) > 0 {
+			out["history"] = h
+		}
+		WriteJSON(w, http.StatusOK, out)
 		return Released
 	}
 	return NotSettled
