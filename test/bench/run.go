@@ -83,13 +83,13 @@ type scenario struct {
 	peer    string // the retry scenario's second instance: its URL
 	counter func() (counter, error)
 	counted retryCount
-	group  string // "proxy" or "caddy": what the ratio is against
-	slow   int    // > 0: send requests/slow per round (DynamoDB Local)
-	rps    []float64
-	lat    []time.Duration
-	bad    int // answers of the wrong kind (not 201, or replayed when it should not be, …)
-	cmds   int64
-	reqs   int64
+	group   string // "proxy" or "caddy": what the ratio is against
+	slow    int    // > 0: send requests/slow per round (DynamoDB Local)
+	rps     []float64
+	lat     []time.Duration
+	bad     int // answers of the wrong kind (not 201, or replayed when it should not be, …)
+	cmds    int64
+	reqs    int64
 	// CPU accounting: server is the process under test (core 1); the upstream,
 	// the store (Redis, PostgreSQL) and the load generator share core 0.
 	server, peerServer         string
