@@ -32,7 +32,9 @@ const cacheWarm = 500 * time.Millisecond
 // delete or a resolve through one reaches the other's cache before it answers
 // again, also when the channel that announces it was just cut; unknown outcomes and in-flight claims are never cached; an entry
 // expires with its record; a retry with another fingerprint still sees the
-// first one's (the middleware answers 422).
+// first one's (the middleware answers 422); the instance that completed a
+// record answers it from its cache with no read, and still hears of a delete
+// through the other.
 func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
 	tests := []struct {
 		name string
@@ -44,6 +46,7 @@ func RunLocalCache(t *testing.T, newInstances func(t *testing.T) Instances) {
 		{"ExpiresWithRecord", testCacheExpiry},
 		{"MismatchStillSeen", testCacheMismatch},
 		{"ChannelCut", testCacheChannelCut},
+		{"CompletedKeptByItsInstance", testCacheCompleteKept},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,5 +247,51 @@ func testCacheChannelCut(t *testing.T, in Instances) {
 		if time.Now().After(deadline) {
 			t.Fatal("A's cache answered nothing for 10s after its subscription was cut")
 		}
+	}
+}
+
+// The instance that completes a record keeps it: its first claim of the key
+// is answered from its cache (the record dropped behind its back is still
+// answered), on a cache that no claim consulted before (the Complete carried
+// its ping). A delete through B still reaches it, and an unknown outcome is
+// not kept.
+func testCacheCompleteKept(t *testing.T, in Instances) {
+	ctx := context.Background()
+	key := Key(t, "k")
+	tok := claim(t, in.A, key, "fp")
+	if err := in.A.Complete(ctx, key, tok, completed(201, "first"), ttl); err != nil {
+		t.Fatal(err)
+	}
+	in.Drop(t, key)
+	rec, loaded := claimOrGet(t, in.A, key, "fp")
+	if !loaded || rec.State != cache.StateCompleted || rec.Response.Status != 201 || string(rec.Response.Body) != "first" {
+		t.Fatalf("the completing instance's first claim was not answered from its cache: loaded=%v %+v", loaded, rec)
+	}
+	if rec.Fingerprint != "fp" || rec.Version != cache.FormatVersion || rec.ExpiresAt.IsZero() {
+		t.Fatalf("the kept record is not what a read returns: %+v", rec)
+	}
+
+	deleted := Key(t, "k")
+	tok = claim(t, in.A, deleted, "fp")
+	if err := in.A.Complete(ctx, deleted, tok, completed(201, "first"), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.B.Delete(ctx, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if rec, loaded := claimOrGet(t, in.A, deleted, "fp"); loaded {
+		t.Fatalf("after a delete through B, A answered the record it completed: %d %q", rec.Response.Status, rec.Response.Body)
+	}
+
+	unknown := Key(t, "k")
+	tok = claim(t, in.A, unknown, "fp")
+	held := completed(502, "outcome unknown")
+	held.Response.Unknown = true
+	if err := in.A.Complete(ctx, unknown, tok, held, ttl); err != nil {
+		t.Fatal(err)
+	}
+	in.Drop(t, unknown)
+	if rec, loaded := claimOrGet(t, in.A, unknown, "fp"); loaded {
+		t.Fatalf("A kept the unknown outcome it completed: %+v", rec)
 	}
 }

@@ -299,7 +299,11 @@ func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 	return nil, false, 0, errors.New("pgstore: claiming key: the row kept changing under the claim")
 }
 
-// Complete implements cache.Store.
+// Complete implements cache.Store. With a local cache, the record the common
+// statement (completeHeld) stored is kept there (localcache: Begin before the
+// write, End after it), so the first replay on this instance needs no round
+// trip, and that statement carries the cache's ping when one is due
+// (localcache.Cache.Carry).
 func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
 	if rec == nil || rec.Response == nil {
 		return errors.New("pgstore: completing without a response")
@@ -318,7 +322,17 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 			created = s.now()
 		}
 	}
-	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.announceOwn)
+	write := s.local.Begin(key)
+	sent := time.Now()
+	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.announceOwn, s.local.Carry())
+	var kept *cache.Record
+	if err == nil && write != nil && !rec.Response.Unknown {
+		if resp, derr := cache.DecodeResponse(blob); derr == nil {
+			kept = &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: rec.Fingerprint,
+				CreatedAt: created, ExpiresAt: sent.Add(time.Duration(ms(ttl)) * time.Millisecond), Response: resp}
+		}
+	}
+	s.local.End(write, kept, time.Duration(ms(ttl))*time.Millisecond)
 	if !errors.Is(err, cache.ErrClaimLost) {
 		return err
 	}

@@ -274,7 +274,8 @@ SELECT EXISTS (SELECT 1 FROM up)
 	, (SELECT count(*) FROM n)`),
 
 		// $1 key, $2 token, $3 response, $4 unknown, $5 ttl ms, $6 now, $7
-		// channels. The common Complete: the token's own live claim, a plain
+		// channels, $8 the local cache's ping ('' none), notified on the
+		// first channel whatever the row. The common Complete: the token's own live claim, a plain
 		// UPDATE of the row it holds (no speculative insert, no subplans), which
 		// writes what complete writes in that case. False in every other case,
 		// which complete then decides (a lapsed or absent lock, a re-sent
@@ -289,8 +290,9 @@ up AS (UPDATE {T} r SET state = 2, response = $3, unknown = $4, expires_at = c.e
 			THEN r.sweep_at ELSE c.exp END
 	FROM c WHERE r.key = $1 AND r.state = 1 AND r.token = $2 AND r.expires_at > c.now
 	RETURNING r.waited),
-n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($7::text[]) ch, up WHERE up.waited)
-SELECT EXISTS (SELECT 1 FROM up), (SELECT count(*) FROM n)`),
+n AS (SELECT pg_notify(ch, encode($1, 'hex')) FROM unnest($7::text[]) ch, up WHERE up.waited),
+p AS (SELECT pg_notify(($7::text[])[1], $8::text) WHERE $8::text <> '')
+SELECT EXISTS (SELECT 1 FROM up), (SELECT count(*) FROM n) + (SELECT count(*) FROM p)`),
 
 		// $1 key, $2 token, $3 now, $4 channels. True when the key is free
 		// afterwards: released now, lapsed, or nobody held it (a re-sent Release).

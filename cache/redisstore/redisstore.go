@@ -186,10 +186,16 @@ func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 	return rec, true, ttl, nil
 }
 
-// Complete implements cache.Store.
+// Complete implements cache.Store. With a local cache, the record it stored
+// is kept there (localcache: Begin before the write, End after it), so the
+// first replay on this instance needs no round trip, and the write carries
+// the cache's ping when one is due (localcache.Cache.Carry).
 func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Record, ttl time.Duration) error {
 	if rec == nil || rec.Response == nil {
 		return errors.New("redisstore: completing without a response")
+	}
+	if token == "" {
+		return cache.ErrClaimLost
 	}
 	blob, err := cache.EncodeResponse(rec.Response)
 	if err != nil {
@@ -199,8 +205,33 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	if created.IsZero() {
 		created = s.clock()
 	}
-	return s.fenced(ctx, completeScript, "completing", key, token, token, blob, ms(ttl), s.nowArg(), s.channelArg(),
-		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown))
+	write := s.local.Begin(key)
+	sent := s.clock()
+	n, err := s.run(ctx, completeScript, key, token, blob, ms(ttl), s.nowArg(), s.channelArg(),
+		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown), s.local.Carry()).Int()
+	var kept *cache.Record
+	if err == nil && n == 1 && write != nil && !rec.Response.Unknown {
+		kept = s.completed(blob, rec.Fingerprint, created, sent.Add(time.Duration(ms(ttl))*time.Millisecond))
+	}
+	s.local.End(write, kept, time.Duration(ms(ttl))*time.Millisecond)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisstore: completing: %w", err)
+	case n != 1 && n != 2:
+		return cache.ErrClaimLost
+	}
+	return nil
+}
+
+// completed is the record a Complete stored, as a read returns it (its
+// response decoded from what was written), or nil when it does not decode.
+func (s *Store) completed(blob []byte, fingerprint string, created, expires time.Time) *cache.Record {
+	resp, err := cache.DecodeResponse(blob)
+	if err != nil {
+		return nil
+	}
+	return &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: fingerprint,
+		CreatedAt: time.UnixMilli(created.UnixMilli()), ExpiresAt: time.UnixMilli(expires.UnixMilli()), Response: resp}
 }
 
 // holdArg is a claim's hold in milliseconds (0: none).

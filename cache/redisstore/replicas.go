@@ -43,7 +43,10 @@ func wrote(script *redis.Script, cmd *redis.Cmd) bool {
 		}
 		code, _ := res[0].(int64)
 		return code == 0 // claimed (or re-claimed: the earlier write must be acknowledged too)
-	case completeScript, releaseScript, extendScript, resolveScript, deleteScript:
+	case completeScript: // 2: stored by an earlier run, which must be acknowledged too
+		n, err := cmd.Int()
+		return err == nil && (n == 1 || n == 2)
+	case releaseScript, extendScript, resolveScript, deleteScript:
 		n, err := cmd.Int()
 		return err == nil && n == 1
 	}

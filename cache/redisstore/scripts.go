@@ -39,7 +39,8 @@ import (
 // Every script is idempotent for its token: go-redis re-sends a call whose reply
 // was lost with the connection, and the re-run must answer as the first did. A
 // claim by the token that already holds the claim answers "claimed"; a Complete by
-// the token that completed the record answers 1; a Release of a key nobody holds
+// the token that completed the record answers 2 (stored before: a success, as
+// the first run's 1); a Release of a key nobody holds
 // answers 1 (the key is free, as the Release wants it).
 
 // nowLua sets `now`, in milliseconds, from ARGV[n] or the server clock.
@@ -177,9 +178,11 @@ return 1
 `)
 
 // completeScript: KEYS[1]; ARGV token, response, ttl ms, now ms, channel,
-// fingerprint, created ms, unknown ("1" or "0"). Answers 1 when the record is stored, or was already
-// completed by this token (a re-sent Complete); 0 when another claim or record
-// holds the key. The token's own claim is completed whether its claim lapsed or
+// fingerprint, created ms, unknown ("1" or "0"), ping (the local cache's,
+// published on the channel; "" none). Answers 1 when the record is stored
+// now, 2 when it was already completed by this token (a re-sent Complete: its
+// life began earlier, so no local cache keeps it); 0 when another claim or
+// record holds the key. The token's own claim is completed whether its claim lapsed or
 // not (a lapsed one is held until then). A key that is free (absent, or a claim
 // past its hold) is completed as well: the operation ran, and nobody else
 // claimed the key since.
@@ -189,7 +192,8 @@ if h['err'] then return 0 end
 if not h[1] and not h[3] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local live = tonumber(h[3]) and tonumber(h[3]) > now
 local ours = h[2] == ARGV[1]
-if live and h[1] == '2' and ours then return 1 end
+if ARGV[9] and ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[9]) end
+if live and h[1] == '2' and ours then return 2 end
 if live and not (h[1] == '1' and ours) then return 0 end
 if not (live and ours) then
   redis.call('DEL', KEYS[1])

@@ -112,6 +112,7 @@ func report(cfg benchConfig, scenarios []*scenario, conflictCmds float64) {
 	if conflictCmds >= 0 {
 		fmt.Printf("\nRedis commands per conflict (409): %.2f\n", conflictCmds)
 	}
+	reportRetries(scenarios)
 
 	// Where the CPU went, per request, and how busy each core was: a core near
 	// 100% is what limited a scenario.
@@ -141,6 +142,9 @@ func cpuSnapshot(pids map[string]int, s *scenario) cpuTimes {
 		server: procinfo.CPUTime(pids[s.server]),
 		up:     procinfo.CPUTime(pids["upstream"]),
 		load:   procinfo.SelfCPUTime(),
+	}
+	if s.peerServer != "" { // both instances run on core 1
+		t.server += procinfo.CPUTime(pids[s.peerServer])
 	}
 	if s.store != "" {
 		t.store = procinfo.TreeCPUTime(pids[s.store]) // PostgreSQL: the postmaster and its backends
@@ -210,4 +214,31 @@ func flood(cfg benchConfig, dir, idemproxy, upURL string) error {
 	fmt.Printf("RSS: at start %.1f MiB, after 100k keys %.1f MiB, peak %.1f MiB, after %d keys %.1f MiB\n",
 		float64(startRSS)/1024, float64(after100k)/1024, float64(peak)/1024, cfg.flood, float64(endRSS)/1024)
 	return nil
+}
+
+// reportRetries prints the retry scenarios' round trips to their store per
+// request of each step, counted on the wire (Redis MONITOR, PostgreSQL
+// pg_stat_statements) over retryCountKeys keys sent one request at a time.
+func reportRetries(scenarios []*scenario) {
+	header := false
+	for _, s := range scenarios {
+		if s.counter == nil {
+			continue
+		}
+		if !header {
+			header = true
+			fmt.Printf("\nRetry scenarios, store round trips per request counted on the wire (Redis MONITOR, PostgreSQL pg_stat_statements), %d keys one request at a time:\n\n", retryCountKeys)
+			fmt.Printf("| scenario | %s | %s | %s | per request | pings sent on their own |\n", retrySteps[0], retrySteps[1], retrySteps[2])
+			fmt.Println("|---|---:|---:|---:|---:|---:|")
+		}
+		c := s.counted
+		if c.err != nil || c.keys == 0 {
+			fmt.Printf("| %s | not counted: %v | | | | |\n", s.name, c.err)
+			continue
+		}
+		per := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/float64(c.keys)) }
+		total := c.steps[0] + c.steps[1] + c.steps[2]
+		fmt.Printf("| %s | %s | %s | %s | %.2f | %d |\n", s.name, per(c.steps[0]), per(c.steps[1]), per(c.steps[2]),
+			float64(total)/float64(3*c.keys), c.pings)
+	}
 }

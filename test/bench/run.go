@@ -76,16 +76,23 @@ type scenario struct {
 	replay bool
 	redis  bool
 	store  string // "redis" or "postgres": whose CPU the store column counts
-	group  string // "proxy" or "caddy": what the ratio is against
-	slow   int    // > 0: send requests/slow per round (DynamoDB Local)
-	rps    []float64
-	lat    []time.Duration
-	bad    int // answers of the wrong kind (not 201, or replayed when it should not be, …)
-	cmds   int64
-	reqs   int64
+	// retry: each key executed on target or peer (round robin), replayed on
+	// that instance, then on the other (loadRetry); counted, its round trips
+	// on the wire (countRetries).
+	retry   bool
+	peer    string // the retry scenario's second instance: its URL
+	counter func() (counter, error)
+	counted retryCount
+	group   string // "proxy" or "caddy": what the ratio is against
+	slow    int    // > 0: send requests/slow per round (DynamoDB Local)
+	rps     []float64
+	lat     []time.Duration
+	bad     int // answers of the wrong kind (not 201, or replayed when it should not be, …)
+	cmds    int64
+	reqs    int64
 	// CPU accounting: server is the process under test (core 1); the upstream,
 	// the store (Redis, PostgreSQL) and the load generator share core 0.
-	server                     string
+	server, peerServer         string
 	cpuServer, cpuUp, cpuStore time.Duration
 	cpuLoad, elapsed           time.Duration
 	served                     int64
@@ -179,6 +186,12 @@ func run(cfg benchConfig) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer pg.Stop()
+	// pg_stat_statements counts the retry scenario's statements; it is loaded
+	// at start, and tracks nothing but while it counts.
+	statsLoaded, err := loadStatStatements(pg)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	pids["postgres"] = pg.PID()
 	if out, err := exec.Command("taskset", "-a", "-p", "-c", coreEnv, fmt.Sprint(pg.PID())).CombinedOutput(); err != nil {
 		return fmt.Errorf("pinning postgres: %v: %s", err, out)
@@ -195,6 +208,20 @@ func run(cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
+	// The retry scenario's second instances, one per shared store.
+	peers := map[string]string{}
+	for _, c := range []struct{ store, url string }{
+		{"redis", "redis://" + redisAddr + "/0?pool_size=64"},
+		{"postgres", pg.URL() + "&pool_max_conns=32"},
+	} {
+		addr := procinfo.FreeAddr()
+		u, err := launch(coreTest, "idemproxy-"+c.store+"-b", addr, idemproxy, "--listen", addr, "--upstream", upURL,
+			"--store", c.url, "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		peers[c.store] = u
+	}
 	scenarios := []*scenario{
 		{name: "upstream directly", target: directURL, group: "ref", server: "upstream-direct"},
 		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base", server: "bareproxy"},
@@ -204,6 +231,17 @@ func run(cfg benchConfig) error {
 		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
 		{name: "idemproxy PostgreSQL: first executions", target: pgURL, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
 		{name: "idemproxy PostgreSQL: replays", target: pgURL, replay: true, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
+		{name: "idemproxy Redis: retries (2 instances)", target: redURL, peer: peers["redis"], retry: true, redis: true, store: "redis",
+			group: "proxy", server: "idemproxy-redis", peerServer: "idemproxy-redis-b",
+			counter: func() (counter, error) { return newRedisMonitor(redisAddr) }},
+		{name: "idemproxy PostgreSQL: retries (2 instances)", target: pgURL, peer: peers["postgres"], retry: true, store: "postgres",
+			group: "proxy", server: "idemproxy-postgres", peerServer: "idemproxy-postgres-b",
+			counter: func() (counter, error) {
+				if !statsLoaded {
+					return nil, fmt.Errorf("pg_stat_statements is not installed")
+				}
+				return newPGStatements(context.Background(), pg.URL())
+			}},
 	}
 	// PostgreSQL's durability trade-offs, documented options, off by default
 	// (docs/stores.md, "Durability trade-offs"): synchronous_commit off, and a
@@ -298,6 +336,10 @@ func run(cfg benchConfig) error {
 
 	fmt.Printf("warming up %d scenarios…\n", len(scenarios))
 	for si, s := range scenarios {
+		if s.retry {
+			loadRetry([2]string{s.target, s.peer}, cfg.conns, 3000, fmt.Sprintf("warm-%d-", si))
+			continue
+		}
 		load(s.target, cfg.conns, 256, replayKey) // first pass stores the replay keys
 		load(s.target, cfg.conns, 2000, keyPrefix(fmt.Sprintf("warm-%d-", si)))
 	}
@@ -315,7 +357,12 @@ func run(cfg benchConfig) error {
 			if s.slow > 0 {
 				n = max(n/s.slow, cfg.conns)
 			}
-			res := load(s.target, cfg.conns, n, key)
+			var res result
+			if s.retry {
+				res = loadRetry([2]string{s.target, s.peer}, cfg.conns, n, fmt.Sprintf("r-%d-%d-", round, si))
+			} else {
+				res = load(s.target, cfg.conns, n, key)
+			}
 			cpu1 := cpuSnapshot(pids, s)
 			s.cpuServer += cpu1.server - cpu0.server
 			s.cpuUp += cpu1.up - cpu0.up
@@ -333,7 +380,9 @@ func run(cfg benchConfig) error {
 			s.rps = append(s.rps, res.rps())
 			s.lat = append(s.lat, res.latencies...)
 			s.bad += res.errors + len(res.latencies) - res.statuses[201]
-			if s.group == "proxy" || s.group == "caddy" {
+			if s.retry {
+				s.bad += 2*len(res.latencies)/3 - res.replayed
+			} else if s.group == "proxy" || s.group == "caddy" {
 				if s.replay {
 					s.bad += len(res.latencies) - res.replayed
 				} else {
@@ -342,6 +391,18 @@ func run(cfg benchConfig) error {
 			}
 			fmt.Printf("round %d  %-40s %9.0f req/s\n", round+1, s.name, res.rps())
 		}
+	}
+	for si, s := range scenarios {
+		if s.counter == nil {
+			continue
+		}
+		c, err := s.counter()
+		if err != nil {
+			s.counted.err = err
+			continue
+		}
+		s.counted = countRetries([2]string{s.target, s.peer}, retryCountKeys, fmt.Sprintf("counted-%d-", si), c)
+		c.close()
 	}
 	conflictCmds := measureConflict(redURL, rdb)
 	report(cfg, scenarios, conflictCmds)
@@ -372,4 +433,38 @@ func pgExec(ctx context.Context, url, sql string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql)
 	return err
+}
+
+// retryCountKeys is how many keys the retry scenarios' count of round trips
+// sends, one request at a time.
+const retryCountKeys = 200
+
+// loadStatStatements loads pg_stat_statements into the cluster (a restart),
+// tracking nothing until a count turns it on; false when it is not installed.
+func loadStatStatements(pg *pgtest.Cluster) (bool, error) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.URL())
+	if err != nil {
+		return false, err
+	}
+	var available bool
+	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements')").Scan(&available)
+	if err == nil && available {
+		_, err = conn.Exec(ctx, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+	}
+	conn.Close(ctx)
+	if err != nil || !available {
+		return false, err
+	}
+	if err := pg.Stop(); err != nil {
+		return false, err
+	}
+	if err := pg.Start(); err != nil {
+		return false, err
+	}
+	// Known once the library is loaded.
+	if err := pgExec(ctx, pg.URL(), "ALTER SYSTEM SET pg_stat_statements.track = 'none'"); err != nil {
+		return false, err
+	}
+	return true, pgExec(ctx, pg.URL(), "SELECT pg_reload_conf()")
 }

@@ -13,14 +13,27 @@
 //     of a claim a duplicate waits for) drops the key, and marks reads of it in
 //     flight so their answer is not kept. (A Complete or Release changes no
 //     completed record a cache may hold, so it need not be announced.)
+//   - The store puts a record in when this instance completes it (Begin
+//     before the write is sent, End after it answered, as for a read), so the
+//     first replay on the completing instance needs no round trip: it expires
+//     at the local time the write was sent plus the TTL the store was given,
+//     and an announcement of the key or a Flush while the write was out keeps
+//     it out. Only a write that stored the record now is put in (a re-sent
+//     Complete, whose record's life began earlier, is not).
 //   - The cache is trusted only while its subscription is known to deliver:
 //     the store publishes a ping of this cache's own on the channel, and an
 //     entry is answered only while a ping sent less than Window ago has come
-//     back. It pings only while claims consult the cache, at most every
-//     Window/4: one ping after a claim that found no ping pending, so an idle
-//     instance publishes nothing (on PostgreSQL each NOTIFY takes a
-//     transaction id), and the claim that finds an idle cache is sent to the
-//     store. The channel delivers in order, so a ping that
+//     back. Pings cost nothing while the cache is idle, and little while it
+//     is used: a claim asks for one only when the cache holds its key and the
+//     last ping that came back was sent more than Window*3/4 ago; the pinger
+//     sends at most one every Window/4; and a store write that is sent
+//     anyway (Complete) carries one when one is due (Carry), which costs no
+//     round trip (a PUBLISH or pg_notify inside the script or statement). On
+//     PostgreSQL each NOTIFY sent on its own takes a transaction id. A claim
+//     that finds its key held but the cache untrusted, with a ping out, waits
+//     up to pingWait for it to come back (the replay right after a Complete
+//     that carried one), and is otherwise sent to the store. The channel
+//     delivers in order, so a ping that
 //     came back proves every change announced before it was sent has been
 //     applied. A Delete or Resolve waits Window after its announcement before
 //     it returns (Settle): from then on no instance answers the old record,
@@ -42,10 +55,18 @@ import (
 // trusted, and how long a Delete or Resolve waits after announcing itself.
 const Window = 200 * time.Millisecond
 
-// pingEvery is how often, at most, a cache pings its channel: while claims
-// keep consulting it, a ping that takes up to Window-pingEvery to come back
-// keeps it trusted.
+// pingEvery is how often, at most, a cache pings its channel.
 const pingEvery = Window / 4
+
+// renewAfter is how old the last ping that came back may be before a claim
+// of a key the cache holds asks for another: while claims keep consulting
+// it, a ping that takes up to Window-renewAfter to come back keeps it
+// trusted, and a busy cache sends about one ping every renewAfter.
+const renewAfter = Window - pingEvery
+
+// pingWait is how long, at most, a claim that finds its key held waits for a
+// ping out to come back rather than go to the store.
+const pingWait = 20 * time.Millisecond
 
 // entryOverhead approximates an entry's memory beyond its bytes.
 const entryOverhead = 256
@@ -73,9 +94,11 @@ type Cache struct {
 	wanted atomic.Bool   // a claim consulted the cache since the last ping was sent
 	wake   chan struct{} // cap 1: a claim wants a ping (wanted turned true)
 
-	pmu  sync.Mutex
-	seq  uint64
-	sent map[uint64]int64 // pings out: seq → when sent
+	pmu      sync.Mutex
+	seq      uint64
+	sent     map[uint64]int64 // pings out: seq → when sent
+	lastSent int64            // when the last ping was sent (pmu)
+	back     chan struct{}    // closed when an own ping comes back, then replaced (pmu)
 
 	hits, misses, dropped, flushes atomic.Int64
 	untrusted                      atomic.Int64 // ns the cache was not trusted, counted at each ping
@@ -100,7 +123,8 @@ func New(maxBytes int64, id string) *Cache {
 		return nil
 	}
 	return &Cache{max: maxBytes, id: id, start: time.Now(), entries: map[string]*list.Element{},
-		reads: map[string]*pending{}, sent: map[uint64]int64{}, wake: make(chan struct{}, 1)}
+		reads: map[string]*pending{}, sent: map[uint64]int64{}, wake: make(chan struct{}, 1), back: make(chan struct{}),
+		lastSent: -int64(pingEvery)}
 }
 
 func (c *Cache) now() int64 { return int64(time.Since(c.start)) }
@@ -112,21 +136,34 @@ func (c *Cache) trusted() bool {
 }
 
 // Get returns a copy of key's completed record, if the cache holds it, it has
-// not expired and the cache is trusted. It asks for a ping (Ping), so that the
-// cache stays trusted while it is used.
+// not expired and the cache is trusted. A claim for a key the cache holds asks
+// for a ping when the last one that came back is older than renewAfter (Ping),
+// so that the cache stays trusted while it is used; one that finds the cache
+// untrusted with a ping out waits up to pingWait for it.
 func (c *Cache) Get(key string) (*cache.Record, bool) {
 	if c == nil {
 		return nil, false
 	}
-	if !c.wanted.Load() && c.wanted.CompareAndSwap(false, true) {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
-	}
-	if !c.trusted() {
+	trusted := c.trusted()
+	rec, held := c.lookup(key, trusted)
+	if !held {
 		return nil, false
 	}
+	if h := c.heard.Load(); h == 0 || c.now()-h >= int64(renewAfter) {
+		c.want()
+	}
+	if trusted {
+		return rec, true
+	}
+	if !c.awaitPing() {
+		return nil, false
+	}
+	return c.lookup(key, true)
+}
+
+// lookup reports whether the cache holds key, live, and when answer is set
+// returns a copy of its record.
+func (c *Cache) lookup(key string, answer bool) (*cache.Record, bool) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,8 +176,54 @@ func (c *Cache) Get(key string) (*cache.Record, bool) {
 		c.remove(el)
 		return nil, false
 	}
+	if !answer {
+		return nil, true
+	}
 	c.lru.MoveToFront(el)
 	return copyRecord(e.rec), true
+}
+
+// want asks the pinger for a ping.
+func (c *Cache) want() {
+	if !c.wanted.Load() && c.wanted.CompareAndSwap(false, true) {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// awaitPing waits, while a ping sent less than Window ago is out and for at
+// most pingWait, until the cache is trusted; it reports whether it is.
+func (c *Cache) awaitPing() bool {
+	var timer *time.Timer
+	for {
+		c.pmu.Lock()
+		out, now := false, c.now()
+		for _, at := range c.sent {
+			if now-at < int64(Window) {
+				out = true
+				break
+			}
+		}
+		back := c.back
+		c.pmu.Unlock()
+		if !out {
+			return c.trusted()
+		}
+		if timer == nil {
+			timer = time.NewTimer(pingWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-back:
+			if c.trusted() {
+				return true
+			}
+		case <-timer.C:
+			return c.trusted()
+		}
+	}
 }
 
 // Read is a read of a key from the store, begun with Begin and ended with End.
@@ -154,7 +237,8 @@ type Read struct {
 // Claim is a store's claim through the cache: a completed record the cache
 // holds answers it with no round trip; otherwise claim runs (its ttl is a found
 // record's remaining life by the store's clock) and a completed record it
-// returns is kept, unless an announcement came while it ran. A nil *Cache just
+// returns is kept, unless an announcement came while it ran. A store's
+// Complete keeps the record it wrote the same way (Begin, End). A nil *Cache just
 // runs claim.
 func (c *Cache) Claim(key string, claim func() (*cache.Record, bool, time.Duration, error)) (*cache.Record, bool, error) {
 	if rec, ok := c.Get(key); ok {
@@ -170,7 +254,8 @@ func (c *Cache) Claim(key string, claim func() (*cache.Record, bool, time.Durati
 	return rec, found, err
 }
 
-// Begin registers a read of key from the store, before it is sent.
+// Begin registers a read of key from the store, or a write of its completed
+// record (Complete), before it is sent.
 func (c *Cache) Begin(key string) *Read {
 	if c == nil {
 		return nil
@@ -188,10 +273,10 @@ func (c *Cache) Begin(key string) *Read {
 	return r
 }
 
-// End ends read r, keeping rec (what it found; nil when none) when it is a
-// completed record that is not an unknown outcome, with remaining life ttl by
-// the store's clock, and neither its key was announced nor the cache flushed
-// since r began.
+// End ends read r, keeping rec (what it found or wrote; nil when none) when it
+// is a completed record that is not an unknown outcome, with remaining life
+// ttl by the store's clock (for a write, the TTL the store was given), and
+// neither its key was announced nor the cache flushed since r began.
 func (c *Cache) End(r *Read, rec *cache.Record, ttl time.Duration) {
 	if c == nil || r == nil {
 		return

@@ -27,11 +27,17 @@ func trusted(t *testing.T, max int64) *Cache {
 		c.Ping(ctx, func(_ context.Context, p string) error { c.IsPing(p); return nil })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	await(c)
+	return c
+}
+
+// await waits until c is trusted, asking for pings as a claim of a key it
+// holds does.
+func await(c *Cache) {
 	for !c.trusted() {
-		c.Get("") // a claim asks for a ping
+		c.want()
 		time.Sleep(time.Millisecond)
 	}
-	return c
 }
 
 func keep(c *Cache, key string, r *cache.Record) {
@@ -52,10 +58,7 @@ func TestReadsSpoiledByAnnouncementOrFlush(t *testing.T) {
 	if c.Len() != 0 {
 		t.Fatal("kept a read that a flush overtook")
 	}
-	for !c.trusted() { // a flush distrusts until a new ping comes back
-		c.Get("")
-		time.Sleep(time.Millisecond)
-	}
+	await(c) // a flush distrusts until a new ping comes back
 	keep(c, "k", rec("new"))
 	if got, ok := c.Get("k"); !ok || string(got.Response.Body) != "new" {
 		t.Fatalf("Get = %v, %v", got, ok)
@@ -161,6 +164,7 @@ func TestStats(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); u.Ping(ctx, func(context.Context, string) error { return nil }) }()
+	keep(u, "k", rec("x"))
 	for end := time.Now().Add(3 * pingEvery); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		u.Get("k")
 	}
@@ -192,7 +196,8 @@ func TestSettleCutShortReturnsContextError(t *testing.T) {
 	}
 }
 
-// A cache pings only while claims consult it, at most once every pingEvery:
+// A cache pings only while claims of keys it holds consult it, about once
+// every renewAfter:
 // idle, it publishes nothing; the next claim wakes it, and it is trusted
 // again once that ping comes back.
 func TestPingsOnlyWhileUsed(t *testing.T) {
@@ -216,7 +221,7 @@ func TestPingsOnlyWhileUsed(t *testing.T) {
 	for _, ok := c.Get("k"); !ok; _, ok = c.Get("k") {
 		time.Sleep(time.Millisecond)
 	}
-	// In use for 4 Windows: about one ping every pingEvery, and trusted
+	// In use for 4 Windows: about one ping every renewAfter, and trusted
 	// throughout.
 	for len(pings) > 0 {
 		<-pings
@@ -228,7 +233,7 @@ func TestPingsOnlyWhileUsed(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n, most := len(pings), int(4*Window/pingEvery)+1; n > most || n < most/2 {
+	if n, most := len(pings), int(4*Window/renewAfter)+1; n > most || n < most/2 {
 		t.Fatalf("%d pings in %v of use, want about %d", n, 4*Window, most)
 	}
 	// Unused again: the pings stop, and trust lapses.
@@ -242,5 +247,93 @@ func TestPingsOnlyWhileUsed(t *testing.T) {
 	}
 	if c.trusted() {
 		t.Fatal("trusted with no ping sent for 2 Windows")
+	}
+}
+
+// A claim of a key the cache does not hold asks for no ping: first
+// executions, most of the traffic, cost the cache nothing.
+func TestMissOfAbsentKeyPingsNothing(t *testing.T) {
+	c := New(1<<20, "me")
+	pings := make(chan string, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Ping(ctx, func(_ context.Context, p string) error { pings <- p; c.IsPing(p); return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	for end := time.Now().Add(2 * Window); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		c.Get(fmt.Sprint("absent", time.Now().UnixNano()))
+	}
+	if n := len(pings); n != 0 {
+		t.Fatalf("claims of absent keys sent %d pings", n)
+	}
+}
+
+// A store write carries a ping when one is due, at most one every
+// pingEvery, counting the pinger's; once it comes back the cache is
+// trusted, and a claim that came first waits for it.
+func TestCarriedPing(t *testing.T) {
+	c := New(1<<20, "me")
+	p := c.Carry()
+	if !strings.HasPrefix(p, pingPrefix+"me ") {
+		t.Fatalf("Carry = %q, want a ping", p)
+	}
+	if again := c.Carry(); again != "" {
+		t.Fatalf("a second Carry within pingEvery = %q", again)
+	}
+	keep(c, "k", rec("x"))
+	go func() {
+		time.Sleep(2 * time.Millisecond)
+		c.IsPing(p)
+	}()
+	if _, ok := c.Get("k"); !ok { // waits for the carried ping
+		t.Fatal("a claim with a ping out did not wait for it")
+	}
+	var nilCache *Cache
+	if nilCache.Carry() != "" {
+		t.Fatal("a nil cache carried a ping")
+	}
+	// No ping out: an untrusted cache answers nothing, at once.
+	c.Flush()
+	keep(c, "k", rec("x"))
+	start := time.Now()
+	if _, ok := c.Get("k"); ok || time.Since(start) > pingWait/2 {
+		t.Fatalf("untrusted, no ping out: answered %v after %v", ok, time.Since(start))
+	}
+	// A ping out that never comes back: the claim waits pingWait, no more.
+	time.Sleep(pingEvery)
+	if c.Carry() == "" {
+		t.Fatal("no ping due after pingEvery")
+	}
+	start = time.Now()
+	if _, ok := c.Get("k"); ok || time.Since(start) < pingWait || time.Since(start) > Window {
+		t.Fatalf("ping lost: answered %v after %v", ok, time.Since(start))
+	}
+}
+
+// A record a Complete put in obeys what a read's does: an announcement
+// while the write was out keeps it out (a flush too: TestReadsSpoiledByAnnouncementOrFlush),
+// and it expires at the time the
+// write was sent plus the store's TTL.
+func TestCompletedRecordPutIn(t *testing.T) {
+	c := trusted(t, 1<<20)
+	w := c.Begin("k") // the Complete is sent
+	c.Invalidate("k") // a Delete from another instance, announced meanwhile
+	c.End(w, rec("x"), time.Hour)
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("kept a write an announcement overtook")
+	}
+	w = c.Begin("k")
+	time.Sleep(5 * time.Millisecond) // the write's round trip
+	c.End(w, rec("x"), time.Hour)
+	if _, ok := c.Get("k"); !ok {
+		t.Fatalf("lost a fresh write (trusted %v, held %d)", c.trusted(), c.Len())
+	}
+	c.mu.Lock()
+	expires := c.entries["k"].Value.(*entry).expires
+	c.mu.Unlock()
+	if expires != w.sent+int64(time.Hour) {
+		t.Fatalf("expires %v after the write was sent, want the TTL, %v", time.Duration(expires-w.sent), time.Hour)
 	}
 }

@@ -33,16 +33,18 @@ func (c *Cache) IsPing(payload string) bool {
 	c.pmu.Lock()
 	sent, ok := c.sent[seq]
 	delete(c.sent, seq)
-	c.pmu.Unlock()
 	if ok && sent > c.heard.Load() {
 		c.heard.Store(sent)
+		close(c.back) // wake the claims waiting for a ping (awaitPing)
+		c.back = make(chan struct{})
 	}
+	c.pmu.Unlock()
 	return true
 }
 
-// Ping publishes pings with publish until ctx ends: one after each claim
-// that consulted the cache (Get) since the last ping was sent, at most one
-// every pingEvery. It counts the time the cache was not trusted while claims
+// Ping publishes pings with publish until ctx ends: one after a claim asked
+// for one (Get), at most one every pingEvery, counting a ping a store write
+// carried (Carry). It counts the time the cache was not trusted while claims
 // kept consulting it (Stats), at each ping.
 func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payload string) error) {
 	pause := time.NewTimer(pingEvery)
@@ -50,42 +52,70 @@ func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payl
 	defer pause.Stop()
 	last := c.now()
 	for {
-		var steady bool // wanted again while the last ping was out: in use since
 		select {
+		case <-ctx.Done():
+			return
 		case <-c.wake:
-			steady = true
-		default:
+		}
+		steady := c.now()-last <= int64(Window+pingEvery) // asked again soon after the last ping: in use since
+		c.pmu.Lock()
+		wait := time.Duration(c.lastSent + int64(pingEvery) - c.now())
+		c.pmu.Unlock()
+		if wait > 0 {
+			pause.Reset(wait)
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.wake:
+			case <-pause.C:
 			}
 		}
-		c.wanted.Store(false)
-		c.pmu.Lock()
-		c.seq++
-		seq, now := c.seq, c.now()
+		if !c.wanted.Load() { // a carried ping went meanwhile
+			continue
+		}
+		now := c.now()
 		if steady && !c.trusted() {
 			c.untrusted.Add(now - last)
 		}
 		last = now
-		c.sent[seq] = now
-		for s, at := range c.sent { // pings lost or not back within Window prove nothing
-			if now-at > int64(Window) {
-				delete(c.sent, s)
-			}
-		}
-		c.pmu.Unlock()
+		payload := c.register(now, false)
 		pctx, cancel := context.WithTimeout(ctx, Window)
-		_ = publish(pctx, pingPrefix+c.id+" "+strconv.FormatUint(seq, 10)) // a lost ping only lets trust lapse
+		_ = publish(pctx, payload) // a lost ping only lets trust lapse
 		cancel()
-		pause.Reset(pingEvery - time.Duration(c.now()-now))
-		select {
-		case <-ctx.Done():
-			return
-		case <-pause.C:
+	}
+}
+
+// Carry returns a ping for a store write that is about to be sent (after
+// Carry returns) and that publishes it on the channel as part of the write,
+// at no round trip of its own; "" when none is due: one was sent less than
+// pingEvery ago, or c is nil.
+func (c *Cache) Carry() string {
+	if c == nil {
+		return ""
+	}
+	return c.register(c.now(), true)
+}
+
+// register records a ping sent at now and returns its payload; it answers
+// the claims that asked for one. When due is set, it registers none (and
+// returns "") if one was sent less than pingEvery ago.
+func (c *Cache) register(now int64, due bool) string {
+	c.pmu.Lock()
+	if due && now-c.lastSent < int64(pingEvery) {
+		c.pmu.Unlock()
+		return ""
+	}
+	c.wanted.Store(false)
+	c.seq++
+	seq := c.seq
+	c.sent[seq] = now
+	c.lastSent = now
+	for s, at := range c.sent { // pings lost or not back within Window prove nothing
+		if now-at > int64(Window) {
+			delete(c.sent, s)
 		}
 	}
+	c.pmu.Unlock()
+	return pingPrefix + c.id + " " + strconv.FormatUint(seq, 10)
 }
 
 // Forget follows a Delete or Resolve that changed key and announced it: it
