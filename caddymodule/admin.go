@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/internal/console"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -30,6 +31,7 @@ func init() { caddy.RegisterModule(Admin{}) }
 //	                                        (JSON body: {"status":201,"headers":{…},"body":"…"})
 //	GET    /idempotency/keys?state=held     the held unknown outcomes, a page at a time
 //	                                        (?limit=, ?cursor=)
+//	GET    /idempotency/ui/                 the operator console (package console)
 //
 // H is 12 to 64 hex digits (the key_hash of the logs, or a listing's hash).
 // ?handler=NAME picks the handler whose name subdirective is NAME (the
@@ -46,7 +48,11 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes implements caddy.AdminRouter.
 func (a Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)},
+		{Pattern: "/idempotency/ui/", Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			console.Handler("/idempotency/ui/").ServeHTTP(w, r)
+			return nil
+		})}}
 }
 
 func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
