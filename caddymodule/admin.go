@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemproxy/idemproxy/cache"
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
-	"github.com/idemproxy/idemproxy/internal/console"
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
@@ -48,11 +47,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes implements caddy.AdminRouter.
 func (a Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)},
-		{Pattern: "/idempotency/ui/", Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-			console.Handler("/idempotency/ui/").ServeHTTP(w, r)
-			return nil
-		})}}
+	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)}, consoleRoute()}
 }
 
 func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {

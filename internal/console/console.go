@@ -26,13 +26,15 @@ var files embed.FS
 
 // Headers are what every file of the page is served with: a policy under
 // which the page runs only its own script and style, connects only to its
-// own origin, and cannot be framed (clickjacking); no sniffing, no Referer,
-// no caching, and no window or resource handle for another origin.
+// own origin, and cannot be framed (clickjacking); no sniffing, no caching,
+// no window or resource handle for another origin, and a Referer only to
+// its own origin (Caddy's admin endpoint reads a GET's origin from it; the
+// page's address holds nothing secret, and the page links nowhere else).
 var Headers = map[string]string{
 	"Content-Security-Policy":      "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
 	"X-Frame-Options":              "DENY",
 	"X-Content-Type-Options":       "nosniff",
-	"Referrer-Policy":              "no-referrer",
+	"Referrer-Policy":              "same-origin",
 	"Cache-Control":                "no-store",
 	"Cross-Origin-Opener-Policy":   "same-origin",
 	"Cross-Origin-Resource-Policy": "same-origin",
@@ -42,7 +44,6 @@ var types = map[string]string{
 	".html": "text/html; charset=utf-8",
 	".js":   "text/javascript; charset=utf-8",
 	".css":  "text/css; charset=utf-8",
-	".svg":  "image/svg+xml",
 }
 
 // Handler serves the page's files at prefix (which ends in "/", as "/ui/"),

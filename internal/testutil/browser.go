@@ -232,10 +232,21 @@ func (b *Browser) Call(method string, params, result any) {
 // Navigate loads url in the page and waits for its document to be ready.
 func (b *Browser) Navigate(url string) {
 	b.t.Helper()
+	b.NavigateFrom(url, "")
+}
+
+// NavigateFrom is Navigate as if following a link on the page at referrer
+// (none when empty).
+func (b *Browser) NavigateFrom(url, referrer string) {
+	b.t.Helper()
 	var r struct {
 		ErrorText string `json:"errorText"`
 	}
-	b.Call("Page.navigate", map[string]any{"url": url}, &r)
+	params := map[string]any{"url": url}
+	if referrer != "" {
+		params["referrer"] = referrer
+	}
+	b.Call("Page.navigate", params, &r)
 	if r.ErrorText != "" {
 		b.t.Fatalf("navigating to %s: %s", url, r.ErrorText)
 	}

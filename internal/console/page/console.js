@@ -1,6 +1,7 @@
 // The idemproxy operator console. Everything a record holds is shown as
 // text (textContent, never HTML): a field can carry what a client or an
-// upstream sent.
+// upstream sent. Loaded as a module (a CORS-mode fetch, as the style sheet
+// is: Caddy's admin endpoint refuses no-cors ones).
 'use strict';
 
 (() => {
@@ -38,7 +39,7 @@
     if (method === 'POST') headers['Content-Type'] = 'application/json';
     const resp = await fetch(url, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: 'omit', cache: 'no-store', redirect: 'error', referrerPolicy: 'no-referrer',
+      credentials: 'omit', cache: 'no-store', redirect: 'error',
     });
     let out = null;
     try { out = await resp.json(); } catch (e) { out = null; }
