@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -232,4 +234,57 @@ func TestE2EConsoleBrowserRules(t *testing.T) {
 	if r := p.Post(t, "/charges", "rules-1", "x"); r.Replayed {
 		t.Errorf("after the page's release: %d replayed=%v; want it run again", r.Status, r.Replayed)
 	}
+}
+
+// Another site's page in the operator's browser, against an admin listener
+// without a token (so only the browser rules stand in its way), tries what
+// a page can: a no-cors text/plain fetch that would release a held key, a
+// JSON fetch (preflighted), an image and a frame of the listener, and a
+// text/plain form that would resolve the key to its own answer. The key is
+// still held after all of them; the console opened by a link works.
+func TestE2EConsoleAnotherSiteInBrowser(t *testing.T) {
+	skipShort(t)
+	b := testutil.StartBrowser(t)
+	reset := testutil.NewRawUpstream(t, "reset")
+	p := start(t, "--upstream", "http://"+reset.Addr())
+	if r := p.Post(t, "/charges", "site-1", "x"); r.Status != 502 {
+		t.Fatalf("holding a key: %d %s", r.Status, r.Body)
+	}
+	listing := testutil.Send(t, p.Admin, testutil.Request{Method: "GET", Target: "/keys?state=held"}).Body
+	var page adminkeys.HeldPage
+	if json.Unmarshal([]byte(listing), &page) != nil || len(page.Held) != 1 {
+		t.Fatalf("the held list: %s", listing)
+	}
+	_, port, _ := net.SplitHostPort(p.Admin)
+	admin := "http://localhost:" + port // another site than the attacker's 127.0.0.1
+	hash := page.Held[0].Hash
+	attack := `<!doctype html><body><form id="f" method="POST" enctype="text/plain" action="` + admin + `/resolve?hash=` + hash + `">` +
+		`<input name='{"status":200,"body":"attacker","x":"' value='"}'></form><script>
+window.tried = (async () => {
+  const out = [];
+  try { await fetch('` + admin + `/release?hash=` + hash + `', {method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'}, body: '{}'}); out.push('no-cors sent'); } catch (e) { out.push('no-cors: ' + e); }
+  try { await fetch('` + admin + `/release?hash=` + hash + `', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{}'}); out.push('json read'); } catch (e) { out.push('json refused'); }
+  await new Promise((done) => { const i = new Image(); i.onload = i.onerror = done; i.src = '` + admin + `/keys?state=held'; });
+  await new Promise((done) => { const f = document.createElement('iframe'); f.onload = done; f.src = '` + admin + `/ui/'; document.body.append(f); setTimeout(done, 2000); });
+  return out;
+})();
+</script></body>`
+	site := testutil.NewUpstream(t, testutil.Reply(func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, attack)
+	}))
+	b.Navigate(site.URL + "/")
+	var tried []string
+	b.Eval(`window.tried`, &tried)
+	if strings.Contains(strings.Join(tried, ","), "json read") {
+		t.Errorf("another site read the admin API's answer to a JSON fetch: %q", tried)
+	}
+	b.Eval(`document.getElementById('f').submit()`, nil)
+	b.WaitFor(`location.href.startsWith('`+admin+`')`, 10*time.Second)
+	if r := p.Post(t, "/charges", "site-1", "x"); r.Status != 502 || !r.Replayed {
+		t.Fatalf("after another site's page tried: %d replayed=%v %s; want the key still held", r.Status, r.Replayed, r.Body)
+	}
+	// A link from that site opens the console, which works (no token set).
+	b.NavigateFrom(admin+"/ui/", site.URL+"/")
+	b.WaitFor(`document.querySelectorAll('#held tbody tr').length === 1`, 10*time.Second)
 }
