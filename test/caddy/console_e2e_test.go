@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemproxy/idemproxy/internal/browsertest"
 	"github.com/idemproxy/idemproxy/internal/console"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -82,7 +83,7 @@ func TestCaddyConsoleInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
 	}
-	b := testutil.StartBrowser(t)
+	b := browsertest.Start(t)
 	bin := caddyBinary(t)
 	reset := testutil.NewRawUpstream(t, "reset")
 	dir := t.TempDir()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/internal/browsertest"
 	"github.com/idemproxy/idemproxy/internal/console"
 	"github.com/idemproxy/idemproxy/internal/testutil"
 )
@@ -29,7 +30,7 @@ var consolePNG = flag.String("console-png", "", "write the operator console's sc
 // sessionStorage only: no cookie, not in the address.
 func TestE2EConsoleInBrowser(t *testing.T) {
 	skipShort(t)
-	b := testutil.StartBrowser(t)
+	b := browsertest.Start(t)
 	reset := testutil.NewRawUpstream(t, "reset") // reads the request, then resets: outcome unknown
 	p := start(t, "--upstream", "http://"+reset.Addr(), "--admin-token", "s3cret")
 	const xssPath = "/charges/%3Cscript%3Ewindow.pwned=4%3C/script%3E"
@@ -169,7 +170,7 @@ func jsString(s string) string {
 	return string(b)
 }
 
-func evalString(t *testing.T, b *testutil.Browser, js string) string {
+func evalString(t *testing.T, b *browsertest.Browser, js string) string {
 	t.Helper()
 	var s string
 	b.Eval(js, &s)
@@ -244,7 +245,7 @@ func TestE2EConsoleBrowserRules(t *testing.T) {
 // still held after all of them; the console opened by a link works.
 func TestE2EConsoleAnotherSiteInBrowser(t *testing.T) {
 	skipShort(t)
-	b := testutil.StartBrowser(t)
+	b := browsertest.Start(t)
 	reset := testutil.NewRawUpstream(t, "reset")
 	p := start(t, "--upstream", "http://"+reset.Addr())
 	if r := p.Post(t, "/charges", "site-1", "x"); r.Status != 502 {

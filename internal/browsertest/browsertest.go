@@ -1,4 +1,7 @@
-package testutil
+// Package browsertest is a headless Chromium for tests, driven over the
+// Chrome DevTools Protocol: the operator console's tests load it, act on it
+// and read it as an operator's browser would.
+package browsertest
 
 import (
 	"context"
@@ -15,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/net/websocket"
+
+	"github.com/idemproxy/idemproxy/internal/testutil"
 )
 
 // Browser is a headless Chromium, driven over the Chrome DevTools Protocol
@@ -41,9 +46,9 @@ type cdpMessage struct {
 	} `json:"error,omitempty"`
 }
 
-// ChromiumPath is the Chromium (or Chrome) on PATH; without one the test is
+// Path is the Chromium (or Chrome) on PATH; without one the test is
 // skipped, and fails under CI=true (.ci/run installs Debian's chromium).
-func ChromiumPath(t testing.TB) string {
+func Path(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -57,18 +62,18 @@ func ChromiumPath(t testing.TB) string {
 	return ""
 }
 
-// StartBrowser starts a headless Chromium with a throwaway profile, one
+// Start starts a headless Chromium with a throwaway profile, one
 // page at about:blank, until the test ends.
-func StartBrowser(t testing.TB) *Browser {
+func Start(t testing.TB) *Browser {
 	t.Helper()
-	bin := ChromiumPath(t)
+	bin := Path(t)
 	profile := t.TempDir()
 	const origin = "http://127.0.0.1" // what this client sends as its websocket Origin
 	cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
 		"--disable-dev-shm-usage", "--user-data-dir="+profile, "--remote-debugging-address=127.0.0.1",
 		"--remote-debugging-port=0", "--remote-allow-origins="+origin, "--window-size=1200,800", "about:blank")
-	logs := &SyncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
@@ -88,7 +93,7 @@ func StartBrowser(t testing.TB) *Browser {
 	})
 	// Chromium writes the port it bound, and the browser's path, in its profile.
 	var port string
-	poll(t, 30*time.Second, 20*time.Millisecond, "chromium's DevToolsActivePort", func() bool {
+	testutil.Eventually(t, 30*time.Second, "chromium's DevToolsActivePort", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("chromium exited before it listened:\n%s", logs)
