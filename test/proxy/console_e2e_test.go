@@ -159,6 +159,40 @@ func TestE2EConsoleInBrowser(t *testing.T) {
 	if n := reset.Count.Load(); n != runs {
 		t.Errorf("the upstream was called %d more times; want none", n-runs)
 	}
+
+	// Back to the list: the resolved key has left it. Looked up by its
+	// hash, it shows as the completed record it now is.
+	b.Eval(`document.getElementById('back').click()`, nil)
+	b.WaitFor(`document.querySelectorAll('#held tbody tr').length === 1 && `+row(h2), 10*time.Second)
+	setFilter("f-hash", h1, "input")
+	b.Eval(`document.getElementById('lookup').click()`, nil)
+	b.WaitFor(`!document.getElementById('key-view').hidden && document.getElementById('kv-record').dataset.state === 'completed' && document.getElementById('resolve-form').hidden`, 10*time.Second)
+
+	// Release console-2 from the list, confirmed: its next retry runs (and
+	// is held again: the upstream resets).
+	b.Eval(`document.getElementById('back').click()`, nil)
+	setFilter("f-hash", "", "input")
+	b.WaitFor(`document.querySelectorAll('#held tbody tr').length === 1`, 10*time.Second)
+	b.Eval(row(h2)+`.querySelector('td.actions button').click()`, nil)
+	b.WaitFor(`document.getElementById('confirm').open`, time.Second)
+	b.Eval(`document.getElementById('confirm-ok').click()`, nil)
+	b.WaitFor(`document.getElementById('status').textContent.startsWith('Released')`, 10*time.Second)
+	runs = reset.Count.Load()
+	if r := p.Post(t, xssPath, "console-2", `{"amount":100}`); r.Status != 502 || r.Replayed || reset.Count.Load() != runs+1 {
+		t.Fatalf("the retry after releasing from the console: %d replayed=%v; want it run again", r.Status, r.Replayed)
+	}
+	// Delete it from its key view, confirmed: the record is gone.
+	b.Eval(`document.getElementById('refresh').click()`, nil)
+	b.WaitFor(`document.querySelectorAll('#held tbody tr').length === 1`, 10*time.Second)
+	b.Eval(row(h2)+`.querySelector('a.hash').click()`, nil)
+	b.WaitFor(`!document.getElementById('key-view').hidden && !document.getElementById('kv-delete').hidden && document.getElementById('kv-record').textContent.includes('unknown_outcome')`, 10*time.Second)
+	b.Eval(`document.getElementById('kv-delete').click()`, nil)
+	b.WaitFor(`document.getElementById('confirm').open && document.getElementById('confirm-title').textContent.startsWith('Delete')`, time.Second)
+	b.Eval(`document.getElementById('confirm-ok').click()`, nil)
+	b.WaitFor(`document.getElementById('status').textContent.startsWith('Deleted') && !document.getElementById('list-view').hidden`, 10*time.Second)
+	if code, _ := adminGet("/keys?hash=" + h2); code != 404 {
+		t.Errorf("after deleting from the console: GET /keys?hash=%s answered %d; want 404", h2, code)
+	}
 	if pr := b.Problems(); len(pr) != 0 {
 		t.Errorf("problems on the page: %q", pr)
 	}

@@ -236,8 +236,10 @@
     box.replaceChildren(el('p', 'Loading…'));
     const r = await call('GET', 'keys', { hash });
     if (r.status !== 200) {
-      box.replaceChildren(el('p', errorOf(r), r.body ? field(r.body) : null));
+      box.replaceChildren(el('p', errorOf(r)), r.body ? field(r.body) : '');
       $('resolve-form').hidden = true;
+      $('kv-release').hidden = true;
+      $('kv-delete').hidden = r.status === 404;
       return;
     }
     const rec = r.body;
@@ -250,6 +252,7 @@
     const holding = !!(rec.response && rec.response.unknown_outcome);
     $('resolve-form').hidden = !holding;
     $('kv-release').hidden = !holding;
+    $('kv-delete').hidden = false;
   }
 
   async function refresh() {
