@@ -33,6 +33,7 @@ func init() { caddy.RegisterModule(Admin{}) }
 //	                                        (JSON body: {"status":201,"headers":{…},"body":"…"})
 //	GET    /idempotency/keys?state=held     the held unknown outcomes, a page at a time
 //	                                        (?limit=, ?cursor=)
+//	GET    /idempotency/ui/                 the operator console (package console)
 //
 // A POST must be Content-Type: application/json (release's empty body
 // too), or it is refused with 415, as idemproxy's admin listener refuses it.
@@ -51,7 +52,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes implements caddy.AdminRouter.
 func (a Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+	return []caddy.AdminRoute{{Pattern: "/idempotency/", Handler: caddy.AdminHandlerFunc(a.serve)}, consoleRoute()}
 }
 
 func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {

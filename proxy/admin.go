@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
+	"github.com/idemproxy/idemproxy/internal/console"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -27,6 +28,8 @@ import (
 //	                       digits: the key_hash the logs print); DELETE /keys,
 //	                       POST /release and POST /resolve take ?hash=H too
 //	GET    /debug/pprof/   Go profiles (CPU, heap, goroutines, trace)
+//	GET    /ui/            the operator console (package console): a page
+//	                       served without the token, whose calls send it
 //
 // Every POST is Content-Type: application/json (415 otherwise).
 //
@@ -43,7 +46,7 @@ import (
 // With or without a token, what a web page can make a browser send is refused
 // (see refuseBrowsers).
 func (p *Proxy) AdminHandler() http.Handler {
-	return p.refuseBrowsers(p.adminHandler())
+	return p.refuseBrowsers(console.Serve("/ui/", p.adminHandler()))
 }
 
 func (p *Proxy) adminHandler() http.Handler {

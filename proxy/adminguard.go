@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/idemproxy/idemproxy/internal/console"
 )
 
 // refuseBrowsers keeps web pages out of the admin listener, token
@@ -16,8 +18,13 @@ import (
 // it to HTML every retry then replays, and a page whose name it rebinds to
 // 127.0.0.1 (DNS rebinding) could read /keys and pprof as same-origin. So:
 //
-//   - a request with an Origin header is refused (403): browsers send it on
-//     cross-origin requests and on every POST; the admin tools never do;
+//   - a request with an Origin header is refused (403) unless it is the
+//     operator console's own call (console.SameOrigin: the Origin is this
+//     listener's scheme and Host): browsers send it on cross-origin requests
+//     and on every POST; the admin tools never do;
+//   - so is one a browser says another site's page made (console.CrossSite:
+//     Sec-Fetch-Site), but a navigation: an image or a script tag sends no
+//     Origin;
 //   - so is a Host that is not an IP address or localhost, or a name listed in
 //     admin_hosts (403): DNS rebinding needs a name the attacker controls;
 //   - a POST must be Content-Type: application/json (415): a browser sends
@@ -32,8 +39,8 @@ func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case len(r.Header["Origin"]) > 0:
-			writeJSON(w, http.StatusForbidden, adminError{Error: "a request with an Origin header is refused: the admin API does not serve browsers"})
+		case len(r.Header["Origin"]) > 0 && !console.SameOrigin(r), console.CrossSite(r):
+			writeJSON(w, http.StatusForbidden, adminError{Error: "a cross-origin request is refused: the admin API serves browsers its own console (/ui/) only"})
 		case !adminHostAllowed(r.Host, names):
 			writeJSON(w, http.StatusForbidden, adminError{Error: "the Host is refused: call the admin API by IP address or localhost, or list its host name in admin_hosts"})
 		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
