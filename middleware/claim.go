@@ -60,6 +60,7 @@ func (c *claim) claimOrGet(r *http.Request, owner string, ev *Event) (*cache.Rec
 	defer scancel()
 	rec, loaded, err := c.h.store.ClaimOrGet(sctx, c.storeKey, c.asked(owner))
 	ev.StoreDuration = time.Since(t0)
+	c.h.breaker.observe(c.h, err) // breaker.go: did it reach the store?
 	return rec, loaded, err
 }
 
@@ -119,6 +120,7 @@ func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*ca
 		sctx, scancel := h.storeCtx(r.Context())
 		rec, loaded, err := h.store.ClaimOrGet(sctx, key, want)
 		scancel()
+		h.breaker.observe(h, err)
 		if err != nil || !loaded || rec.State != cache.StateInFlight || rec.Fingerprint != want.Fingerprint {
 			cancel()
 			return rec, loaded, err

@@ -24,7 +24,9 @@
 //     Settings.Wait, the replay once the first is done;
 //   - the same key with another method, path, query or body: 422;
 //   - no key where RequireKey asks for one, or an invalid key: 400;
-//   - a store that does not answer: 503 (Settings.FailOpen passes through).
+//   - a store that does not answer: 503 (Settings.FailOpen passes through);
+//     once three claims in a row could not reach it, at once, without a store
+//     call, until a background ping reaches it (Handler.StoreDown).
 //
 // The core's own answers are RFC 9457 problems, with an Idempotency-Problem
 // header naming their type. Keys belong to the credential that sent them (the

@@ -36,6 +36,7 @@ type Handler struct {
 	replays   cache.ReplayCounter // the store counts replays; nil when it does not
 	budget    *budget             // body_budget: shared by every Handler of its size
 	pending   sync.WaitGroup      // responses whose storing is being retried
+	breaker   *breaker            // the store's, shared by the handlers over it; nil in the process
 }
 
 // New returns a Handler over store, with DefaultSettings changed by opts. A
@@ -55,8 +56,15 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	store, pinned := cache.Unwrap(store) // pinned through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
 	replays, _ := store.(cache.ReplayCounter)
-	return &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, replays: replays, budget: sharedBudget(s.BodyBudget)}, nil
+	h := &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, replays: replays, budget: sharedBudget(s.BodyBudget)}
+	h.breaker = breakerFor(h, store) // breaker.go
+	return h, nil
 }
+
+// StoreDown returns why h's store is known down (its breaker is open: the
+// last claims could not reach it, and tracked requests get 503 without a
+// store call until it answers again), or nil. Readiness probes read it.
+func (h *Handler) StoreDown() error { return h.breaker.state() }
 
 // Settings returns the settings h runs with.
 func (h *Handler) Settings() Settings { return h.s }
@@ -151,6 +159,16 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 		}
 	}
 	owner := h.owner(r, host)
+	if err := h.breaker.down(); err != nil {
+		// Known down: the same answer as a failed claim, without the wait
+		// for one. Nothing was claimed; its opening was logged once.
+		if h.s.FailOpen {
+			t.ev.Outcome, t.ev.Err = OutcomeStoreError, err
+			return h.passThrough(w, r, next, &t.ev)
+		}
+		t.storeUnavailable(w, err)
+		return nil
+	}
 	rec, loaded, err := c.claimOrGet(r, owner, &t.ev)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under

@@ -82,7 +82,8 @@ func (p *Proxy) adminHandler() http.Handler {
 	})
 }
 
-// readyz answers whether the store answers: 200 ready, or 503. The store's
+// readyz answers whether the store answers: 200 ready, or 503, at once while
+// the store is known down (middleware.Handler.StoreDown). The store's
 // error (which may name its host) is shown with detail only; the listener
 // without a token says only that it is unavailable.
 func (p *Proxy) readyz(detail bool) http.HandlerFunc {
@@ -91,7 +92,11 @@ func (p *Proxy) readyz(detail bool) http.HandlerFunc {
 		defer cancel()
 		st := p.acquire()
 		defer st.release()
-		if err := st.cache.Ping(ctx); err != nil {
+		err := st.def.h.StoreDown() // known down (the routes share its breaker): no ping to wait for
+		if err == nil {
+			err = st.cache.Ping(ctx)
+		}
+		if err != nil {
 			out := map[string]string{"status": "store unavailable"}
 			if detail {
 				out["error"] = err.Error()

@@ -312,3 +312,68 @@ func TestMiddlewareSuite(t *testing.T) {
 		})
 	}
 }
+
+// Redis killed: once the core knows it is down, a tracked request gets its
+// 503 within milliseconds, not after go-redis's dial retries (1.7 s each with
+// the default client, before the breaker); nothing runs; once Redis is back,
+// requests are served again without a restart, and no request waits for that.
+func TestRedisDownAnswersFast(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("needs a server it can stop")
+	}
+	client, err := redisstore.NewClient(srv.URL()) // the client the proxy and Caddy open: go-redis's defaults
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	var calls atomic.Int64
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); w.WriteHeader(201) })
+	h := newMiddleware(t, client).Wrap(api)
+	if w := post(h, "before", "x"); w.Code != 201 {
+		t.Fatal(w.Code)
+	}
+	srv.Stop()
+	timed := func(key string) (int, time.Duration) {
+		began := time.Now()
+		w := post(h, key, "x")
+		return w.Code, time.Since(began)
+	}
+	var slowest time.Duration
+	for i := range 3 { // what opens it: consecutive failures to reach Redis
+		code, d := timed(fmt.Sprint("opening-", i))
+		if code != 503 {
+			t.Fatalf("with Redis down: %d, want 503", code)
+		}
+		slowest = max(slowest, d)
+	}
+	var worst time.Duration
+	for i := range 20 {
+		code, d := timed(fmt.Sprint("down-", i))
+		if code != 503 {
+			t.Fatalf("with Redis down, the breaker open: %d, want 503", code)
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("503 with Redis down: %v while it opened, at most %v once open", slowest, worst)
+	if worst > 200*time.Millisecond {
+		t.Fatalf("a 503 with Redis known down took %v (while opening: %v); want a few milliseconds", worst, slowest)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("%d executions; the outage must cause none", calls.Load()-1)
+	}
+	srv.Restart()
+	began := time.Now()
+	testutil.Eventually(t, 10*time.Second, "requests to be served once Redis is back", func() bool {
+		code, d := timed(fmt.Sprint("back-", time.Now().UnixNano()))
+		if code == 503 && d > 200*time.Millisecond {
+			t.Errorf("a request waited %v for the store to come back", d)
+		}
+		return code == 201
+	})
+	t.Logf("served again %v after Redis restarted", time.Since(began))
+	served := calls.Load()
+	if w := post(h, "before", "x"); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" || calls.Load() != served+1 { // the restarted Redis is empty
+		t.Fatalf("after recovery: %d replayed=%q", w.Code, w.Header().Get("Idempotent-Replayed"))
+	}
+}

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -179,4 +180,74 @@ func localCacheAcross(t *testing.T, store string) {
 	s := metricstest.Read(t, "the proxy on a shared store", metricsOf(t, a.Admin))
 	metricstest.Check(t, s, "../../examples", prommetrics.MemoryMetrics...)
 	metricstest.Same(t, s, metricstest.Reference(t))
+}
+
+// Redis killed under the built proxy: once three claims in a row could not
+// reach it, a tracked request gets its 503 store-unavailable in milliseconds
+// (it took go-redis's dial retries, 1.7 s, each), /readyz says so at once,
+// and one line says the store is down; Redis back: the proxy serves again
+// without a restart, /readyz is ready, and one line says so. Nothing is
+// forwarded meanwhile.
+func TestE2ERedisDownAnswersFast(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Start(t)
+	if srv.External {
+		t.Skip("needs a server it can stop")
+	}
+	up := testutil.NewUpstream(t)
+	p := start(t, "--upstream", up.URL, "--store", srv.URL())
+	if r := p.Post(t, "/pay", "before", "x"); r.Status != 201 {
+		t.Fatalf("before: %+v", r)
+	}
+	srv.Stop()
+	timed := func(key string) (testutil.Response, time.Duration) {
+		began := time.Now()
+		r := p.Post(t, "/pay", key, "x")
+		return r, time.Since(began)
+	}
+	var opening time.Duration
+	for i := range 3 {
+		r, d := timed(fmt.Sprint("opening-", i))
+		if r.Status != 503 || !strings.Contains(r.Body, "store-unavailable") {
+			t.Fatalf("with Redis down: %+v", r)
+		}
+		opening = max(opening, d)
+	}
+	var open time.Duration
+	for i := range 20 {
+		r, d := timed(fmt.Sprint("down-", i))
+		if r.Status != 503 || !strings.Contains(r.Body, "store-unavailable") || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("with Redis known down: %+v; want the same 503, with Retry-After", r)
+		}
+		open = max(open, d)
+	}
+	began := time.Now()
+	ready := testutil.Send(t, p.Admin, testutil.Request{Method: "GET", Target: "/readyz"})
+	readyIn := time.Since(began)
+	t.Logf("503 with Redis down: %v while the breaker opened, at most %v once open; /readyz in %v", opening, open, readyIn)
+	if open > 200*time.Millisecond || ready.Status != 503 || readyIn > 200*time.Millisecond {
+		t.Fatalf("with Redis known down: a 503 took up to %v, /readyz %d in %v; want both within milliseconds", open, ready.Status, readyIn)
+	}
+	if n := strings.Count(p.Logs.String(), `"msg":"idempotency store down`); n != 1 {
+		t.Fatalf("%d lines saying the store is down, want 1:\n%s", n, p.Logs)
+	}
+	srv.Restart()
+	testutil.Eventually(t, 10*time.Second, "the proxy to serve once Redis is back", func() bool {
+		r, d := timed(fmt.Sprint("back-", time.Now().UnixNano()))
+		if r.Status == 503 && d > 200*time.Millisecond {
+			t.Errorf("a request waited %v for Redis to come back", d)
+		}
+		return r.Status == 201
+	})
+	if r := testutil.Send(t, p.Admin, testutil.Request{Method: "GET", Target: "/readyz"}); r.Status != 200 {
+		t.Fatalf("/readyz once Redis is back: %+v", r)
+	}
+	testutil.Eventually(t, 5*time.Second, "one line saying the store answers again", func() bool {
+		return strings.Count(p.Logs.String(), `"msg":"idempotency store answers again`) == 1
+	})
+	for i := range 3 {
+		if n := up.Count(fmt.Sprint("down-", i)) + up.Count(fmt.Sprint("opening-", i)); n != 0 {
+			t.Fatalf("forwarded during the outage: %d", n)
+		}
+	}
 }
