@@ -17,19 +17,28 @@ import (
 // statements counts, through pg_stat_statements, the statements clients ran
 // since the last call, pings (pg_notify on its own) apart. Run one at a time,
 // each statement is a round trip.
+// Replay counts are written apart (one UPDATE of every key an instance
+// replayed, every cache.ReplayFlush): they are counted as flushes, not as any
+// request's round trip.
 func statements(t *testing.T, admin *pgxpool.Pool) (total, pings int64) {
+	total, pings, _ = statementsAndFlushes(t, admin)
+	return total, pings
+}
+
+func statementsAndFlushes(t *testing.T, admin *pgxpool.Pool) (total, pings, flushes int64) {
 	t.Helper()
 	ctx := context.Background()
-	err := admin.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint,
-	coalesce(sum(calls) FILTER (WHERE query = 'SELECT pg_notify($1, $2)'), 0)::bigint
-FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'`).Scan(&total, &pings)
+	err := admin.QueryRow(ctx, `SELECT coalesce(sum(calls) FILTER (WHERE query NOT LIKE '%SET replays =%'), 0)::bigint,
+	coalesce(sum(calls) FILTER (WHERE query = 'SELECT pg_notify($1, $2)'), 0)::bigint,
+	coalesce(sum(calls) FILTER (WHERE query LIKE '%SET replays =%'), 0)::bigint
+FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'`).Scan(&total, &pings, &flushes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
 		t.Fatal(err)
 	}
-	return total, pings
+	return total, pings, flushes
 }
 
 // settle is how long each step waits before its statements are counted: the
@@ -100,8 +109,11 @@ func TestRetryRoundTripsOnTheWire(t *testing.T) {
 		}
 	}
 	time.Sleep(settle)
-	n, pings := statements(t, admin)
-	t.Logf("low rate: %d requests, %d statements, %d of them pings", 3*keys, n, pings)
+	n, pings, flushes := statementsAndFlushes(t, admin)
+	t.Logf("low rate: %d requests, %d statements, %d of them pings; %d replay-count flushes", 3*keys, n, pings, flushes)
+	if flushes > 2*2 { // two instances, one flush each every cache.ReplayFlush (2 s) of the one-second run
+		t.Errorf("low rate: %d replay-count flushes, want at most one an instance a cache.ReplayFlush", flushes)
+	}
 	if n-pings != 3*keys || pings > 2 {
 		t.Errorf("low rate: %d statements for %d requests (%d pings), want %d and at most 2 pings", n, 3*keys, pings, 3*keys)
 	}
