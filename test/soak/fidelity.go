@@ -95,14 +95,20 @@ func (h *harness) observe(key string, a answer) {
 	}
 }
 
+// storeFaults are the faults that make a store fail or answer late.
+var storeFaults = []string{"redis-lost-replies", "redis-latency", "redis-resets", "redis-half-open", "redis-down", "postgres-down", "failover"}
+
 // activeFaults names the faults of the log whose window (from 1 s before to a
 // lease after their end: a SIGKILLed instance's claims lapse then, a store
-// back up answers again) holds t.
-func (h *harness) activeFaults(t time.Time) []string {
+// back up answers again) holds t; of kinds only, when kinds is not nil.
+func (h *harness) activeFaults(t time.Time, kinds []string) []string {
 	h.faults.mu.Lock()
 	defer h.faults.mu.Unlock()
 	var out []string
 	for _, f := range h.faults.faults {
+		if kinds != nil && !slices.Contains(kinds, f.kind) {
+			continue
+		}
 		if !t.Before(f.from.Add(-time.Second)) && !t.After(f.to.Add(h.lease+time.Second)) {
 			name := f.kind
 			if f.target != "" {
@@ -128,35 +134,106 @@ func faultsOr(f []string) string {
 	return strings.Join(f, ", ")
 }
 
+// Kinds of replays that differ from their key's reference answer.
+const (
+	// fidelityAnother: the key ran twice; counted, and failed or explained,
+	// with the double runs.
+	fidelityAnother = "another execution"
+	// fidelityReconciledDate: a reconcile's stored answer keeps the lookup's
+	// status, Content-Type and body (docs/reconcile.md), no Date: each replay
+	// carries the Date of its own moment.
+	fidelityReconciledDate = "a reconciled answer's Date"
+	// fidelityCaddyServer: under Caddy, a replay is Caddy's own answer and
+	// carries its Server header, which reverse_proxy takes out of the first
+	// execution's answer (it names itself in Via, which is stored and replayed).
+	fidelityCaddyServer = "Caddy's own Server header"
+	fidelityUnexplained = "unexplained"
+)
+
+// fidelityKind says what made replay b differ from reference a.
+func fidelityKind(a, b answer) string {
+	if a.id != b.id {
+		return fidelityAnother
+	}
+	if a.status != b.status || a.digest != b.digest {
+		return fidelityUnexplained
+	}
+	only := func(name string, ok func(x, y http.Header) bool) bool {
+		x, y := a.header.Clone(), b.header.Clone()
+		if !ok(x, y) {
+			return false
+		}
+		x.Del(name)
+		y.Del(name)
+		return slices.Equal(headerLines(x), headerLines(y))
+	}
+	reconciled := a.status == http.StatusOK && a.replayed && b.replayed
+	if reconciled && only("Date", func(x, y http.Header) bool { return true }) {
+		return fidelityReconciledDate
+	}
+	caddyServer := func(x, y http.Header) bool {
+		has := func(hdr http.Header) bool { return slices.Equal(hdr.Values("Server"), []string{"Caddy"}) }
+		return has(x) != has(y) && (has(x) && a.replayed || has(y) && b.replayed) && slices.Contains(x.Values("Via"), "1.1 Caddy")
+	}
+	if only("Server", caddyServer) {
+		return fidelityCaddyServer
+	}
+	return fidelityUnexplained
+}
+
+// headerDiff names the headers a and b differ in.
+func headerDiff(a, b http.Header) string {
+	var out []string
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		seen := map[string]bool{}
+		for _, h := range []http.Header{a, b} {
+			for k := range h {
+				if !seen[k] && !slices.Contains(perAnswer, k) {
+					seen[k] = true
+					if !yield(k) {
+						return
+					}
+				}
+			}
+		}
+	}) {
+		if !slices.Equal(a.Values(name), b.Values(name)) {
+			out = append(out, fmt.Sprintf("%s %q → %q", name, a.Values(name), b.Values(name)))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
 // fidelityReport classifies each replay that differed from its key's
-// reference, fails the unexplained ones, and returns the report's lines and
-// counts (h.up.mu and h.seen.mu are held):
-//   - another execution: the key ran twice; counted and failed (or explained)
-//     with the double runs;
-//   - unexplained: fails the run.
-func (h *harness) fidelityReport(failKey func(k, format string, args ...any)) (lines []string, another, unexplained int) {
+// reference, fails the unexplained ones, and returns the report's lines (each
+// kind's first three in full) and the count of each kind (h.up.mu and
+// h.seen.mu are held).
+func (h *harness) fidelityReport(failKey func(k, format string, args ...any)) (lines []string, kinds map[string]int) {
+	kinds = map[string]int{}
 	for _, f := range h.seen.fidelity {
+		kind := fidelityKind(f.ref, f.replay)
+		kinds[kind]++
+		if kind == fidelityUnexplained {
+			failKey(f.key, "a replay differs from the first answer: %s, then %s", describe(f.ref), describe(f.replay))
+		}
+		if kinds[kind] > 3 && kind != fidelityUnexplained {
+			continue
+		}
 		refWhat := "the first execution's own answer"
 		if !f.refOwn {
 			refWhat = "the first replay (no client got the first execution's own answer)"
 		}
-		kind := "unexplained"
-		if f.ref.id != f.replay.id {
-			kind = "another execution"
-			another++
-		} else {
-			unexplained++
-		}
 		lines = append(lines,
-			fmt.Sprintf("replay fidelity (%s): %s in phase %s", kind, f.key, h.name),
+			fmt.Sprintf("replay not byte-identical (%s): %s in phase %s; differs in: status %d → %d, body sha256:%s → sha256:%s, headers: %s",
+				kind, f.key, h.name, f.ref.status, f.replay.status, f.ref.digest, f.replay.digest, headerDiff(f.ref.header, f.replay.header)),
 			fmt.Sprintf("    reference, %s: %s", refWhat, describe(f.ref)),
 			fmt.Sprintf("    differing answer: %s", describe(f.replay)),
-			fmt.Sprintf("    faults at the reference: %s; at the differing answer: %s", faultsOr(h.activeFaults(f.ref.at)), faultsOr(h.activeFaults(f.replay.at))))
-		if kind == "unexplained" {
-			failKey(f.key, "a replay differs from the first answer: %s, then %s", describe(f.ref), describe(f.replay))
-		}
+			fmt.Sprintf("    faults at the reference: %s; at the differing answer: %s", faultsOr(h.activeFaults(f.ref.at, nil)), faultsOr(h.activeFaults(f.replay.at, nil))))
 	}
-	return lines, another, unexplained
+	return lines, kinds
 }
 
 // sutErrorReport names each 5xx an instance made itself, with the faults
@@ -169,7 +246,13 @@ func (h *harness) sutErrorReport() (lines []string, withFault, without int) {
 		if hk := h.seen.held[e.key]; e.a.unknown && hk != nil {
 			t = hk.first
 		}
-		faults := h.activeFaults(t)
+		// A store's 503 is explained by a store fault alone; an upstream fault or
+		// a SIGKILLed instance explains no store failure.
+		var kinds []string
+		if e.a.problem == "urn:idemproxy:problem:store-unavailable" {
+			kinds = storeFaults
+		}
+		faults := h.activeFaults(t, kinds)
 		if len(faults) > 0 {
 			withFault++
 			continue

@@ -209,7 +209,7 @@ func (h *harness) check(final map[string]answer) error {
 		h.settled(k, final[k], &st, failKey)
 	}
 
-	fidelityLines, fidelityAnother, fidelityUnexplained := h.fidelityReport(failKey)
+	fidelityLines, fidelityKinds := h.fidelityReport(failKey)
 	sutLines, sutWithFault, sutWithout := h.sutErrorReport()
 
 	completed := len(h.seen.first)
@@ -242,7 +242,7 @@ soak summary: %s
   differing answers             %d (at verification: %d)
   key reuse that ran            %d
   unexpected answers            %d
-  replays not byte-identical    %d (%d of another execution, counted above; %d unexplained)
+  replays not byte-identical    %d%s
   instances' own 5xx            %d (%d with a fault active; %d without)
 `, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
 		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
@@ -250,7 +250,7 @@ soak summary: %s
 		st.stillHeld, st.answeredThenHeld, st.lostThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
 		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
 		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load(),
-		len(h.seen.fidelity), fidelityAnother, fidelityUnexplained, len(h.seen.sutErrors), sutWithFault, sutWithout)
+		len(h.seen.fidelity), byCause(fidelityKinds), len(h.seen.sutErrors), sutWithFault, sutWithout)
 	for _, l := range append(fidelityLines, sutLines...) {
 		fmt.Println("  " + l)
 	}
