@@ -27,6 +27,16 @@ type answer struct {
 	lapsed bool
 	id     int64
 	err    error
+	// What the soak reports of an answer that breaks a promise (fidelity.go):
+	// the instance that answered, when, its end-to-end headers and body digest,
+	// and the problem type of an answer the instance made itself.
+	instance string
+	sent, at time.Time // when the request was sent, and when its answer had come
+	header   http.Header
+	digest   string
+	bodyLen  int
+	problem  string
+	detail   string
 }
 
 // done reports whether the answer completes the operation: the upstream's 201,
@@ -44,14 +54,27 @@ func (h *harness) send(ctx context.Context, key, body string) answer {
 	req.Header.Set("Authorization", "Bearer soak")
 	req.Header.Set("Content-Type", "application/json")
 	h.st.requests.Add(1)
+	sent := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return answer{err: err}
+		return answer{err: err, instance: p.name, sent: sent, at: time.Now()}
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		// A body cut short is no answer: its digest would not be the response's.
+		return answer{err: fmt.Errorf("reading the body: %w", err), instance: p.name, sent: sent, at: time.Now()}
+	}
 	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
-		unknown: bytes.Contains(b, []byte("outcome-unknown"))}
+		unknown: bytes.Contains(b, []byte("outcome-unknown")), instance: p.name, sent: sent, at: time.Now(),
+		header: resp.Header, digest: digest(b), bodyLen: len(b), problem: resp.Header.Get("Idempotency-Problem")}
+	if a.problem != "" {
+		var pb struct {
+			Detail string `json:"detail"`
+		}
+		_ = json.Unmarshal(b, &pb)
+		a.detail = pb.Detail
+	}
 	a.lapsed = a.unknown && bytes.Contains(b, []byte("stopped before its outcome was stored"))
 	if a.status == http.StatusCreated || a.status == http.StatusOK && a.replayed && h.reconcile {
 		// 201: the upstream's answer. 200, replayed: a reconcile's lookup answer
@@ -70,6 +93,7 @@ func (h *harness) send(ctx context.Context, key, body string) answer {
 		}
 		h.seen.hold(key, a.lapsed)
 	}
+	h.observe(key, a)
 	return a
 }
 

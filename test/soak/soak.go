@@ -51,6 +51,13 @@ type seen struct {
 	body  map[string]string         // the request body of the key
 	sent  map[string]time.Time      // when the key was first sent
 	held  map[string]*heldKey       // keys a client was answered held
+	// ref: the key's reference answer (refOwn: the first execution's own, not
+	// a replay); fidelity: completed answers that differ from it; sutErrors:
+	// the 5xx the instances made themselves (fidelity.go).
+	ref       map[string]answer
+	refOwn    map[string]bool
+	fidelity  []fidelity
+	sutErrors []sutError
 }
 
 // heldKey is a key some client was answered outcome-unknown for.
@@ -106,7 +113,8 @@ type harness struct {
 }
 
 func newHarness(cfg config, name string, d time.Duration) (*harness, error) {
-	h := &harness{cfg: cfg, name: name, duration: d, lease: soakLease, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}, sent: map[string]time.Time{}, held: map[string]*heldKey{}}}
+	h := &harness{cfg: cfg, name: name, duration: d, lease: soakLease, seen: seen{first: map[string]int64{}, ids: map[string]map[int64]bool{}, body: map[string]string{}, sent: map[string]time.Time{}, held: map[string]*heldKey{},
+		ref: map[string]answer{}, refOwn: map[string]bool{}}}
 	h.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
 	var err error
 	h.up, err = startUpstream()

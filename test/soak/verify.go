@@ -209,6 +209,9 @@ func (h *harness) check(final map[string]answer) error {
 		h.settled(k, final[k], &st, failKey)
 	}
 
+	fidelityLines, fidelityKinds := h.fidelityReport(failKey)
+	sutLines, sutWithFault, sutWithout := h.sutErrorReport()
+
 	completed := len(h.seen.first)
 	s := &h.st
 	fmt.Printf(`
@@ -239,12 +242,18 @@ soak summary: %s
   differing answers             %d (at verification: %d)
   key reuse that ran            %d
   unexpected answers            %d
+  replays not byte-identical    %d%s
+  instances' own 5xx            %d (%d with a fault active; %d without)
 `, h.name, s.requests.Load(), completed, len(h.up.effects), h.up.attempts.Load(), effects, h.up.resets.Load(), h.up.errors.Load(), h.up.aborted.Load(),
 		s.replays.Load(), s.resolvedReplays.Load(), s.conflicts.Load(), s.mismatches.Load(), s.unavailable.Load(), s.badGateway.Load(),
 		s.unknownAnswers.Load(), len(heldKeys), reset, lapsed, h.logged(lapsedLog),
 		st.stillHeld, st.answeredThenHeld, st.lostThenHeld, st.resolved, st.released, st.replaced, st.undone, st.falseHolds, found, notFound,
 		actResetKeys, actResetTwice, s.upstream5xx.Load(), s.connErrors.Load(), s.hangups.Load(), doubles, byCause(reasons),
-		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load())
+		lost, lostExplained, differingAnswers, differing, s.mismatchViolations.Load(), s.unexpected.Load(),
+		len(h.seen.fidelity), byCause(fidelityKinds), len(h.seen.sutErrors), sutWithFault, sutWithout)
+	for _, l := range append(fidelityLines, sutLines...) {
+		fmt.Println("  " + l)
+	}
 	if h.net != nil {
 		fmt.Printf("  Redis replies dropped         %d (instances to Redis, through the fault proxy)\n", h.net.Dropped())
 	}
