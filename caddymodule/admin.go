@@ -73,7 +73,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")) {
-		// As idemproxy's admin listener (proxy/adminguard.go): a web page
+		// As idemproxy's admin listener (internal/admin/guard.go): a web page
 		// can make a browser send a form or text/plain POST to a loopback
 		// port without a preflight, and one as JSON only after a CORS
 		// preflight, which Caddy's admin endpoint never grants.

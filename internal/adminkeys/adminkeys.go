@@ -1,9 +1,9 @@
-// Package adminkeys is what the admin APIs of idemproxy (proxy) and of Caddy
-// (caddymodule's admin.api.idempotency) share: the JSON shapes of a record, a
-// held key and a settlement, and the operations on a store behind them —
-// finding a record by the key hash the logs print, listing the held unknown
-// outcomes, reading, purging, releasing and resolving a record. Each API
-// finds its store and its core (the route, the handler) its own way and
+// Package adminkeys is what the admin APIs of idemproxy (internal/admin) and
+// of Caddy (caddymodule's admin.api.idempotency) share: the JSON shapes of a
+// record, a held key and a settlement, and the operations on a store behind
+// them — finding a record by the key hash the logs print, listing the held
+// unknown outcomes, reading, purging, releasing and resolving a record. Each
+// API finds its store and its core (the route, the handler) its own way and
 // hands them here.
 package adminkeys
 

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 // What keeps web pages out of the admin listener.
 
@@ -26,22 +26,23 @@ import (
 //     Sec-Fetch-Site), but a navigation: an image or a script tag sends no
 //     Origin;
 //   - so is a Host that is not an IP address or localhost, or a name listed in
-//     admin_hosts (403): DNS rebinding needs a name the attacker controls;
+//     hosts (Access.Hosts: admin_hosts) (403): DNS rebinding needs a name the
+//     attacker controls;
 //   - a POST must be Content-Type: application/json (415): a browser sends
 //     that cross-origin only after a CORS preflight, which is never granted.
 //
 // The token, when set, authenticates on top of this against whoever can reach
 // the port; these rules stop browsers only.
-func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
+func refuseBrowsers(hosts []string, next http.Handler) http.Handler {
 	names := map[string]bool{}
-	for _, h := range p.cur.Load().cfg.AdminHosts { // needs a restart to change
+	for _, h := range hosts {
 		names[normalHost(h)] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case len(r.Header["Origin"]) > 0 && !console.SameOrigin(r), console.CrossSite(r):
 			writeJSON(w, http.StatusForbidden, adminError{Error: "a cross-origin request is refused: the admin API serves browsers its own console (/ui/) only"})
-		case !adminHostAllowed(r.Host, names):
+		case !hostAllowed(r.Host, names):
 			writeJSON(w, http.StatusForbidden, adminError{Error: "the Host is refused: call the admin API by IP address or localhost, or list its host name in admin_hosts"})
 		case r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")):
 			writeJSON(w, http.StatusUnsupportedMediaType, adminError{Error: "a POST to the admin API must be Content-Type: application/json"})
@@ -51,10 +52,10 @@ func (p *Proxy) refuseBrowsers(next http.Handler) http.Handler {
 	})
 }
 
-// adminHostAllowed reports whether a request's Host (with or without port) is
-// an IP literal, localhost, or one of names (admin_hosts; any case, a trailing
+// hostAllowed reports whether a request's Host (with or without port) is an
+// IP literal, localhost, or one of names (admin_hosts; any case, a trailing
 // dot ignored).
-func adminHostAllowed(hostport string, names map[string]bool) bool {
+func hostAllowed(hostport string, names map[string]bool) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h

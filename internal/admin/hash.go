@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 // The admin API's keys by hash: the key_hash the logs print (the store key's
 // first 12 hex digits) or more of its digits names a record without the
@@ -13,12 +13,12 @@ import (
 	"github.com/idemproxy/idemproxy/internal/adminkeys"
 )
 
-// adminByHash serves GET and DELETE /keys, POST /release and POST /resolve
-// with ?hash=, and GET /keys?state=held.
-func (p *Proxy) adminByHash(w http.ResponseWriter, r *http.Request) {
+// byHash serves GET and DELETE /keys, POST /release and POST /resolve with
+// ?hash=, and GET /keys?state=held.
+func (a *api) byHash(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if r.Method == http.MethodGet && q.Get("state") != "" {
-		p.adminHeld(w, r)
+		a.held(w, r)
 		return
 	}
 	if !q.Has("hash") {
@@ -29,18 +29,21 @@ func (p *Proxy) adminByHash(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: "give the key in the path (/keys/KEY with the client's --host and --header) or " + what})
 		return
 	}
-	st := p.acquire()
-	defer st.release()
-	l, status, body := p.lookupHash(r.Context(), st, q.Get("hash"), q.Get("path"))
+	v := a.view(w, r)
+	if v == nil {
+		return
+	}
+	defer v.Release()
+	l, status, body := lookupHash(r.Context(), v, q.Get("hash"), q.Get("path"))
 	if l == nil {
 		writeJSON(w, status, body)
 		return
 	}
 	switch r.Method {
 	case http.MethodPost:
-		p.settle(w, r, st, l)
+		a.settle(w, r, v, l)
 	default:
-		p.keyRecordOp(w, r, st, l)
+		a.recordOp(w, r, v, l)
 	}
 }
 
@@ -48,18 +51,19 @@ func (p *Proxy) adminByHash(w http.ResponseWriter, r *http.Request) {
 // The route whose settings apply is the one its reconcile job names, else
 // the one path matches, else the top level. On failure it returns the status
 // and body to answer.
-func (p *Proxy) lookupHash(ctx context.Context, st *state, digits, path string) (*keyLookup, int, any) {
-	storeKey, status, body := adminkeys.FindHash(ctx, st.cache, digits)
+func lookupHash(ctx context.Context, v View, digits, path string) (*keyLookup, int, any) {
+	store := v.Store()
+	storeKey, status, body := adminkeys.FindHash(ctx, store, digits)
 	if storeKey == "" {
 		return nil, status, body
 	}
-	rt := st.def
+	rt := v.Default()
 	if path != "" {
-		rt = st.routeForPath(path)
+		rt = routeForPath(v, path)
 	}
-	if jobs, ok := st.cache.(cache.Reconciler); ok {
+	if jobs, ok := store.(cache.Reconciler); ok {
 		if job, err := jobs.GetReconcile(ctx, storeKey); err == nil {
-			rt = st.routeNamed(job.Route)
+			rt = v.Named(job.Route)
 		}
 	}
 	l := &keyLookup{rt: rt, storeKey: storeKey, keyHash: storeKey[:min(len(storeKey), 12)]}
@@ -67,26 +71,19 @@ func (p *Proxy) lookupHash(ctx context.Context, st *state, digits, path string) 
 	return l, 0, nil
 }
 
-// routeNamed is the route configured with path, else the top level.
-func (st *state) routeNamed(path string) *route {
-	for _, rt := range st.routes {
-		if rt.path == path {
-			return rt
-		}
+// held serves GET /keys?state=held: one page of the held unknown outcomes
+// and their reconcile jobs.
+func (a *api) held(w http.ResponseWriter, r *http.Request) {
+	v := a.view(w, r)
+	if v == nil {
+		return
 	}
-	return st.def
-}
-
-// adminHeld serves GET /keys?state=held: one page of the held unknown
-// outcomes and their reconcile jobs.
-func (p *Proxy) adminHeld(w http.ResponseWriter, r *http.Request) {
-	st := p.acquire()
-	defer st.release()
-	adminkeys.Held(w, r, st.cache, func(route string) time.Duration {
-		rt := st.def
+	defer v.Release()
+	adminkeys.Held(w, r, v.Store(), func(route string) time.Duration {
+		rt := v.Default()
 		if route != "" {
-			rt = st.routeNamed(route)
+			rt = v.Named(route)
 		}
-		return rt.h.Settings().UnknownHold
+		return rt.Core.Settings().UnknownHold
 	})
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 // The admin API's keys: looking a client's key up in its scope, reading,
 // purging, releasing and resolving its record.
@@ -14,17 +14,6 @@ import (
 	"github.com/idemproxy/idemproxy/middleware"
 )
 
-// The admin API's JSON shapes (package adminkeys, shared with Caddy's admin
-// API).
-type (
-	KeyRecord      = adminkeys.KeyRecord
-	KeyReconcile   = adminkeys.KeyReconcile
-	KeyResponse    = adminkeys.KeyResponse
-	ResolveRequest = adminkeys.ResolveRequest
-	HeldKey        = adminkeys.HeldKey
-	HeldPage       = adminkeys.HeldPage
-)
-
 // lookupScope names the scope of a lookup; header values are never shown.
 type lookupScope struct {
 	Host    string   `json:"host"`
@@ -35,36 +24,33 @@ type lookupScope struct {
 
 // keyLookup is an admin request's key, resolved to a route and a store key.
 type keyLookup struct {
-	rt       *route
+	rt       Route
 	storeKey string
 	keyHash  string
 	notFound adminError
 }
 
 // lookupKey rebuilds the request as the client would have sent it, for the scope.
-func (p *Proxy) lookupKey(st *state, r *http.Request) (*keyLookup, error) {
+func (a *api) lookupKey(v View, r *http.Request) (*keyLookup, error) {
 	key, err := middleware.ParseKey([]string{r.PathValue("key")})
 	if err != nil {
 		return nil, err
 	}
 	q := r.URL.Query()
-	rt := st.def
+	rt := v.Default()
 	if path := q.Get("path"); path != "" {
 		if _, _, err := middleware.CanonicalPath(path); err != nil {
 			return nil, fmt.Errorf("path: %w", err)
 		}
-		rt = st.routeForPath(path)
+		rt = routeForPath(v, path)
 	}
 	host := q.Get("host")
 	if !q.Has("host") {
-		host = st.cfg.Listen
-		if p.listenAddr != "" {
-			host = p.listenAddr // as bound: a port of 0 is the one chosen
-		}
+		host = v.Host()
 	}
 	client := &http.Request{Method: http.MethodPost, Host: host, Header: http.Header{}, URL: &url.URL{Path: q.Get("path")}}
 	for name, vals := range r.Header {
-		if name == "Authorization" && st.cfg.AdminToken != "" {
+		if name == "Authorization" && a.token != "" {
 			continue // the admin credential, not the client's
 		}
 		if name == "Content-Type" || name == "Content-Length" {
@@ -77,47 +63,47 @@ func (p *Proxy) lookupKey(st *state, r *http.Request) (*keyLookup, error) {
 			client.Header[http.CanonicalHeaderKey(name)] = vals
 		}
 	}
-	storeKey := rt.h.StoreKey(client, key)
-	routePath := rt.path
-	if routePath == "" {
-		routePath = "(top level)"
-	}
+	storeKey := rt.Core.StoreKey(client, key)
 	given := make([]string, 0, len(client.Header))
 	for name := range client.Header {
 		given = append(given, name)
 	}
 	sort.Strings(given)
 	l := &keyLookup{rt: rt, storeKey: storeKey, keyHash: storeKey[:12]}
-	l.notFound = adminError{Error: "not found", KeyHash: l.keyHash, Scope: &lookupScope{Host: host, Route: routePath, Headers: given,
+	l.notFound = adminError{Error: "not found", KeyHash: l.keyHash, Scope: &lookupScope{Host: host, Route: rt.name(), Headers: given,
 		Hint: "a key is scoped by the Host and the scope headers (Authorization by default) the client sent: pass the same --host and --header"}}
 	return l, nil
 }
 
 // routeForPath is the route whose settings apply to a request for path (the
 // top level when path is not canonical).
-func (st *state) routeForPath(path string) *route {
+func routeForPath(v View, path string) Route {
 	_, route, err := middleware.CanonicalPath(path)
 	if err != nil {
-		return st.def
+		return v.Default()
 	}
-	return st.match(route)
+	return v.Match(route)
 }
 
-func (p *Proxy) adminKey(w http.ResponseWriter, r *http.Request) {
-	st := p.acquire()
-	defer st.release()
-	l, err := p.lookupKey(st, r)
+// key serves GET and DELETE /keys/{key}.
+func (a *api) key(w http.ResponseWriter, r *http.Request) {
+	v := a.view(w, r)
+	if v == nil {
+		return
+	}
+	defer v.Release()
+	l, err := a.lookupKey(v, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
 	}
-	p.keyRecordOp(w, r, st, l)
+	a.recordOp(w, r, v, l)
 }
 
-// keyRecordOp reads (GET) or purges (DELETE) the record l names.
-func (p *Proxy) keyRecordOp(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
-	if adminkeys.GetOrDelete(w, r, st.cache, l.key()) {
-		p.log.Info("record purged through the admin API", "key_hash", l.keyHash)
+// recordOp reads (GET) or purges (DELETE) the record l names.
+func (a *api) recordOp(w http.ResponseWriter, r *http.Request, v View, l *keyLookup) {
+	if adminkeys.GetOrDelete(w, r, v.Store(), l.key()) {
+		a.log.Info("record purged through the admin API", "key_hash", l.keyHash)
 	}
 }
 
@@ -126,33 +112,36 @@ func (l *keyLookup) key() adminkeys.Key {
 	return adminkeys.Key{StoreKey: l.storeKey, KeyHash: l.keyHash, NotFound: l.notFound}
 }
 
-// adminSettle serves POST /release/{key} and POST /resolve/{key}: it settles a
+// settleKey serves POST /release/{key} and POST /resolve/{key}: it settles a
 // held unknown outcome in one atomic store operation.
-func (p *Proxy) adminSettle(w http.ResponseWriter, r *http.Request) {
-	st := p.acquire()
-	defer st.release()
-	l, err := p.lookupKey(st, r)
+func (a *api) settleKey(w http.ResponseWriter, r *http.Request) {
+	v := a.view(w, r)
+	if v == nil {
+		return
+	}
+	defer v.Release()
+	l, err := a.lookupKey(v, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
 		return
 	}
-	p.settle(w, r, st, l)
+	a.settle(w, r, v, l)
 }
 
 // settle releases or resolves (by the request's path) the record l names.
-func (p *Proxy) settle(w http.ResponseWriter, r *http.Request, st *state, l *keyLookup) {
+func (a *api) settle(w http.ResponseWriter, r *http.Request, v View, l *keyLookup) {
 	var res *middleware.Resolution
 	if strings.HasPrefix(r.URL.Path, "/resolve") {
 		if res = adminkeys.ReadResolve(w, r, l.keyHash); res == nil {
 			return
 		}
 	}
-	switch adminkeys.Settle(w, r, l.rt.h, st.cache, l.key(), res) {
+	switch s := adminkeys.Settle(w, r, l.rt.Core, v.Store(), l.key(), res); s {
 	case adminkeys.Resolved:
-		p.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
-		p.metrics.settled.Resolved()
+		a.log.Warn("unknown outcome resolved through the admin API; retries get the given response", "key_hash", l.keyHash, "status", res.Status)
+		a.s.Settled(s)
 	case adminkeys.Released:
-		p.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
-		p.metrics.settled.Released()
+		a.log.Warn("unknown outcome released through the admin API; the next retry runs", "key_hash", l.keyHash)
+		a.s.Settled(s)
 	}
 }
