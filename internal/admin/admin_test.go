@@ -260,11 +260,16 @@ func TestBrowserGuard(t *testing.T) {
 	if code := adminGet(t, m, "http://evil.example/healthz", nil); code != 200 {
 		t.Errorf("metrics listener, Host evil.example: %d, want 200", code)
 	}
-	origin := http.Header{"Origin": {"http://127.0.0.1"}}
-	if code := send(t, h, "GET", "/healthz", origin, "", nil); code != http.StatusForbidden {
-		t.Errorf("admin, with an Origin: %d, want 403", code)
+	// Another site's Origin (the console's own, the listener's scheme and
+	// Host, is let through: internal/console's TestBrowserRules).
+	origin := http.Header{"Origin": {"http://127.0.0.1:1"}}
+	if code := send(t, h, "GET", "http://127.0.0.1/healthz", origin, "", nil); code != http.StatusForbidden {
+		t.Errorf("admin, with another site's Origin: %d, want 403", code)
 	}
-	if code := send(t, m, "GET", "/healthz", origin, "", nil); code != http.StatusForbidden {
+	if code := send(t, h, "GET", "http://127.0.0.1/healthz", http.Header{"Origin": {"http://127.0.0.1"}}, "", nil); code != http.StatusOK {
+		t.Errorf("admin, with its own Origin (the console's calls): %d, want 200", code)
+	}
+	if code := send(t, m, "GET", "http://127.0.0.1/healthz", origin, "", nil); code != http.StatusForbidden {
 		t.Errorf("metrics, with an Origin: %d, want 403", code)
 	}
 	for ct, want := range map[string]int{"text/plain": 415, "": 415, "application/x-www-form-urlencoded": 415, "application/json; charset=utf-8": 404} {
