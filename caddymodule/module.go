@@ -297,6 +297,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.core.Handle(w, r, classified{next: next, h: h})
 	}
 	c := classified{next: next, guard: true, h: h}
+	// Caddy's server sets its own Server header on every response before the
+	// handlers run; reverse_proxy drops it from a proxied answer, so the
+	// first execution's stored headers lack it. The core's own answers
+	// (replays above all) go out without it, so a replay is the first
+	// answer's headers exactly; next gets it back, to keep or drop as it does.
+	if v, ok := w.Header()["Server"]; ok {
+		c.server = v
+		delete(w.Header(), "Server")
+	}
 	if repl != nil {
 		r = withRequestLog(r, repl)
 		repl.Set(ResultPlaceholder, resultExecuting)
@@ -323,11 +332,17 @@ type classified struct {
 	// result is the writer under the core that sets the result placeholder
 	// (nil without a replacer): it learns here how the core passed r on.
 	result *resultWriter
+	// server is Caddy's Server header, taken off for the core's own answers
+	// and given back to next (ServeHTTP).
+	server []string
 }
 
 func (c classified) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	if !c.guard {
 		return c.next.ServeHTTP(w, r)
+	}
+	if c.server != nil && w.Header()["Server"] == nil {
+		w.Header()["Server"] = c.server
 	}
 	if c.result != nil {
 		c.h.passedOn(c.result, r)

@@ -296,3 +296,27 @@ func TestCaddySigkillHoldsTheKey(t *testing.T) {
 		t.Fatalf("a later retry: %d, upstream ran %d times; want the held answer, one run", r.Status, calls.Load())
 	}
 }
+
+// A replay carries the first answer's headers exactly, Server included:
+// reverse_proxy drops Caddy's own Server header from a proxied answer (the
+// upstream here sends none), so its replays have none either; a handler that
+// keeps it (respond) has it in the first answer and in its replays. (Before,
+// every replay through Caddy carried Server: Caddy, which the soak's
+// byte-for-byte check counted on Caddy reload rounds.)
+func TestCaddyReplayKeepsTheFirstAnswersServerHeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs Caddy; skipped under -short")
+	}
+	up := testutil.NewRawUpstream(t, "answer")
+	p := caddySite(t, fmt.Sprintf("\thandle /proxied* {\n\t\treverse_proxy %s\n\t}\n\thandle /responded* {\n\t\trespond \"made\" 201\n\t}\n", up.Addr()))
+	for path, want := range map[string]string{"/proxied": "", "/responded": "Caddy"} {
+		first := p.Post(t, path, "k"+path, "x")
+		again := p.Post(t, path, "k"+path, "x")
+		if first.Status != 201 || again.Status != 201 || first.Replayed || !again.Replayed {
+			t.Fatalf("%s: %d replayed=%v, then %d replayed=%v", path, first.Status, first.Replayed, again.Status, again.Replayed)
+		}
+		if got, replayed := first.Header.Get("Server"), again.Header.Get("Server"); got != want || replayed != want {
+			t.Errorf("%s: Server %q first, %q replayed; want %q both times", path, got, replayed, want)
+		}
+	}
+}

@@ -143,11 +143,7 @@ const (
 	// status, Content-Type and body (docs/reconcile.md), no Date: each replay
 	// carries the Date of its own moment.
 	fidelityReconciledDate = "a reconciled answer's Date"
-	// fidelityCaddyServer: under Caddy, a replay is Caddy's own answer and
-	// carries its Server header, which reverse_proxy takes out of the first
-	// execution's answer (it names itself in Via, which is stored and replayed).
-	fidelityCaddyServer = "Caddy's own Server header"
-	fidelityUnexplained = "unexplained"
+	fidelityUnexplained    = "unexplained"
 )
 
 // fidelityKind says what made replay b differ from reference a.
@@ -170,13 +166,6 @@ func fidelityKind(a, b answer) string {
 	reconciled := a.status == http.StatusOK && a.replayed && b.replayed
 	if reconciled && only("Date", func(x, y http.Header) bool { return true }) {
 		return fidelityReconciledDate
-	}
-	caddyServer := func(x, y http.Header) bool {
-		has := func(hdr http.Header) bool { return slices.Equal(hdr.Values("Server"), []string{"Caddy"}) }
-		return has(x) != has(y) && (has(x) && a.replayed || has(y) && b.replayed) && slices.Contains(x.Values("Via"), "1.1 Caddy")
-	}
-	if only("Server", caddyServer) {
-		return fidelityCaddyServer
 	}
 	return fidelityUnexplained
 }
