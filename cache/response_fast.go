@@ -55,6 +55,7 @@ func decodeResponseFastInto(r *Response, b []byte, all string) bool {
 			r.Status = int(v)
 		case 'h':
 			if p.nil() {
+				r.Header = nil // a repeated key: the last one wins, as in the library
 				continue
 			}
 			hn, ok := p.mapLen()
