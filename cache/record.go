@@ -148,23 +148,38 @@ func DecodeResponseString(s string) (*Response, error) {
 	return decodeResponseFrom(unsafe.Slice(unsafe.StringData(s), len(s)), s)
 }
 
+// DecodeResponseStringInto is DecodeResponseString into dst, which must be
+// the zero Response: for a store that allocates a replayed response together
+// with its record (the memory store). On an error dst holds anything.
+func DecodeResponseStringInto(dst *Response, s string) error {
+	return decodeResponseInto(dst, unsafe.Slice(unsafe.StringData(s), len(s)), s)
+}
+
 // decodeResponseFrom decodes b; s, when not empty, is b as a string (b is
 // then read only, never written nor kept).
 func decodeResponseFrom(b []byte, s string) (*Response, error) {
-	resp, ok := decodeResponseFast(b, s)
-	if !ok { // not the canonical shape: the library decides
+	resp := new(Response)
+	if err := decodeResponseInto(resp, b, s); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// decodeResponseInto is decodeResponseFrom into the zero Response resp.
+func decodeResponseInto(resp *Response, b []byte, s string) error {
+	if !decodeResponseFastInto(resp, b, s) { // not the canonical shape: the library decides
 		if s != "" {
 			b = []byte(s) // the library may keep what it is given
 		}
-		resp = new(Response)
+		*resp = Response{}
 		if err := decodeResponse(b, resp); err != nil {
-			return nil, fmt.Errorf("%w: response: %v", ErrCorrupt, err)
+			return fmt.Errorf("%w: response: %v", ErrCorrupt, err)
 		}
 	}
 	if resp.Status < 100 || resp.Status > 999 {
-		return nil, fmt.Errorf("%w: response status %d", ErrCorrupt, resp.Status)
+		return fmt.Errorf("%w: response status %d", ErrCorrupt, resp.Status)
 	}
-	return resp, nil
+	return nil
 }
 
 // decodeResponse decodes straight into resp with a pooled decoder, sparing

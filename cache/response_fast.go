@@ -16,12 +16,24 @@ import (
 // all, when not empty, is b as a string already (b is then only read): the
 // names and values are cut from it, with no copy.
 func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
+	r := &Response{}
+	if !decodeResponseFastInto(r, b, all) {
+		return nil, false
+	}
+	return r, true
+}
+
+// decodeResponseFastInto is decodeResponseFast into r, which starts as the
+// zero Response (a caller that allocates the response with its record); r
+// is left anyhow when it reports false. Every header's values are cut from
+// one array, each a slice of its own capacity, so that appending to one never
+// touches the next.
+func decodeResponseFastInto(r *Response, b []byte, all string) bool {
 	p := fastReader{b: b}
 	n, ok := p.mapLen()
 	if !ok {
-		return nil, false
+		return false
 	}
-	r := &Response{}
 	// b as one string, made on the first string that needs it
 	str := func(off, l int) string {
 		if all == "" {
@@ -32,28 +44,30 @@ func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 	for range n {
 		koff, kl, ok := p.strSpan()
 		if !ok || kl != 1 {
-			return nil, false
+			return false
 		}
 		switch b[koff] {
 		case 's':
 			v, ok := p.int()
 			if !ok || v < -1<<31 || v > 1<<31 {
-				return nil, false
+				return false
 			}
 			r.Status = int(v)
 		case 'h':
 			if p.nil() {
+				r.Header = nil // a repeated key: the last one wins, as in the library
 				continue
 			}
 			hn, ok := p.mapLen()
 			if !ok || hn > 1<<16 {
-				return nil, false
+				return false
 			}
 			r.Header = make(http.Header, hn)
+			var vals []string // the values of every header, one array
 			for range hn {
 				noff, nl, ok := p.strSpan()
 				if !ok {
-					return nil, false
+					return false
 				}
 				name := str(noff, nl)
 				if p.nil() {
@@ -62,17 +76,20 @@ func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 				}
 				vn, ok := p.arrayLen()
 				if !ok || vn > 1<<16 {
-					return nil, false
+					return false
 				}
-				vals := make([]string, vn)
-				for k := range vals {
+				if vals == nil {
+					vals = make([]string, 0, hn) // one value a header, most often
+				}
+				start := len(vals)
+				for range vn {
 					voff, vl, ok := p.strSpan()
 					if !ok {
-						return nil, false
+						return false
 					}
-					vals[k] = str(voff, vl)
+					vals = append(vals, str(voff, vl))
 				}
-				r.Header[name] = vals
+				r.Header[name] = vals[start:len(vals):len(vals)]
 			}
 		case 'b':
 			if p.nil() {
@@ -81,7 +98,7 @@ func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 			}
 			off, l, ok := p.binSpan()
 			if !ok {
-				return nil, false
+				return false
 			}
 			r.Body = make([]byte, l) // empty, not nil, for a zero-length bin, as the library has it
 			copy(r.Body, b[off:off+l])
@@ -92,33 +109,33 @@ func decodeResponseFast(b []byte, all string) (resp *Response, ok bool) {
 			}
 			off, l, ok := p.binSpan()
 			if !ok || l > MaxTrace {
-				return nil, false
+				return false
 			}
 			r.Trace = make([]byte, l) // empty, not nil, for a zero-length bin, as the library has it
 			copy(r.Trace, b[off:off+l])
 		case 'i':
 			off, l, ok := p.strSpan()
 			if !ok {
-				return nil, false
+				return false
 			}
 			r.Info = str(off, l) // with the headers: no copy of its own
 		case 'o':
 			v, ok := p.bool()
 			if !ok {
-				return nil, false
+				return false
 			}
 			r.Oversize = v
 		case 'n':
 			v, ok := p.int()
 			if !ok {
-				return nil, false
+				return false
 			}
 			r.BodySize = v
 		default:
-			return nil, false
+			return false
 		}
 	}
-	return r, true
+	return true
 }
 
 // fastReader reads msgpack values from b; every method reports ok=false (and

@@ -45,8 +45,8 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, res *reservat
 	// Reading the body made net/http send the client its "100 Continue": the
 	// expectation is met. Forwarded as is, it would make the upstream send a second
 	// one, which a reverse proxy relays to the client.
-	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-		r.Header.Del("Expect")
+	if strings.EqualFold(firstValue(r.Header, "Expect"), "100-continue") {
+		delete(r.Header, "Expect")
 	}
 	setBufferedBody(r, body) // grpcbody.go
 	return body, nil

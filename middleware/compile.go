@@ -14,7 +14,8 @@ import (
 // and the plug-ins' defaults.
 type compiled struct {
 	tracked     map[string]bool
-	scope       []scopePart // ScopeHeaders, parsed
+	scope       []scopePart // ScopeHeaders, parsed (header names canonical)
+	fpHeaders   []string    // FingerprintHeaders, canonical
 	ignored     map[string]bool
 	keySource   KeySource
 	keySourceID string // the key source (and the verifier) as the store key names them
@@ -68,8 +69,11 @@ func compile(s *Settings) (*compiled, error) {
 		} else if !validToken(h) {
 			return nil, settingErr("scope_headers", "header name %q is not valid", h)
 		} else {
-			c.scope = append(c.scope, scopePart{name: h})
+			c.scope = append(c.scope, scopePart{name: http.CanonicalHeaderKey(h)})
 		}
+	}
+	for _, h := range s.FingerprintHeaders {
+		c.fpHeaders = append(c.fpHeaders, http.CanonicalHeaderKey(h))
 	}
 	for _, h := range s.IgnoreHeaders {
 		c.ignored[http.CanonicalHeaderKey(h)] = true

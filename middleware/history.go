@@ -24,7 +24,7 @@ func (h *Handler) requestInfo(r *http.Request, path string, now time.Time) strin
 	if h.s.RequestInfo != nil {
 		ri = h.s.RequestInfo(r)
 	} else {
-		ri = RequestInfo{ID: r.Header.Get("X-Request-Id"), Client: r.RemoteAddr}
+		ri = RequestInfo{ID: firstValue(r.Header, "X-Request-Id"), Client: r.RemoteAddr}
 	}
 	return cache.EncodeInfo(&cache.Info{Method: r.Method, Path: path, Route: ri.Route, RequestID: ri.ID,
 		Client: ri.Client, FirstSeen: now})

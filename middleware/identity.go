@@ -108,7 +108,10 @@ type HeaderKey struct {
 
 // Key implements KeySource.
 func (k HeaderKey) Key(r *http.Request, _ []byte) (string, error) {
-	values := r.Header.Values(k.Name)
+	values, ok := r.Header[k.Name] // the name as compile makes it: canonical
+	if !ok {
+		values = r.Header.Values(k.Name) // one a caller spelt otherwise
+	}
 	if len(values) == 0 {
 		return "", ErrNoKey
 	}
@@ -164,7 +167,7 @@ func (h *Handler) fingerprint(r *http.Request, path string, body []byte) (string
 	} else {
 		d.field(path)
 	}
-	for _, name := range h.s.FingerprintHeaders {
+	for _, name := range h.compiled.fpHeaders {
 		d.header(r.Header, name)
 	}
 	d.flush()
@@ -184,11 +187,11 @@ func (h *Handler) fingerprint(r *http.Request, path string, body []byte) (string
 	p = appendPart(p, partMethod, "", r.Method)
 	p = appendPart(p, partPath, "", path)
 	p = appendPart(p, partQuery, "", r.URL.RawQuery)
-	for _, name := range h.s.FingerprintHeaders {
+	for _, name := range h.compiled.fpHeaders {
 		hd := getDigest()
 		hd.header(r.Header, name)
 		var sum [sha256.Size]byte
-		p = appendPartSum(p, partHeader, http.CanonicalHeaderKey(name), hd.sum(sum[:0]))
+		p = appendPartSum(p, partHeader, name, hd.sum(sum[:0]))
 		digests.Put(hd)
 	}
 	d.field(bf.ID())
@@ -465,8 +468,10 @@ func (d *digest) fields(sep, a, b string) {
 	}
 }
 
+// header adds the values of the header name, which is canonical (the map is
+// read directly: Values would canonicalize it again on every request).
 func (d *digest) header(hdr http.Header, name string) {
-	vals := hdr.Values(name)
+	vals := hdr[name]
 	d.buf = binary.BigEndian.AppendUint64(d.buf, uint64(len(vals)))
 	for _, v := range vals {
 		d.field(v)

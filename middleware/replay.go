@@ -97,8 +97,8 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Del("Transfer-Encoding")
-	h.Del("Content-Length")
+	delete(h, "Transfer-Encoding")
+	delete(h, "Content-Length")
 	size := int64(len(resp.Body))
 	if dec != nil {
 		decodedHeader(h)
@@ -111,7 +111,7 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 	// its trailers undeclared (no Trailer header, which gRPC metadata would
 	// show), and unless it is trailers-only, its headers sent before the
 	// message, without a Content-Length.
-	grpc := isGRPCType(resp.Header.Get("Content-Type"))
+	grpc := isGRPCType(firstValue(resp.Header, "Content-Type"))
 	// The two values this writes share one allocation; each is a slice of
 	// its own capacity, so that appending to one never touches the other.
 	vals := make([]string, 2)
@@ -145,6 +145,15 @@ func replay(w http.ResponseWriter, resp *cache.Response, dec *decodedBody, timeo
 		}
 		h[name] = vals // net/http sends them after the body
 	}
+}
+
+// firstValue is h.Get(name) for a canonical name, without canonicalizing it
+// again on every request.
+func firstValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // A client's key never reaches the store verbatim (docs/clients.md, "Scope"), yet the

@@ -210,16 +210,23 @@ func (e entry) record() (*cache.Record, error) {
 	if entryHeader+uint64(fpLen) > uint64(len(e)) {
 		return nil, fmt.Errorf("memstore: %w: entry of %d bytes with a %d-byte fingerprint", cache.ErrCorrupt, len(e), fpLen)
 	}
-	resp, err := cache.DecodeResponse(e[entryHeader+fpLen:])
-	if err != nil {
+	// One copy of the fingerprint and the response (their strings are cut
+	// from it), and one allocation for the record and its response.
+	s := string(e[entryHeader:])
+	rr := new(struct {
+		rec  cache.Record
+		resp cache.Response
+	})
+	if err := cache.DecodeResponseStringInto(&rr.resp, s[fpLen:]); err != nil {
 		return nil, err
 	}
-	return &cache.Record{
+	rr.rec = cache.Record{
 		Version:     cache.FormatVersion,
 		State:       cache.StateCompleted,
-		Fingerprint: string(e[entryHeader : entryHeader+fpLen]),
+		Fingerprint: s[:fpLen],
 		CreatedAt:   time.Unix(0, e.created()),
 		ExpiresAt:   time.Unix(0, e.expires()),
-		Response:    resp,
-	}, nil
+		Response:    &rr.resp,
+	}
+	return &rr.rec, nil
 }
