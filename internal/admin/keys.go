@@ -85,19 +85,23 @@ func routeForPath(v View, path string) Route {
 	return v.Match(route)
 }
 
-// key serves GET and DELETE /keys/{key}.
-func (a *api) key(w http.ResponseWriter, r *http.Request) {
-	v := a.view(w, r)
-	if v == nil {
-		return
+// byKey serves an endpoint of a client's key ({key}, in the scope the
+// request gives): op (recordOp: GET and DELETE /keys/{key}; settle: POST
+// /release/{key} and /resolve/{key}) on the record it names.
+func (a *api) byKey(op func(*api, http.ResponseWriter, *http.Request, View, *keyLookup)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := a.view(w, r)
+		if v == nil {
+			return
+		}
+		defer v.Release()
+		l, err := a.lookupKey(v, r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
+			return
+		}
+		op(a, w, r, v, l)
 	}
-	defer v.Release()
-	l, err := a.lookupKey(v, r)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
-		return
-	}
-	a.recordOp(w, r, v, l)
 }
 
 // recordOp reads (GET) or purges (DELETE) the record l names.
@@ -112,23 +116,8 @@ func (l *keyLookup) key() adminkeys.Key {
 	return adminkeys.Key{StoreKey: l.storeKey, KeyHash: l.keyHash, NotFound: l.notFound}
 }
 
-// settleKey serves POST /release/{key} and POST /resolve/{key}: it settles a
-// held unknown outcome in one atomic store operation.
-func (a *api) settleKey(w http.ResponseWriter, r *http.Request) {
-	v := a.view(w, r)
-	if v == nil {
-		return
-	}
-	defer v.Release()
-	l, err := a.lookupKey(v, r)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, adminError{Error: err.Error()})
-		return
-	}
-	a.settle(w, r, v, l)
-}
-
-// settle releases or resolves (by the request's path) the record l names.
+// settle releases or resolves (by the request's path) the record l names: a
+// held unknown outcome, in one atomic store operation.
 func (a *api) settle(w http.ResponseWriter, r *http.Request, v View, l *keyLookup) {
 	var res *middleware.Resolution
 	if strings.HasPrefix(r.URL.Path, "/resolve") {
