@@ -38,7 +38,7 @@ soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failove
 .PHONY: bench
 bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~5 min).
 	$(NOWORK) build -C test -o $(CURDIR)/$(BIN)/bench ./bench
-	taskset -c 0 $(BIN)/bench -bin $(BIN)
+	taskset -c 0 $(BIN)/bench -bin $(BIN) $(BENCH_ARGS)
 
 .PHONY: bench-micro
 bench-micro: ## Every Go micro-benchmark (Benchmark* in any package of any module, found in the code; the stores' start their own servers): allocs/op, bytes/record.

@@ -212,7 +212,7 @@ func (c *rawConn) do(req []byte) (status int, replayed bool, err error) {
 			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
 			closeAfter = bytes.EqualFold(value, []byte("close"))
-		case bytes.EqualFold(name, []byte("Idempotent-Replayed")):
+		case bytes.EqualFold(name, []byte("Idempotent-Replayed")), bytes.EqualFold(name, []byte("Idempotency-Replayed")): // Stripe's, and idemlease's
 			replayed = string(value) == "true"
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 )
 
 func main() {
@@ -48,6 +49,14 @@ func main() {
 	fs.StringVar(&cfg.bin, "bin", "bin", "directory with idemproxy and caddy")
 	fs.BoolVar(&cfg.skipCaddy, "skip-caddy", false, "leave out the Caddy scenarios")
 	fs.IntVar(&cfg.flood, "flood", 300000, "unique keys sent in the memory-bound flood (0: skip)")
+	fs.Func("peer", "NAME=BINARY: run another idempotency proxy (on its memory store; it takes --listen and --upstream) beside idemproxy's memory scenarios; repeatable (test/bench/peers builds one)", func(v string) error {
+		name, bin, ok := strings.Cut(v, "=")
+		if !ok || name == "" || bin == "" {
+			return fmt.Errorf("want NAME=BINARY, got %q", v)
+		}
+		cfg.peers = append(cfg.peers, peer{name: name, bin: bin})
+		return nil
+	})
 	only := fs.String("only", "", "run only the scenarios whose names match this regular expression (the upstream and the bare proxy, the references, always run)")
 	_ = fs.Parse(os.Args[1:])
 	if *only != "" {

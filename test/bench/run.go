@@ -21,7 +21,13 @@ type benchConfig struct {
 	bin                            string
 	skipCaddy                      bool
 	only                           *regexp.Regexp // nil: every scenario
+	// peers: other idempotency proxies run side by side with idemproxy's
+	// memory store, NAME → a binary that takes --listen ADDR --upstream URL
+	// (test/bench/peers builds them).
+	peers []peer
 }
+
+type peer struct{ name, bin string }
 
 type proc struct {
 	name string
@@ -170,6 +176,20 @@ func run(cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
+	// The peers, on their memory stores: first executions and replays beside
+	// idemproxy's, in the same rounds.
+	var peerScenarios []*scenario
+	for _, p := range cfg.peers {
+		addr := procinfo.FreeAddr()
+		server := "peer-" + p.name
+		u, err := launch(coreTest, server, addr, p.bin, "--listen", addr, "--upstream", upURL)
+		if err != nil {
+			return err
+		}
+		peerScenarios = append(peerScenarios,
+			&scenario{name: p.name + " memory: first executions", target: u, group: "proxy", server: server},
+			&scenario{name: p.name + " memory: replays", target: u, replay: true, group: "proxy", server: server})
+	}
 	// PostgreSQL on core 0 with Redis: its own cluster in a temporary directory
 	// (as the postgres user when root), the postmaster and every backend pinned.
 	pgdir, err := os.MkdirTemp("", "idemproxy-bench-pg")
@@ -227,6 +247,9 @@ func run(cfg benchConfig) error {
 		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base", server: "bareproxy"},
 		{name: "idemproxy memory: first executions", target: memURL, group: "proxy", server: "idemproxy-memory"},
 		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy", server: "idemproxy-memory"},
+	}
+	scenarios = append(scenarios, peerScenarios...)
+	scenarios = append(scenarios, []*scenario{
 		{name: "idemproxy Redis: first executions", target: redURL, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
 		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
 		{name: "idemproxy PostgreSQL: first executions", target: pgURL, store: "postgres", group: "proxy", server: "idemproxy-postgres"},
@@ -242,7 +265,7 @@ func run(cfg benchConfig) error {
 				}
 				return newPGStatements(context.Background(), pg.URL())
 			}},
-	}
+	}...)
 	// PostgreSQL's durability trade-offs, documented options, off by default
 	// (docs/stores.md, "Durability trade-offs"): synchronous_commit off, and a
 	// table the operator made unlogged. First executions only: a replay
