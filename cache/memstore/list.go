@@ -131,8 +131,8 @@ func newKeyPrefix(p string) keyPrefix {
 	}
 	kp.whole = b
 	if len(p)%2 == 1 {
-		v, ok := unhex(p[len(p)-1])
-		if !ok {
+		v := unhexTable[p[len(p)-1]]
+		if v > 0xf {
 			return keyPrefix{none: true}
 		}
 		kp.half = int(v)

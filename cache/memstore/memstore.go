@@ -203,29 +203,36 @@ type shard struct {
 func internKey(k string) ikey {
 	var out ikey
 	if len(k) == 64 {
-		ok := true
-		for i := 0; i < 32 && ok; i++ {
-			hi, ok1 := unhex(k[2*i])
-			lo, ok2 := unhex(k[2*i+1])
+		// Table lookups without a branch a digit: every store call decodes
+		// its key, twice on a replay (the claim, the replay count).
+		var bad byte
+		for i := range out {
+			hi, lo := unhexTable[k[2*i]], unhexTable[k[2*i+1]]
+			bad |= hi | lo
 			out[i] = hi<<4 | lo
-			ok = ok1 && ok2
 		}
-		if ok {
+		if bad&0xf0 == 0 {
 			return out
 		}
 	}
 	return sha256.Sum256([]byte(k))
 }
 
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
+// unhexTable maps a lower-case hex digit to its value and every other byte
+// to 0xff.
+var unhexTable = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 0xff
+		}
 	}
-	return 0, false
-}
+	return t
+}()
 
 var (
 	_ cache.Store    = (*Store)(nil)
