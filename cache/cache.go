@@ -50,6 +50,12 @@ type Claim struct {
 	// of its lapse (LapsedRecord). A completed record's is its
 	// Response.Info. Optional.
 	Info string
+	// Deferred, when set, gives Info and Owner where they are empty, on
+	// demand (EncodedInfo, ScopeOwner): a store that keeps them only with a
+	// new claim (the memory store) then never builds them for a claim that
+	// finds a record, a replay. A store calls it on ClaimOrGet's goroutine
+	// before returning.
+	Deferred ClaimSource
 	// Owner identifies the client scope the record belongs to: a short opaque
 	// string (the middleware passes 16 hex digits of a digest of the request's
 	// scope, never a credential). A bounded store may use it to share its room
@@ -75,6 +81,28 @@ type Claim struct {
 	// changes no indexed column); Complete's own ttl still decides the
 	// record's expiry. Zero: not known.
 	TTL time.Duration
+}
+
+// ClaimSource builds a claim's Info and Owner on demand (Claim.Deferred).
+type ClaimSource interface {
+	ClaimInfo() string
+	ClaimOwner() string
+}
+
+// EncodedInfo is l.Info, or what l.Deferred builds when Info is empty.
+func (l *Claim) EncodedInfo() string {
+	if l.Info == "" && l.Deferred != nil {
+		return l.Deferred.ClaimInfo()
+	}
+	return l.Info
+}
+
+// ScopeOwner is l.Owner, or what l.Deferred builds when Owner is empty.
+func (l *Claim) ScopeOwner() string {
+	if l.Owner == "" && l.Deferred != nil {
+		return l.Deferred.ClaimOwner()
+	}
+	return l.Owner
 }
 
 // MaxTrace bounds Claim.Trace and Response.Trace.

@@ -19,16 +19,21 @@ import (
 // settleUnknown (unknown.go).
 type claim struct {
 	h        *Handler
-	storeKey string // the digest the store knows the record by (storeKey)
-	keyHash  string // storeKey's first 12 hex digits, for logs
-	token    string // fences every write after the claim
-	fp       string // the request's fingerprint
-	trace    []byte // the first execution's trace context, stored with it
-	info     string // the request and its history (cache.Info, encoded), stored with it
-	lateSeen bool   // late marked the lapse in the history
-	echo     string // the client's key when it came in a key header; echoed on answers
-	grpc     bool   // a gRPC call: the core's answers in gRPC's shape
-	held     *Held  // what Settings.OnHold is told, when it is set (nil otherwise)
+	storeKey string        // the digest the store knows the record by (storeKey)
+	keyHash  string        // storeKey's first 12 hex digits, for logs
+	token    string        // fences every write after the claim
+	fp       string        // the request's fingerprint
+	trace    []byte        // the first execution's trace context, stored with it
+	info     string        // the request and its history (cache.Info, encoded), stored with it; built on demand (requestInfo)
+	owner    string        // the request's scope as cache.Claim.Owner; built on demand (ClaimOwner)
+	req      *http.Request // what info and owner are built from, with path, host and seen
+	path     string
+	host     string
+	seen     time.Time // when the request came in: its first seen
+	lateSeen bool      // late marked the lapse in the history
+	echo     string    // the client's key when it came in a key header; echoed on answers
+	grpc     bool      // a gRPC call: the core's answers in gRPC's shape
+	held     *Held     // what Settings.OnHold is told, when it is set (nil otherwise)
 	started  time.Time
 	// ev is how the execution ended, for the request's event: Outcome,
 	// Status, Err (the tracker adopts them). It is the claim's own, not a
@@ -54,20 +59,39 @@ func (e timeoutError) Error() string { return string(e) }
 func (e timeoutError) Timeout() bool { return true }
 
 // claimOrGet claims c's store key, or returns the record that holds it.
-func (c *claim) claimOrGet(r *http.Request, owner string, ev *Event) (*cache.Record, bool, error) {
+func (c *claim) claimOrGet(r *http.Request, ev *Event) (*cache.Record, bool, error) {
 	t0 := time.Now()
 	sctx, scancel := c.h.storeCtx(r.Context())
 	defer scancel()
-	rec, loaded, err := c.h.store.ClaimOrGet(sctx, c.storeKey, c.asked(owner))
+	rec, loaded, err := c.h.store.ClaimOrGet(sctx, c.storeKey, c.asked())
 	ev.StoreDuration = time.Since(t0)
 	c.h.breaker.observe(c.h, err) // breaker.go: did it reach the store?
 	return rec, loaded, err
 }
 
 // asked is the claim c asks the store for.
-func (c *claim) asked(owner string) cache.Claim {
+func (c *claim) asked() cache.Claim {
 	h := c.h
-	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Info: c.info, Owner: owner, Hold: h.lapseHold, TTL: h.s.TTL}
+	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Info: c.info, Owner: c.owner, Deferred: c, Hold: h.lapseHold, TTL: h.s.TTL}
+}
+
+// ClaimInfo implements cache.ClaimSource: c's request info, built once, when
+// a store first asks for it (the memory store only for a new claim, so a
+// replay never builds it) or the execution stores its answer.
+func (c *claim) ClaimInfo() string {
+	if c.info == "" && c.req != nil {
+		c.info = c.h.requestInfo(c.req, c.path, c.seen)
+	}
+	return c.info
+}
+
+// ClaimOwner implements cache.ClaimSource: c's owner, built once, when a
+// store first asks for it (the memory store only for a new claim).
+func (c *claim) ClaimOwner() string {
+	if c.owner == "" && c.req != nil {
+		c.owner = c.h.owner(c.req, c.host)
+	}
+	return c.owner
 }
 
 // storeCtx returns the context for one store call: not cancelled by the client
@@ -104,8 +128,8 @@ func noCancel() {}
 // was not the one read before Subscribe (another waiter claimed the key after a
 // release, or took over a lapsed claim) may be younger than the mark: it is
 // subscribed to and read once more before waiting for it.
-func (c *claim) waitForFirst(r *http.Request, owner string, seen time.Time) (*cache.Record, bool, error) {
-	h, key, want := c.h, c.storeKey, c.asked(owner)
+func (c *claim) waitForFirst(r *http.Request, seen time.Time) (*cache.Record, bool, error) {
+	h, key, want := c.h, c.storeKey, c.asked()
 	deadline := time.NewTimer(h.s.Wait)
 	defer deadline.Stop()
 	notifier, _ := h.store.(cache.Notifier)
@@ -322,7 +346,7 @@ func (c *claim) storeResponse(r *http.Request, rw *recorder) {
 func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 	h := c.h
 	if resp.Info == "" {
-		resp.Info = c.info
+		resp.Info = c.ClaimInfo()
 	}
 	c.late(resp)
 	// The fingerprint and start go with the record: should the claim be gone
@@ -350,7 +374,7 @@ func (c *claim) store(resp *cache.Response, ttl time.Duration) error {
 			release = h.pinned.Pin() // taken while this request still pins it
 		}
 		// Outlives the request, and renews the claim until it is done.
-		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, info: c.info, renew: c.renew}
+		bg := &claim{h: h, storeKey: c.storeKey, keyHash: c.keyHash, token: c.token, info: c.ClaimInfo(), renew: c.renew}
 		c.renew = nil
 		go bg.storeLater(context.WithoutCancel(c.ctx), rec, ttl, release)
 	}

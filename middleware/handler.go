@@ -148,7 +148,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	// (renewal, a retried store) holds copies.
 	c := &claim{h: h, storeKey: h.storeKey(r, host, key), token: newToken(), fp: fp, echo: t.key, grpc: t.grpc}
 	c.keyHash = c.storeKey[:12]
-	c.info = h.requestInfo(r, path, t.start) // history.go
+	c.req, c.path, c.host, c.seen = r, path, host, t.start // for its request info and owner (ClaimInfo, ClaimOwner)
 	if h.s.OnHold != nil {
 		c.held = &Held{StoreKey: c.storeKey, Key: key, Request: r, Body: body}
 	}
@@ -158,7 +158,6 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 			c.trace = nil
 		}
 	}
-	owner := h.owner(r, host)
 	if err := h.breaker.down(); err != nil {
 		// Known down: the same answer as a failed claim, without the wait
 		// for one. Nothing was claimed; its opening was logged once.
@@ -169,7 +168,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 		t.storeUnavailable(w, err)
 		return nil
 	}
-	rec, loaded, err := c.claimOrGet(r, owner, &t.ev)
+	rec, loaded, err := c.claimOrGet(r, &t.ev)
 	if err != nil {
 		// A full store (nothing this client may evict) is refused even under
 		// fail_open: a client that can fill the store must not be able to
@@ -187,7 +186,7 @@ func (h *Handler) handle(w http.ResponseWriter, r *http.Request, canon Canonical
 	}
 	if loaded && h.s.Wait > 0 && rec.State == cache.StateInFlight && rec.Fingerprint == c.fp {
 		// Never failed open: the first request may still run.
-		if rec, loaded, err = c.waitForFirst(r, owner, rec.CreatedAt); err != nil {
+		if rec, loaded, err = c.waitForFirst(r, rec.CreatedAt); err != nil {
 			c.undo(r.Context()) // a claim of the wait's may have been made
 			h.logger.LogAttrs(r.Context(), slog.LevelError, "idempotency store unavailable while waiting",
 				slog.String("key_hash", c.keyHash), slog.Any("error", err))

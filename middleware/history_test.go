@@ -21,8 +21,10 @@ func TestRecordKeepsRequestAndHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	infos := 0 // the hook's calls: only a new claim's info is built
 	h, err := middleware.New(store, func(s *middleware.Settings) {
 		s.RequestInfo = func(r *http.Request) middleware.RequestInfo {
+			infos++
 			return middleware.RequestInfo{ID: "req-42", Client: "192.0.2.9:4000", Route: "/orders/"}
 		}
 	})
@@ -62,6 +64,9 @@ func TestRecordKeepsRequestAndHistory(t *testing.T) {
 	if info.Method != "POST" || info.Path != "/orders/1" || info.Route != "/orders/" || info.RequestID != "req-42" ||
 		info.Client != "192.0.2.9:4000" || info.FirstSeen.IsZero() || len(info.Events) != 0 {
 		t.Fatalf("info %+v", info)
+	}
+	if infos != 1 {
+		t.Fatalf("RequestInfo called %d times for one execution and two replays; want 1 (a replay builds none)", infos)
 	}
 	if rec.Replays != 2 || rec.LastReplay.IsZero() {
 		t.Fatalf("replays %d, last %v; want 2", rec.Replays, rec.LastReplay)

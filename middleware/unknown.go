@@ -92,7 +92,7 @@ func (c *claim) settleUnknown(rw *recorder, answer bool) bool {
 		}
 	}
 	status := unknownStatus(c.ev.Err)
-	c.info = cache.WithEvent(c.info, cache.Event{Kind: cache.EventHeld, By: cache.ByNoAnswer, At: time.Now()})
+	c.info = cache.WithEvent(c.ClaimInfo(), cache.Event{Kind: cache.EventHeld, By: cache.ByNoAnswer, At: time.Now()})
 	h.logger.LogAttrs(c.ctx, slog.LevelWarn, "idempotency outcome unknown: the key is held, retries will not run again",
 		slog.String("key_hash", c.keyHash), slog.Duration("unknown_hold", h.s.UnknownHold), slog.Any("error", c.ev.Err))
 	err := c.store(h.unknownAnswer(status, c.trace), h.s.UnknownHold)

@@ -101,6 +101,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ResolveOnlyUnknown", testResolveOnlyUnknown},
 		{"TraceContextKept", testTraceContextKept},
 		{"RequestKeptInFlight", testRequestKeptInFlight},
+		{"RequestDeferred", testRequestDeferred},
 		{"RequestKeptCompleted", testRequestKeptCompleted},
 		{"RequestKeptHeldByLapse", testRequestKeptHeldByLapse},
 		{"HistoryResolved", testHistoryResolved},

@@ -58,6 +58,57 @@ func testRequestKeptInFlight(t *testing.T, h Harness) {
 	wantRequest(t, "in flight", mustGet(t, h.Store, key), info)
 }
 
+// deferred is a cache.ClaimSource that counts its calls and reads the store
+// from inside them: a store that built the info under a lock of its own
+// would deadlock.
+type deferred struct {
+	s           cache.Store
+	key         string
+	info        string
+	infos, owns int
+}
+
+func (d *deferred) ClaimInfo() string {
+	d.infos++
+	_, _ = d.s.Get(context.Background(), d.key)
+	return d.info
+}
+
+func (d *deferred) ClaimOwner() string {
+	d.owns++
+	_, _ = d.s.Get(context.Background(), d.key)
+	return "0123456789abcdef"
+}
+
+// testRequestDeferred: a claim whose Info comes from Claim.Deferred keeps
+// it as if it had come in Info, each store asking for it at most once a
+// claim and never under a lock of its own.
+func testRequestDeferred(t *testing.T, h Harness) {
+	ctx := context.Background()
+	key := Key(t, "k")
+	info := sampleInfo(h)
+	d := &deferred{s: h.Store, key: key, info: cache.EncodeInfo(info)}
+	tok := Token()
+	if rec, loaded, err := h.Store.ClaimOrGet(ctx, key, cache.Claim{Token: tok, Fingerprint: "fp", Duration: lease, Deferred: d}); err != nil || loaded {
+		t.Fatalf("ClaimOrGet: loaded=%v rec=%+v err=%v", loaded, rec, err)
+	}
+	if d.infos != 1 || d.owns > 1 {
+		t.Fatalf("a new claim asked for its info %d times and its owner %d; want 1 and at most 1", d.infos, d.owns)
+	}
+	wantRequest(t, "in flight", mustGet(t, h.Store, key), info)
+	// A claim that finds the record: the memory store builds nothing for it.
+	d2 := &deferred{s: h.Store, key: key, info: cache.EncodeInfo(info)}
+	if _, loaded, err := h.Store.ClaimOrGet(ctx, key, cache.Claim{Token: Token(), Fingerprint: "fp", Duration: lease, Deferred: d2}); err != nil || !loaded {
+		t.Fatalf("a second claim: loaded=%v err=%v", loaded, err)
+	}
+	if d2.infos > 1 || d2.owns > 1 {
+		t.Fatalf("a claim that found the record asked for its info %d times and its owner %d; want at most once each", d2.infos, d2.owns)
+	}
+	if _, inProcess := h.Store.(cache.InProcess); inProcess && (d2.infos != 0 || d2.owns != 0) {
+		t.Fatalf("an in-process store built info %d and owner %d times for a claim that found a record; want none (a replay builds neither)", d2.infos, d2.owns)
+	}
+}
+
 // testRequestKeptCompleted: a completed record's Info is its response's,
 // kept by the store and read back by Get and by a claim that finds it.
 func testRequestKeptCompleted(t *testing.T, h Harness) {

@@ -21,6 +21,7 @@ func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
+	lock.Info = lock.EncodedInfo() // sent with the claim: the condition decides
 	for try := 0; try < claimTries; try++ {
 		now := s.now()
 		le := ms(now) + durMs(lock.Duration)

@@ -40,8 +40,14 @@ func (s *Store) ClaimOrGet(_ context.Context, key string, l cache.Claim) (*cache
 		return nil, false, fmt.Errorf("memstore: empty claim token")
 	}
 	k := internKey(key)
-	owner := ownerOf(l.Owner)
 	sh := s.shardFor(&k)
+	// The owner and the info are asked for only by a new claim (l.Deferred
+	// may build them, a replay never needs them), and outside the lock.
+	var (
+		owner ownerID
+		info  string
+		built bool
+	)
 	var res reservation
 	defer s.release(&res) // what a claim that found a record did not use
 	for attempt := 1; ; attempt++ {
@@ -76,7 +82,13 @@ func (s *Store) ClaimOrGet(_ context.Context, key string, l cache.Claim) (*cache
 			}
 			s.dropIndexLocked(sh, e)
 		}
-		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), info: l.Info, created: now,
+		if !built {
+			sh.mu.Unlock()
+			owner, info, built = ownerOf(l.ScopeOwner()), l.EncodedInfo(), true
+			attempt-- // not a try for room: look again, with them built
+			continue
+		}
+		nl := &lock{token: l.Token, fingerprint: l.Fingerprint, trace: string(l.Trace), info: info, created: now,
 			lease: now + int64(l.Duration), expires: now + int64(l.Duration) + int64(max(l.Hold, 0)), owner: owner}
 		// The owner's row, should this be its first record, is reserved too.
 		need := nl.size() + ownerBytes

@@ -260,6 +260,7 @@ func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 // claimOrGet runs the claim; ttl is a found record's remaining life by the
 // database's clock.
 func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, time.Duration, error) {
+	lock.Info = lock.EncodedInfo() // sent with the claim: the statement decides
 	query := s.q.claim
 	for attempt := 0; attempt < 5; attempt++ {
 		var (

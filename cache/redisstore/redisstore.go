@@ -164,6 +164,7 @@ func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*
 // claimOrGet runs the claim; ttl is a found record's remaining life by the
 // server's clock.
 func (s *Store) claimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, time.Duration, error) {
+	lock.Info = lock.EncodedInfo() // sent with the claim: the script decides
 	res, err := s.run(ctx, lockScript, key, lock.Token, lock.Fingerprint, ms(lock.Duration), s.nowArg(), string(lock.Trace), holdArg(lock.Hold), lock.Info).Slice()
 	if errors.Is(err, ErrNotReplicated) {
 		// The claim is refused (nothing will run), but the primary has it: undo
