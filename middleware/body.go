@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -48,8 +49,29 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, res *reservat
 	if strings.EqualFold(firstValue(r.Header, "Expect"), "100-continue") {
 		delete(r.Header, "Expect")
 	}
-	setBufferedBody(r, body) // grpcbody.go
+	// Read again from memory: by a hook (a ScopeFunc, RequestInfo) in one
+	// allocation, and made the transport's in-memory body (setBufferedBody)
+	// only when it is forwarded (forwardable), never for a replay.
+	hb := &heldBody{body: body}
+	hb.Reset(body)
+	r.Body = hb
 	return body, nil
+}
+
+// heldBody is a body read whole by readBody, read again from memory.
+type heldBody struct {
+	bytes.Reader
+	body []byte
+}
+
+func (*heldBody) Close() error { return nil }
+
+// forwardable makes a body readBody held the transport's in-memory body
+// before r goes to the next handler.
+func forwardable(r *http.Request) {
+	if b, ok := r.Body.(*heldBody); ok {
+		setBufferedBody(r, b.body) // grpcbody.go
+	}
 }
 
 // bodyChunk is the largest piece a body is read in. A declared body up to this

@@ -247,3 +247,53 @@ func TestOverloadedInStripeFormat(t *testing.T) {
 		t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
 	}
 }
+
+// The body read for the fingerprint can be read again by a hook that reads
+// r.Body (a ScopeFunc here), and the next handler still gets it whole, even
+// after a hook took it, with GetBody rewinding it, in the form net/http's
+// transport sends in one write (io.NopCloser around a *bytes.Reader).
+func TestReadBodyIsReadAgainByHooksAndForwardedWhole(t *testing.T) {
+	const body = `{"amount":100}`
+	var scoped []string
+	h := newHandler(t, newMem(t), func(s *middleware.Settings) {
+		s.ScopeFunc = func(r *http.Request) string {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("a hook reading r.Body: %v", err)
+			}
+			scoped = append(scoped, string(b))
+			return "tenant"
+		}
+	})
+	var got, again, kind string
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+		kind = fmt.Sprintf("%T", r.Body)
+		if r.GetBody == nil {
+			t.Error("no GetBody on the forwarded request")
+		} else if rc, err := r.GetBody(); err == nil {
+			b, _ := io.ReadAll(rc)
+			again = string(b)
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	for i := range 2 { // the first executes, the second is a replay
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(body))
+		r.Header.Set("Idempotency-Key", "k-body")
+		h.Wrap(next).ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || (i == 1) != (w.Header().Get("Idempotent-Replayed") == "true") {
+			t.Fatalf("request %d: %d, replayed %q", i, w.Code, w.Header().Get("Idempotent-Replayed"))
+		}
+	}
+	if got != body || again != body {
+		t.Fatalf("the next handler read %q, and %q from GetBody; want %q", got, again, body)
+	}
+	if kind != "io.nopCloserWriterTo" && kind != "io.nopCloser" {
+		t.Fatalf("the forwarded body is a %s; want io.NopCloser's (around a *bytes.Reader)", kind)
+	}
+	if len(scoped) == 0 || scoped[0] != body {
+		t.Fatalf("the hook read %q; want %q first", scoped, body)
+	}
+}

@@ -256,6 +256,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		// retry.
 		r.Header.Del("Grpc-Timeout")
 	}
+	forwardable(r) // body.go
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	// The lease is renewed on until what settles the claim is stored.

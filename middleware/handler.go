@@ -397,6 +397,7 @@ func (h *Handler) refuseUpgrade(w http.ResponseWriter, r *http.Request, t *track
 // passThrough calls next untracked, noting the status for the observer.
 func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, next Next, ev *Event) error {
 	sw := &status.Writer{ResponseWriter: w}
+	forwardable(r) // body.go
 	err := next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), runningKey{}, ev.Outcome)))
 	ev.Status = sw.Status
 	if err == nil {
