@@ -54,7 +54,9 @@ type Claim struct {
 	// demand (EncodedInfo, ScopeOwner): a store that keeps them only with a
 	// new claim (the memory store) then never builds them for a claim that
 	// finds a record, a replay. A store calls it on ClaimOrGet's goroutine
-	// before returning.
+	// before returning. The middleware leaves Info and Owner to Deferred only
+	// for a store that says it reads them so (DeferredClaims); every other
+	// store, a wrapper around one included, gets both fields filled.
 	Deferred ClaimSource
 	// Owner identifies the client scope the record belongs to: a short opaque
 	// string (the middleware passes 16 hex digits of a digest of the request's
@@ -81,6 +83,14 @@ type Claim struct {
 	// changes no indexed column); Complete's own ttl still decides the
 	// record's expiry. Zero: not known.
 	TTL time.Duration
+}
+
+// DeferredClaims is implemented by stores that read a claim's Info and Owner
+// only through Claim.EncodedInfo and Claim.ScopeOwner, so a caller may leave
+// both fields to Claim.Deferred. A wrapper that reads the fields must not
+// pass it on (embedding the cache.Store interface does not).
+type DeferredClaims interface {
+	ReadsDeferredClaims()
 }
 
 // ClaimSource builds a claim's Info and Owner on demand (Claim.Deferred).

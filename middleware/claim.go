@@ -72,6 +72,10 @@ func (c *claim) claimOrGet(r *http.Request, ev *Event) (*cache.Record, bool, err
 // asked is the claim c asks the store for.
 func (c *claim) asked() cache.Claim {
 	h := c.h
+	if !h.deferred { // a store that reads the fields themselves
+		c.ClaimInfo()
+		c.ClaimOwner()
+	}
 	return cache.Claim{Token: c.token, Fingerprint: c.fp, Duration: h.s.ClaimTTL, Trace: c.trace, Info: c.info, Owner: c.owner, Deferred: c, Hold: h.lapseHold, TTL: h.s.TTL}
 }
 
@@ -257,6 +261,7 @@ func (c *claim) run(w http.ResponseWriter, r *http.Request, next Next) (err erro
 		r.Header.Del("Grpc-Timeout")
 	}
 	forwardable(r) // body.go
+	c.ClaimInfo()  // from the request as it came, should no store have asked
 	err = next.ServeHTTP(rw, r.WithContext(ctx))
 	returned = true
 	// The lease is renewed on until what settles the claim is stored.

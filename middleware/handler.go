@@ -32,6 +32,7 @@ type Handler struct {
 	s         Settings
 	*compiled                     // what New derived from s
 	inProcess bool                // the store never blocks: no per-call timeouts
+	deferred  bool                // the store reads a claim's info and owner on demand (cache.DeferredClaims)
 	pinned    cache.Pinned        // the store must be pinned while used; nil for most
 	replays   cache.ReplayCounter // the store counts replays; nil when it does not
 	budget    *budget             // body_budget: shared by every Handler of its size
@@ -55,8 +56,9 @@ func New(store cache.Store, opts ...Option) (*Handler, error) {
 	}
 	store, pinned := cache.Unwrap(store) // pinned through a wrapper, used as itself
 	_, inProcess := store.(cache.InProcess)
+	_, deferred := store.(cache.DeferredClaims)
 	replays, _ := store.(cache.ReplayCounter)
-	h := &Handler{store: store, s: s, compiled: c, inProcess: inProcess, pinned: pinned, replays: replays, budget: sharedBudget(s.BodyBudget)}
+	h := &Handler{store: store, s: s, compiled: c, inProcess: inProcess, deferred: deferred, pinned: pinned, replays: replays, budget: sharedBudget(s.BodyBudget)}
 	h.breaker = breakerFor(h, store) // breaker.go
 	return h, nil
 }

@@ -30,11 +30,10 @@ func (h *Handler) requestInfo(r *http.Request, path string, now time.Time) strin
 		Client: ri.Client, FirstSeen: now})
 }
 
-// countReplay tells a store that counts replays of one answer from rec, to
-// the request that came in at at.
-func (h *Handler) countReplay(storeKey string, rec *cache.Record, at time.Time) {
+// countReplay tells a store that counts replays of one answer from rec.
+func (h *Handler) countReplay(storeKey string, rec *cache.Record) {
 	if h.replays != nil && !rec.Lapsed {
-		h.replays.CountReplay(storeKey, rec.CreatedAt, at)
+		h.replays.CountReplay(storeKey, rec.CreatedAt, time.Now()) // answered now: a duplicate may have waited
 	}
 }
 

@@ -52,7 +52,7 @@ type owners struct {
 
 func (o *owners) ClaimOrGet(ctx context.Context, key string, l cache.Claim) (*cache.Record, bool, error) {
 	o.mu.Lock()
-	o.seen = append(o.seen, l.ScopeOwner())
+	o.seen = append(o.seen, l.Owner) // a wrapper reads the field: it is filled for it
 	o.mu.Unlock()
 	return o.Store.ClaimOrGet(ctx, key, l)
 }

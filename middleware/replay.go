@@ -44,7 +44,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 			t.ev.Outcome = OutcomeReplayed
 		}
 		t.emit()
-		h.countReplay(storeKey, rec, t.start) // history.go
+		h.countReplay(storeKey, rec) // history.go
 		w.Header().Set("Idempotent-Replayed", "true")
 		h.writeProblem(w, heldProblem(rec), 0, t.key, true)
 	default:
@@ -71,7 +71,7 @@ func (h *Handler) answerDuplicate(w http.ResponseWriter, r *http.Request, rec *c
 		}
 		t.ev.Status = resp.Status
 		t.emit()
-		h.countReplay(storeKey, rec, t.start) // history.go
+		h.countReplay(storeKey, rec) // history.go
 		h.replayEchoing(w, resp, t.key, dec)
 	}
 }

@@ -12,6 +12,10 @@ import (
 	"github.com/idemproxy/idemproxy/cache"
 )
 
+// ReadsDeferredClaims implements cache.DeferredClaims: a claim's Info and
+// Owner are read through Claim.EncodedInfo and Claim.ScopeOwner.
+func (*Store) ReadsDeferredClaims() {}
+
 // ClaimOrGet implements cache.Store: one conditional PutItem, which either
 // claims the key or fails and brings the live record back with it.
 func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {

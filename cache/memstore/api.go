@@ -32,6 +32,10 @@ func (l *lock) size() int64 {
 	return lockOverhead + int64(len(l.token)+len(l.fingerprint)+len(l.trace)+len(l.info))
 }
 
+// ReadsDeferredClaims implements cache.DeferredClaims: a claim's Info and
+// Owner are read through Claim.EncodedInfo and Claim.ScopeOwner.
+func (*Store) ReadsDeferredClaims() {}
+
 // ClaimOrGet implements cache.Store. A claim at a bound makes room within the
 // eviction policy (see makeRoom), and fails with cache.ErrFull when nothing it
 // may evict is left.

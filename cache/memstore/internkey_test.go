@@ -16,12 +16,27 @@ func TestInternKey(t *testing.T) {
 	if got := internKey(hexKey); got != ikey(sum) {
 		t.Fatalf("internKey(%s) = %x; want its bytes", hexKey, got)
 	}
-	for i := range hexKey {
-		for _, c := range []byte{'A', 'F', 'g', '/', ':', '`', 0, 0xff} {
-			k := hexKey[:i] + string(c) + hexKey[i+1:]
-			if got, want := internKey(k), ikey(sha256.Sum256([]byte(k))); got != want {
-				t.Fatalf("internKey with %q at %d = %x; want its digest %x", c, i, got, want)
+	// Every byte value at every position: a key is its bytes exactly when
+	// each of its bytes is a lower-case hex digit.
+	for pos := range hexKey {
+		for c := range 256 {
+			k := []byte(hexKey)
+			k[pos] = byte(c)
+			want := ikey(sha256.Sum256(k))
+			if c >= '0' && c <= '9' || c >= 'a' && c <= 'f' {
+				b, _ := hex.DecodeString(string(k))
+				want = ikey(b)
 			}
+			if got := internKey(string(k)); got != want {
+				t.Fatalf("byte %#x at %d: %x; want %x", c, pos, got, want)
+			}
+		}
+	}
+	// The odd last digit of a listing's key prefix, likewise.
+	for c := range 256 {
+		isHex := c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
+		if kp := newKeyPrefix("ab" + string([]byte{byte(c)})); kp.none == isHex {
+			t.Fatalf("newKeyPrefix with the odd digit %#x: none=%v", c, kp.none)
 		}
 	}
 	for _, k := range []string{"", "abc", hexKey[:63], hexKey + "0", strings.ToUpper(hexKey)} {

@@ -240,6 +240,10 @@ func sweepMs(lock cache.Claim) int64 {
 	return holdMs(lock.Hold)
 }
 
+// ReadsDeferredClaims implements cache.DeferredClaims: a claim's Info and
+// Owner are read through Claim.EncodedInfo and Claim.ScopeOwner.
+func (*Store) ReadsDeferredClaims() {}
+
 // ClaimOrGet implements cache.Store, reading first: a replay or a conflict is
 // one primary-key read that writes nothing, and a first execution one
 // statement that inserts the claim. Only a row that lapsed and was not swept

@@ -152,6 +152,10 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
+// ReadsDeferredClaims implements cache.DeferredClaims: a claim's Info and
+// Owner are read through Claim.EncodedInfo and Claim.ScopeOwner.
+func (*Store) ReadsDeferredClaims() {}
+
 // ClaimOrGet implements cache.Store in one round trip, or none when the local
 // cache holds the completed record.
 func (s *Store) ClaimOrGet(ctx context.Context, key string, lock cache.Claim) (*cache.Record, bool, error) {
