@@ -330,14 +330,9 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	write := s.local.Begin(key)
 	sent := time.Now()
 	err = s.fenced(ctx, "completing", s.q.completeHeld, key, token, blob, rec.Response.Unknown, ms(ttl), s.nowArg(), s.announceOwn, s.local.Carry())
-	var kept *cache.Record
-	if err == nil && write != nil && !rec.Response.Unknown {
-		if resp, derr := cache.DecodeResponse(blob); derr == nil {
-			kept = &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: rec.Fingerprint,
-				CreatedAt: created, ExpiresAt: sent.Add(time.Duration(ms(ttl)) * time.Millisecond), Response: resp}
-		}
-	}
-	s.local.End(write, kept, time.Duration(ms(ttl))*time.Millisecond)
+	// Kept as it was sent, encoded; only a Complete that stored it.
+	s.local.EndEncoded(write, rec.Fingerprint, created, sent.Add(time.Duration(ms(ttl))*time.Millisecond),
+		blob, rec.Response.Unknown || err != nil, time.Duration(ms(ttl))*time.Millisecond)
 	if !errors.Is(err, cache.ErrClaimLost) {
 		return err
 	}

@@ -214,11 +214,9 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 	sent := s.clock()
 	n, err := s.run(ctx, completeScript, key, token, blob, ms(ttl), s.nowArg(), s.channelArg(),
 		rec.Fingerprint, created.UnixMilli(), boolArg(rec.Response.Unknown), s.local.Carry()).Int()
-	var kept *cache.Record
-	if err == nil && n == 1 && write != nil && !rec.Response.Unknown {
-		kept = s.completed(blob, rec.Fingerprint, created, sent.Add(time.Duration(ms(ttl))*time.Millisecond))
-	}
-	s.local.End(write, kept, time.Duration(ms(ttl))*time.Millisecond)
+	// Kept as it was sent, encoded; only a Complete that stored it (1).
+	s.local.EndEncoded(write, rec.Fingerprint, time.UnixMilli(created.UnixMilli()), time.UnixMilli(sent.Add(time.Duration(ms(ttl))*time.Millisecond).UnixMilli()),
+		blob, rec.Response.Unknown || err != nil || n != 1, time.Duration(ms(ttl))*time.Millisecond)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: completing: %w", err)
@@ -226,17 +224,6 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *cache.Reco
 		return cache.ErrClaimLost
 	}
 	return nil
-}
-
-// completed is the record a Complete stored, as a read returns it (its
-// response decoded from what was written), or nil when it does not decode.
-func (s *Store) completed(blob []byte, fingerprint string, created, expires time.Time) *cache.Record {
-	resp, err := cache.DecodeResponse(blob)
-	if err != nil {
-		return nil
-	}
-	return &cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: fingerprint,
-		CreatedAt: time.UnixMilli(created.UnixMilli()), ExpiresAt: time.UnixMilli(expires.UnixMilli()), Response: resp}
 }
 
 // holdArg is a claim's hold in milliseconds (0: none).

@@ -104,11 +104,33 @@ type Cache struct {
 	untrusted                      atomic.Int64 // ns the cache was not trusted, counted at each ping
 }
 
+// entry is a completed record kept encoded: its response as the store
+// holds it (cache.EncodeResponse), so that the garbage collector has a few
+// strings to mark an entry, not every header and value of a decoded
+// response (decoded records in the cache doubled the GC's work a first
+// execution on Redis: 68 → 88 µs of CPU).
 type entry struct {
-	key     string
-	rec     *cache.Record
-	expires int64 // ns since start
-	size    int64
+	key         string
+	fingerprint string
+	created     time.Time
+	recExpires  time.Time // the record's ExpiresAt
+	resp        string    // the response, encoded
+	expires     int64     // ns since start
+	size        int64
+}
+
+// record decodes e into a record of the caller's own.
+func (e *entry) record() (*cache.Record, bool) {
+	rr := new(struct {
+		rec  cache.Record
+		resp cache.Response
+	})
+	if err := cache.DecodeResponseStringInto(&rr.resp, e.resp); err != nil {
+		return nil, false
+	}
+	rr.rec = cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: e.fingerprint,
+		CreatedAt: e.created, ExpiresAt: e.recExpires, Response: &rr.resp}
+	return &rr.rec, true
 }
 
 type pending struct {
@@ -180,7 +202,11 @@ func (c *Cache) lookup(key string, answer bool) (*cache.Record, bool) {
 		return nil, true
 	}
 	c.lru.MoveToFront(el)
-	return copyRecord(e.rec), true
+	rec, ok := e.record()
+	if !ok { // cannot happen: what End kept encoded decodes
+		c.remove(el)
+	}
+	return rec, ok
 }
 
 // want asks the pinger for a ping.
@@ -281,8 +307,20 @@ func (c *Cache) End(r *Read, rec *cache.Record, ttl time.Duration) {
 	if c == nil || r == nil {
 		return
 	}
+	var blob []byte // encoded outside the lock; nil: not kept
+	if ttl > 0 && rec != nil && rec.State == cache.StateCompleted && rec.Response != nil && !rec.Response.Unknown {
+		blob, _ = cache.EncodeResponse(rec.Response)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.endLocked(r) && blob != nil {
+		c.keepLocked(r, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt, string(blob), ttl)
+	}
+}
+
+// endLocked ends r and reports whether nothing changed its key while it was
+// out (no announcement, no Flush): what it read or wrote may be kept.
+func (c *Cache) endLocked(r *Read) bool {
 	p := c.reads[r.key]
 	clean := p != nil && p.inval == r.inval && c.gen == r.gen
 	if p != nil {
@@ -290,17 +328,35 @@ func (c *Cache) End(r *Read, rec *cache.Record, ttl time.Duration) {
 			delete(c.reads, r.key)
 		}
 	}
-	if !clean || ttl <= 0 || rec == nil || rec.State != cache.StateCompleted || rec.Response == nil || rec.Response.Unknown {
+	return clean
+}
+
+// EndEncoded is End for a completed record the caller holds encoded (a
+// Complete's response, as it sent it): the record completed with fingerprint
+// at created, expiring at expires, its response blob; notKept ends r keeping
+// nothing (the write failed, or it stored an unknown outcome).
+func (c *Cache) EndEncoded(r *Read, fingerprint string, created, expires time.Time, blob []byte, notKept bool, ttl time.Duration) {
+	if c == nil || r == nil {
 		return
 	}
-	size := recordSize(r.key, rec)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.endLocked(r) && ttl > 0 && !notKept {
+		c.keepLocked(r, fingerprint, created, expires, string(blob), ttl)
+	}
+}
+
+// keepLocked keeps a completed record under r's key.
+func (c *Cache) keepLocked(r *Read, fingerprint string, created, expires time.Time, resp string, ttl time.Duration) {
+	size := int64(entryOverhead + len(r.key) + len(fingerprint) + len(resp))
 	if size > c.max/8 { // one large response must not flush the rest
 		return
 	}
 	if el, ok := c.entries[r.key]; ok {
 		c.remove(el)
 	}
-	e := &entry{key: r.key, rec: copyRecord(rec), expires: r.sent + int64(ttl), size: size}
+	e := &entry{key: r.key, fingerprint: fingerprint, created: created, recExpires: expires, resp: resp,
+		expires: r.sent + int64(ttl), size: size}
 	c.entries[r.key] = c.lru.PushFront(e)
 	c.size += size
 	for c.size > c.max {
@@ -368,39 +424,4 @@ func (c *Cache) Stats() cache.LocalCacheStats {
 	return cache.LocalCacheStats{MaxBytes: c.max, Bytes: size, Records: int64(n),
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Invalidations: c.dropped.Load(), Flushes: c.flushes.Load(),
 		Untrusted: time.Duration(c.untrusted.Load())}
-}
-
-func recordSize(key string, rec *cache.Record) int64 {
-	n := entryOverhead + len(key) + len(rec.Fingerprint) + len(rec.Response.Body) + len(rec.Response.Trace)
-	for _, h := range []map[string][]string{rec.Response.Header, rec.Response.Trailer} {
-		for k, vs := range h {
-			n += len(k) + 16
-			for _, v := range vs {
-				n += len(v) + 16
-			}
-		}
-	}
-	return int64(n)
-}
-
-// copyRecord is a deep copy: records returned by a store are the caller's own.
-func copyRecord(r *cache.Record) *cache.Record {
-	out := *r
-	if r.Response != nil {
-		resp := *r.Response
-		resp.Header = resp.Header.Clone()
-		resp.Trailer = resp.Trailer.Clone()
-		resp.Body = cloneBytes(resp.Body)
-		resp.Trace = cloneBytes(resp.Trace)
-		out.Response = &resp
-	}
-	out.Trace = cloneBytes(r.Trace)
-	return &out
-}
-
-func cloneBytes(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

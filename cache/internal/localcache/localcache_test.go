@@ -337,3 +337,41 @@ func TestCompletedRecordPutIn(t *testing.T) {
 		t.Fatalf("expires %v after the write was sent, want the TTL, %v", time.Duration(expires-w.sent), time.Hour)
 	}
 }
+
+// A kept record comes back whole, as the caller's own (a caller that changes
+// it changes nothing kept), whether End kept it decoded or EndEncoded kept a
+// Complete's encoded response; a notKept EndEncoded keeps nothing.
+func TestKeptRecordsComeBackWholeAndOwn(t *testing.T) {
+	c := trusted(t, 1<<20)
+	created := time.UnixMilli(1_700_000_000_000)
+	resp := &cache.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/c/1"}},
+		Trailer: map[string][]string{"X-Sum": {"9"}}, Body: []byte(`{"id":1}`), BodySize: 8, Trace: []byte("tr"), Info: "info"}
+	keep(c, "decoded", &cache.Record{State: cache.StateCompleted, Fingerprint: "fp", CreatedAt: created, ExpiresAt: created.Add(time.Hour), Response: resp})
+	blob, err := cache.EncodeResponse(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EndEncoded(c.Begin("encoded"), "fp", created, created.Add(time.Hour), blob, false, time.Hour)
+	c.EndEncoded(c.Begin("failed"), "fp", created, created.Add(time.Hour), blob, true, time.Hour)
+	if _, ok := c.Get("failed"); ok {
+		t.Fatal("a notKept EndEncoded kept its record")
+	}
+	for _, key := range []string{"decoded", "encoded"} {
+		for i := range 2 {
+			got, ok := c.Get(key)
+			if !ok {
+				t.Fatalf("%s: not kept", key)
+			}
+			r := got.Response
+			if got.State != cache.StateCompleted || got.Fingerprint != "fp" || !got.CreatedAt.Equal(created) || !got.ExpiresAt.Equal(created.Add(time.Hour)) ||
+				r.Status != 201 || r.Header["Content-Type"][0] != "application/json" || r.Header["Location"][0] != "/c/1" ||
+				r.Trailer["X-Sum"][0] != "9" || string(r.Body) != `{"id":1}` || r.BodySize != 8 || string(r.Trace) != "tr" || r.Info != "info" {
+				t.Fatalf("%s, read %d: %+v / %+v", key, i, got, r)
+			}
+			// The caller's own: change everything; the next read is whole.
+			r.Header["Content-Type"][0], r.Body[0], r.Trace[0] = "x", 'x', 'x'
+			r.Header["X-New"] = []string{"y"}
+			got.Fingerprint = "changed"
+		}
+	}
+}
