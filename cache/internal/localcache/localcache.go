@@ -188,23 +188,32 @@ func (c *Cache) Get(key string) (*cache.Record, bool) {
 func (c *Cache) lookup(key string, answer bool) (*cache.Record, bool) {
 	now := c.now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	el, ok := c.entries[key]
 	if !ok {
+		c.mu.Unlock()
 		return nil, false
 	}
 	e := el.Value.(*entry)
 	if now >= e.expires {
 		c.remove(el)
+		c.mu.Unlock()
 		return nil, false
 	}
 	if !answer {
+		c.mu.Unlock()
 		return nil, true
 	}
 	c.lru.MoveToFront(el)
+	c.mu.Unlock()
+	// Decoded outside the lock: an entry is never changed once kept (End
+	// replaces it with a new one).
 	rec, ok := e.record()
 	if !ok { // cannot happen: what End kept encoded decodes
-		c.remove(el)
+		c.mu.Lock()
+		if c.entries[key] == el {
+			c.remove(el)
+		}
+		c.mu.Unlock()
 	}
 	return rec, ok
 }
