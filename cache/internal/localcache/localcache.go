@@ -43,7 +43,6 @@
 package localcache
 
 import (
-	"container/list"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,26 +67,22 @@ const renewAfter = Window - pingEvery
 // ping out to come back rather than go to the store.
 const pingWait = 20 * time.Millisecond
 
-// entryOverhead approximates an entry's memory beyond its bytes.
-const entryOverhead = 256
-
 // pingPrefix starts a ping's payload; a key announcement never does (Redis
 // keys start with the store's prefix, PostgreSQL's are hex).
 const pingPrefix = "\x01idemproxy-ping "
 
-// Cache is a byte-bounded LRU of completed records. A nil *Cache caches
+// Cache is a byte-bounded cache of completed records, the oldest kept first
+// out (ring.go). A nil *Cache caches
 // nothing: every method is a no-op.
 type Cache struct {
 	max   int64
 	id    string
 	start time.Time // the base of the monotonic times below
 
-	mu      sync.Mutex
-	entries map[string]*list.Element
-	lru     list.List // of *entry, most recent first
-	size    int64
-	reads   map[string]*pending
-	gen     uint64 // bumped by Flush
+	mu    sync.Mutex
+	ring  ring
+	reads map[string]*pending
+	gen   uint64 // bumped by Flush
 
 	heard atomic.Int64 // when the last own ping that came back was sent (ns since start); 0: none since Flush
 
@@ -104,35 +99,6 @@ type Cache struct {
 	untrusted                      atomic.Int64 // ns the cache was not trusted, counted at each ping
 }
 
-// entry is a completed record kept encoded: its response as the store
-// holds it (cache.EncodeResponse), so that the garbage collector has a few
-// strings to mark an entry, not every header and value of a decoded
-// response (decoded records in the cache doubled the GC's work a first
-// execution on Redis: 68 → 88 µs of CPU).
-type entry struct {
-	key         string
-	fingerprint string
-	created     time.Time
-	recExpires  time.Time // the record's ExpiresAt
-	resp        string    // the response, encoded
-	expires     int64     // ns since start
-	size        int64
-}
-
-// record decodes e into a record of the caller's own.
-func (e *entry) record() (*cache.Record, bool) {
-	rr := new(struct {
-		rec  cache.Record
-		resp cache.Response
-	})
-	if err := cache.DecodeResponseStringInto(&rr.resp, e.resp); err != nil {
-		return nil, false
-	}
-	rr.rec = cache.Record{Version: cache.FormatVersion, State: cache.StateCompleted, Fingerprint: e.fingerprint,
-		CreatedAt: e.created, ExpiresAt: e.recExpires, Response: &rr.resp}
-	return &rr.rec, true
-}
-
 type pending struct {
 	n     int    // reads in flight
 	inval uint64 // announcements of the key while reads were in flight
@@ -144,7 +110,7 @@ func New(maxBytes int64, id string) *Cache {
 	if maxBytes <= 0 {
 		return nil
 	}
-	return &Cache{max: maxBytes, id: id, start: time.Now(), entries: map[string]*list.Element{},
+	return &Cache{max: maxBytes, id: id, start: time.Now(), ring: newRing(maxBytes),
 		reads: map[string]*pending{}, sent: map[uint64]int64{}, wake: make(chan struct{}, 1), back: make(chan struct{}),
 		lastSent: -int64(pingEvery)}
 }
@@ -188,14 +154,13 @@ func (c *Cache) Get(key string) (*cache.Record, bool) {
 func (c *Cache) lookup(key string, answer bool) (*cache.Record, bool) {
 	now := c.now()
 	c.mu.Lock()
-	el, ok := c.entries[key]
+	at, ok := c.ring.find(key)
 	if !ok {
 		c.mu.Unlock()
 		return nil, false
 	}
-	e := el.Value.(*entry)
-	if now >= e.expires {
-		c.remove(el)
+	if now >= c.ring.expires(at) {
+		c.ring.drop(at)
 		c.mu.Unlock()
 		return nil, false
 	}
@@ -203,15 +168,15 @@ func (c *Cache) lookup(key string, answer bool) (*cache.Record, bool) {
 		c.mu.Unlock()
 		return nil, true
 	}
-	c.lru.MoveToFront(el)
+	k := c.ring.copyOut(at)
 	c.mu.Unlock()
-	// Decoded outside the lock: an entry is never changed once kept (End
-	// replaces it with a new one).
-	rec, ok := e.record()
-	if !ok { // cannot happen: what End kept encoded decodes
+	// Decoded outside the lock; it cannot fail, since what End kept encoded
+	// decodes.
+	rec, ok := k.record()
+	if !ok {
 		c.mu.Lock()
-		if c.entries[key] == el {
-			c.remove(el)
+		if at2, held := c.ring.find(key); held && at2 == at {
+			c.ring.drop(at)
 		}
 		c.mu.Unlock()
 	}
@@ -323,7 +288,7 @@ func (c *Cache) End(r *Read, rec *cache.Record, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.endLocked(r) && blob != nil {
-		c.keepLocked(r, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt, string(blob), ttl)
+		c.ring.put(r.key, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt, blob, r.sent+int64(ttl))
 	}
 }
 
@@ -351,33 +316,8 @@ func (c *Cache) EndEncoded(r *Read, fingerprint string, created, expires time.Ti
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.endLocked(r) && ttl > 0 && !notKept {
-		c.keepLocked(r, fingerprint, created, expires, string(blob), ttl)
+		c.ring.put(r.key, fingerprint, created, expires, blob, r.sent+int64(ttl))
 	}
-}
-
-// keepLocked keeps a completed record under r's key.
-func (c *Cache) keepLocked(r *Read, fingerprint string, created, expires time.Time, resp string, ttl time.Duration) {
-	size := int64(entryOverhead + len(r.key) + len(fingerprint) + len(resp))
-	if size > c.max/8 { // one large response must not flush the rest
-		return
-	}
-	if el, ok := c.entries[r.key]; ok {
-		c.remove(el)
-	}
-	e := &entry{key: r.key, fingerprint: fingerprint, created: created, recExpires: expires, resp: resp,
-		expires: r.sent + int64(ttl), size: size}
-	c.entries[r.key] = c.lru.PushFront(e)
-	c.size += size
-	for c.size > c.max {
-		c.remove(c.lru.Back())
-	}
-}
-
-func (c *Cache) remove(el *list.Element) {
-	e := el.Value.(*entry)
-	c.lru.Remove(el)
-	delete(c.entries, e.key)
-	c.size -= e.size
 }
 
 // Invalidate drops key, announced as changed, and marks reads of it in flight.
@@ -386,8 +326,8 @@ func (c *Cache) Invalidate(key string) {
 		return
 	}
 	c.mu.Lock()
-	if el, ok := c.entries[key]; ok {
-		c.remove(el)
+	if at, ok := c.ring.find(key); ok {
+		c.ring.drop(at)
 		c.dropped.Add(1)
 	}
 	if p := c.reads[key]; p != nil {
@@ -406,9 +346,7 @@ func (c *Cache) Flush() {
 	c.mu.Lock()
 	c.heard.Store(0)
 	c.gen++
-	clear(c.entries)
-	c.lru.Init()
-	c.size = 0
+	c.ring.clear()
 	c.mu.Unlock()
 	c.pmu.Lock()
 	clear(c.sent) // pings sent before the break prove nothing after it
@@ -422,13 +360,13 @@ func (c *Cache) Len() int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.entries)
+	return len(c.ring.index)
 }
 
 // Stats reports the cache's use (cache.LocalCacheStats).
 func (c *Cache) Stats() cache.LocalCacheStats {
 	c.mu.Lock()
-	n, size := len(c.entries), c.size
+	n, size := len(c.ring.index), c.ring.live
 	c.mu.Unlock()
 	return cache.LocalCacheStats{MaxBytes: c.max, Bytes: size, Records: int64(n),
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Invalidations: c.dropped.Load(), Flushes: c.flushes.Load(),

@@ -98,8 +98,8 @@ func TestBoundInBytes(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		keep(c, fmt.Sprint("k", i), rec(body))
 	}
-	if c.size > c.max || c.Len() == 0 || c.Len() > 64 {
-		t.Fatalf("%d records, %d bytes, bound %d", c.Len(), c.size, c.max)
+	if c.ring.live > c.max || c.Len() == 0 || c.Len() > 64 {
+		t.Fatalf("%d records, %d bytes, bound %d", c.Len(), c.ring.live, c.max)
 	}
 	if _, ok := c.Get("k199"); !ok {
 		t.Fatal("the most recent record was evicted")
@@ -331,7 +331,8 @@ func TestCompletedRecordPutIn(t *testing.T) {
 		t.Fatalf("lost a fresh write (trusted %v, held %d)", c.trusted(), c.Len())
 	}
 	c.mu.Lock()
-	expires := c.entries["k"].Value.(*entry).expires
+	at, _ := c.ring.find("k")
+	expires := c.ring.expires(at)
 	c.mu.Unlock()
 	if expires != w.sent+int64(time.Hour) {
 		t.Fatalf("expires %v after the write was sent, want the TTL, %v", time.Duration(expires-w.sent), time.Hour)

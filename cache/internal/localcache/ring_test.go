@@ -1,0 +1,113 @@
+package localcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The ring against a model: after any sequence of puts, drops, clears and
+// expiries, every key it finds is the last one put under it, its entry is
+// whole, the entries it indexes never overlap and lie where the ring holds
+// entries, live counts their bytes, and the key put last is always found.
+func TestRingAgainstAModel(t *testing.T) {
+	for _, max := range []int64{1 << 10, 4 << 10, 64 << 10} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(uint64(max), 7))
+			g := newRing(max)
+			model := map[string]string{} // key → response last put (what may be found)
+			created := time.UnixMilli(1_700_000_000_000)
+			for op := range 20000 {
+				key := fmt.Sprint("k", rnd.IntN(40))
+				switch r := rnd.IntN(100); {
+				case r < 70:
+					resp := strings.Repeat(string(rune('a'+op%26)), rnd.IntN(int(max/8)))
+					if g.put(key, "fp-"+key, created, created.Add(time.Hour), []byte(resp), int64(op)) {
+						model[key] = resp
+						if at, ok := g.find(key); !ok || g.copyOut(at).resp != resp {
+							t.Fatalf("op %d: the key put last is not found whole", op)
+						}
+					} else if entrySize(len(key), len(key)+3, len(resp)) <= max/8 {
+						t.Fatalf("op %d: refused an entry of %d bytes in a ring of %d", op, len(resp), max)
+					}
+				case r < 90:
+					if at, ok := g.find(key); ok {
+						g.drop(at)
+					}
+					delete(model, key)
+				case r < 91:
+					g.clear()
+					clear(model)
+				default:
+					_, _ = g.find(key)
+				}
+				checkRing(t, op, g, model)
+			}
+		})
+	}
+}
+
+func checkRing(t *testing.T, op int, g ring, model map[string]string) {
+	t.Helper()
+	type span struct{ at, end int64 }
+	var spans []span
+	var live int64
+	for h, at := range g.index {
+		b := g.buf[at:]
+		if binary.LittleEndian.Uint64(b) != h {
+			t.Fatalf("op %d: the entry at %d is not the hash indexed", op, at)
+		}
+		size := g.size(at)
+		kn := int64(binary.LittleEndian.Uint32(b[12:]))
+		key := string(b[headerSize : headerSize+kn])
+		want, ok := model[key]
+		k := g.copyOut(at)
+		if !ok || k.resp != want || k.fingerprint != "fp-"+key {
+			t.Fatalf("op %d: found %q = %d bytes, want %v %d bytes", op, key, len(k.resp), ok, len(want))
+		}
+		in := !g.wrapped && at >= g.tail && at+size <= g.head ||
+			g.wrapped && (at >= g.tail && at+size <= g.end || at+size <= g.head)
+		if !in {
+			t.Fatalf("op %d: entry [%d,%d) outside the ring's entries (tail %d head %d end %d wrapped %v)", op, at, at+size, g.tail, g.head, g.end, g.wrapped)
+		}
+		spans = append(spans, span{at, at + size})
+		live += size
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].at < spans[j].at })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].at < spans[i-1].end {
+			t.Fatalf("op %d: entries overlap: %v %v", op, spans[i-1], spans[i])
+		}
+	}
+	if live != g.live {
+		t.Fatalf("op %d: live %d, entries hold %d", op, g.live, live)
+	}
+	for key := range model { // a key the ring lost must be out of the model too
+		if _, ok := g.find(key); !ok {
+			delete(model, key)
+		}
+	}
+}
+
+// Times come back as the same instant, in UTC when kept in UTC, and zero
+// when zero.
+func TestRingKeepsTimes(t *testing.T) {
+	g := newRing(1 << 20)
+	local := time.Unix(1_700_000_000, 123456789)
+	for _, c := range []struct{ created, expires time.Time }{
+		{local, local.UTC()}, {time.Time{}, local}, {local.UTC(), time.Time{}},
+		{local.In(time.FixedZone("X", 3600)), local},
+	} {
+		g.put("k", "f", c.created, c.expires, []byte("r"), 1)
+		at, _ := g.find("k")
+		k := g.copyOut(at)
+		if !k.created.Equal(c.created) || !k.recExpires.Equal(c.expires) || k.created.IsZero() != c.created.IsZero() ||
+			(c.created.Location() == time.UTC) != (k.created.Location() == time.UTC) && !c.created.IsZero() {
+			t.Fatalf("kept %v, %v; came back %v, %v", c.created, c.expires, k.created, k.recExpires)
+		}
+	}
+}
