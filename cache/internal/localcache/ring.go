@@ -15,7 +15,11 @@ import (
 // cache cost a Redis first execution about 10 µs of the GC's work). A record
 // is written once, where the ring's head is, and is never changed there; the
 // oldest kept is the first out (a record read again from the store is kept
-// anew, at the head).
+// anew, at the head). The ring starts small and doubles, moving its live
+// entries, until it reaches the cache's size: the process's heap holds about
+// what the cache holds, as it did with one object per record, and the GC's
+// pacing (which counts the ring as live heap) is not changed by a cache that
+// is mostly empty.
 //
 // An entry is a header and its bytes, padded to 8:
 //
@@ -41,12 +45,15 @@ const (
 	expiresUTC
 )
 
+// minRing is the size a ring starts at (or its max, when smaller).
+const minRing = 64 << 10
+
 // ring is the cache's entries (guarded by Cache.mu). Entries are contiguous:
 // one that does not fit before the end of buf starts at 0, and the bytes it
 // skipped are ignored. Unwrapped, the entries are buf[tail:head]; wrapped, they
-// are buf[tail:end] and then buf[:head].
+// are buf[tail:end] and then buf[:head]. It wraps only once buf is max long.
 type ring struct {
-	buf     []byte // made at the first write
+	buf     []byte // made at the first write, grown up to max
 	max     int64
 	seed    maphash.Seed
 	index   map[uint64]int64 // hash of a key → where its entry starts
@@ -103,9 +110,6 @@ func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp 
 	if at, ok := g.index[h]; ok {
 		g.drop(at)
 	}
-	if g.buf == nil {
-		g.buf = make([]byte, g.max)
-	}
 	at := g.alloc(n)
 	b := g.buf[at : at+n]
 	binary.LittleEndian.PutUint64(b, h)
@@ -149,15 +153,19 @@ func getTime(b []byte, flags, zero, utc byte) time.Time {
 	return t
 }
 
-// alloc returns where n bytes start, evicting the oldest entries until they
-// fit (n is at most an eighth of the ring).
+// alloc returns where n bytes start, growing the ring or evicting the oldest
+// entries until they fit (n is at most an eighth of max).
 func (g *ring) alloc(n int64) int64 {
 	for {
 		if !g.wrapped {
-			if g.head+n <= g.max {
+			if g.head+n <= int64(len(g.buf)) {
 				at := g.head
 				g.head += n
 				return at
+			}
+			if int64(len(g.buf)) < g.max {
+				g.grow(n)
+				continue
 			}
 			if g.tail == g.head { // empty: start over at 0
 				g.tail, g.head = 0, 0
@@ -174,6 +182,34 @@ func (g *ring) alloc(n int64) int64 {
 	}
 }
 
+// grow moves the live entries, oldest first, to the start of a ring twice
+// as long (at least minRing, room for n more, at most max), leaving out the
+// dropped ones.
+func (g *ring) grow(n int64) {
+	size := min(max(2*int64(len(g.buf)), minRing, g.live+n), g.max)
+	nb := make([]byte, size)
+	var w int64
+	move := func(from, to int64) {
+		for at := from; at < to; {
+			sz := g.size(at)
+			h := binary.LittleEndian.Uint64(g.buf[at:])
+			if i, ok := g.index[h]; ok && i == at {
+				copy(nb[w:], g.buf[at:at+sz])
+				g.index[h] = w
+				w += sz
+			}
+			at += sz
+		}
+	}
+	if g.wrapped {
+		move(g.tail, g.end)
+		move(0, g.head)
+	} else {
+		move(g.tail, g.head)
+	}
+	g.buf, g.tail, g.head, g.end, g.wrapped = nb, 0, w, 0, false
+}
+
 // evict passes the tail over the oldest entry (wrapped), forgetting it if it
 // is still indexed.
 func (g *ring) evict() {
@@ -188,10 +224,10 @@ func (g *ring) evict() {
 	}
 }
 
-// clear forgets every entry; the ring's memory is kept for the next.
+// clear forgets every entry, and gives back the ring's memory.
 func (g *ring) clear() {
 	clear(g.index)
-	g.head, g.tail, g.end, g.wrapped, g.live = 0, 0, 0, false, 0
+	g.buf, g.head, g.tail, g.end, g.wrapped, g.live = nil, 0, 0, 0, false, 0
 }
 
 // copyOut returns the record of the entry at at, its strings one copy of

@@ -13,39 +13,56 @@ import (
 // The ring against a model: after any sequence of puts, drops, clears and
 // expiries, every key it finds is the last one put under it, its entry is
 // whole, the entries it indexes never overlap and lie where the ring holds
-// entries, live counts their bytes, and the key put last is always found.
+// entries, live counts their bytes, and the key put last is always found;
+// in rings that wrap at once, and in one that grows (from minRing) first.
 func TestRingAgainstAModel(t *testing.T) {
-	for _, max := range []int64{1 << 10, 4 << 10, 64 << 10} {
-		t.Run(fmt.Sprint(max), func(t *testing.T) {
-			rnd := rand.New(rand.NewPCG(uint64(max), 7))
-			g := newRing(max)
+	for _, c := range []struct {
+		max            int64
+		keys, respMax  int
+		ops, clearOdds int
+	}{
+		{1 << 10, 40, 1 << 7, 20000, 1},
+		{4 << 10, 40, 1 << 9, 20000, 1},
+		{64 << 10, 40, 8 << 10, 20000, 1},
+		{1 << 20, 400, 8 << 10, 8000, 0}, // grows 64 KiB → 1 MiB, then wraps
+	} {
+		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(uint64(c.max), 7))
+			g := newRing(c.max)
 			model := map[string]string{} // key → response last put (what may be found)
 			created := time.UnixMilli(1_700_000_000_000)
-			for op := range 20000 {
-				key := fmt.Sprint("k", rnd.IntN(40))
+			grew := 0
+			for op := range c.ops {
+				key := fmt.Sprint("k", rnd.IntN(c.keys))
+				if len(g.buf) < int(c.max) && len(g.buf) > 0 {
+					grew = len(g.buf)
+				}
 				switch r := rnd.IntN(100); {
 				case r < 70:
-					resp := strings.Repeat(string(rune('a'+op%26)), rnd.IntN(int(max/8)))
+					resp := strings.Repeat(string(rune('a'+op%26)), rnd.IntN(c.respMax))
 					if g.put(key, "fp-"+key, created, created.Add(time.Hour), []byte(resp), int64(op)) {
 						model[key] = resp
 						if at, ok := g.find(key); !ok || g.copyOut(at).resp != resp {
 							t.Fatalf("op %d: the key put last is not found whole", op)
 						}
-					} else if entrySize(len(key), len(key)+3, len(resp)) <= max/8 {
-						t.Fatalf("op %d: refused an entry of %d bytes in a ring of %d", op, len(resp), max)
+					} else if entrySize(len(key), len(key)+3, len(resp)) <= c.max/8 {
+						t.Fatalf("op %d: refused an entry of %d bytes in a ring of %d", op, len(resp), c.max)
 					}
 				case r < 90:
 					if at, ok := g.find(key); ok {
 						g.drop(at)
 					}
 					delete(model, key)
-				case r < 91:
+				case r < 90+c.clearOdds:
 					g.clear()
 					clear(model)
 				default:
 					_, _ = g.find(key)
 				}
 				checkRing(t, op, g, model)
+			}
+			if c.max > minRing && (grew == 0 || len(g.buf) != int(c.max) || !g.wrapped && g.tail == 0) {
+				t.Fatalf("the ring did not grow and wrap: grew to %d, now %d bytes, wrapped %v", grew, len(g.buf), g.wrapped)
 			}
 		})
 	}
@@ -65,9 +82,11 @@ func checkRing(t *testing.T, op int, g ring, model map[string]string) {
 		kn := int64(binary.LittleEndian.Uint32(b[12:]))
 		key := string(b[headerSize : headerSize+kn])
 		want, ok := model[key]
-		k := g.copyOut(at)
-		if !ok || k.resp != want || k.fingerprint != "fp-"+key {
-			t.Fatalf("op %d: found %q = %d bytes, want %v %d bytes", op, key, len(k.resp), ok, len(want))
+		fn := int64(binary.LittleEndian.Uint32(b[16:]))
+		rn := int64(binary.LittleEndian.Uint32(b[20:]))
+		fp, resp := b[headerSize+kn:headerSize+kn+fn], b[headerSize+kn+fn:headerSize+kn+fn+rn]
+		if !ok || string(resp) != want || string(fp) != "fp-"+key {
+			t.Fatalf("op %d: found %q = %d bytes, want %v %d bytes", op, key, len(resp), ok, len(want))
 		}
 		in := !g.wrapped && at >= g.tail && at+size <= g.head ||
 			g.wrapped && (at >= g.tail && at+size <= g.end || at+size <= g.head)
