@@ -29,13 +29,18 @@ import (
 //	16 fingerprint length     uint32
 //	20 response length        uint32
 //	24 expires                int64 (ns since the cache's start)
-//	32 created                int64 (Unix ns)
-//	40 the record's ExpiresAt int64 (Unix ns)
-//	48 flags                  byte (timeFlags, created and ExpiresAt)
-//	56 key, fingerprint, response (encoded, cache.EncodeResponse)
-const headerSize = 56
+//	32 created                int64 (Unix s)
+//	40 the record's ExpiresAt int64 (Unix s)
+//	48 created                uint32 (ns within the second)
+//	52 the record's ExpiresAt uint32 (ns within the second)
+//	56 flags                  byte (timeFlags, created and ExpiresAt)
+//	64 key, fingerprint, response (encoded, cache.EncodeResponse)
+//
+// A time is kept as Unix seconds and nanoseconds, not Unix ns, which an int64
+// holds only from 1678 to 2262 (a ttl of a few centuries is a valid one).
+const headerSize = 64
 
-// timeFlags say how a record's time was kept: zero (and so Unix ns
+// timeFlags say how a record's time was kept: zero (and so its Unix time
 // meaningless), or in UTC rather than the local time zone; a time in any other
 // zone comes back the same instant in the local one.
 const (
@@ -119,9 +124,9 @@ func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp 
 	binary.LittleEndian.PutUint32(b[20:], uint32(len(resp)))
 	binary.LittleEndian.PutUint64(b[24:], uint64(expires))
 	var flags byte
-	flags |= putTime(b[32:], created, createdZero, createdUTC)
-	flags |= putTime(b[40:], recExpires, expiresZero, expiresUTC)
-	b[48] = flags
+	flags |= putTime(b[32:], b[48:], created, createdZero, createdUTC)
+	flags |= putTime(b[40:], b[52:], recExpires, expiresZero, expiresUTC)
+	b[56] = flags
 	p := headerSize
 	p += copy(b[p:], key)
 	p += copy(b[p:], fingerprint)
@@ -131,22 +136,23 @@ func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp 
 	return true
 }
 
-func putTime(b []byte, t time.Time, zero, utc byte) byte {
+func putTime(sec, nsec []byte, t time.Time, zero, utc byte) byte {
 	if t.IsZero() {
 		return zero
 	}
-	binary.LittleEndian.PutUint64(b, uint64(t.UnixNano()))
+	binary.LittleEndian.PutUint64(sec, uint64(t.Unix()))
+	binary.LittleEndian.PutUint32(nsec, uint32(t.Nanosecond()))
 	if t.Location() == time.UTC {
 		return utc
 	}
 	return 0
 }
 
-func getTime(b []byte, flags, zero, utc byte) time.Time {
+func getTime(sec, nsec []byte, flags, zero, utc byte) time.Time {
 	if flags&zero != 0 {
 		return time.Time{}
 	}
-	t := time.Unix(0, int64(binary.LittleEndian.Uint64(b)))
+	t := time.Unix(int64(binary.LittleEndian.Uint64(sec)), int64(binary.LittleEndian.Uint32(nsec)))
 	if flags&utc != 0 {
 		return t.UTC()
 	}
@@ -239,9 +245,10 @@ func (g *ring) copyOut(at int64) kept {
 	fn := int(binary.LittleEndian.Uint32(b[16:]))
 	rn := int(binary.LittleEndian.Uint32(b[20:]))
 	s := string(b[headerSize+kn : headerSize+kn+fn+rn])
-	flags := b[48]
+	flags := b[56]
 	return kept{fingerprint: s[:fn], resp: s[fn:],
-		created: getTime(b[32:], flags, createdZero, createdUTC), recExpires: getTime(b[40:], flags, expiresZero, expiresUTC)}
+		created:    getTime(b[32:], b[48:], flags, createdZero, createdUTC),
+		recExpires: getTime(b[40:], b[52:], flags, expiresZero, expiresUTC)}
 }
 
 // kept is a record copied out of the ring, its response still encoded.
