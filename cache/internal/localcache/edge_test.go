@@ -34,8 +34,8 @@ func TestOddAndTinyBounds(t *testing.T) {
 			if !ok || g.copyOut(at).resp != string(resp) {
 				t.Fatalf("bound %d: the key put last is not held whole", max)
 			}
-			if g.live > max || int64(len(g.buf)) > max {
-				t.Fatalf("bound %d: %d bytes live, %d buffered", max, g.live, len(g.buf))
+			if g.live > max || g.made() > max {
+				t.Fatalf("bound %d: %d bytes live, %d made", max, g.live, g.made())
 			}
 		}
 	}

@@ -15,11 +15,11 @@ import (
 // cache cost a Redis first execution about 10 µs of the GC's work). A record
 // is written once, where the ring's head is, and is never changed there; the
 // oldest kept is the first out (a record read again from the store is kept
-// anew, at the head). The ring starts small and doubles, moving its live
-// entries, until it reaches the cache's size: the process's heap holds about
-// what the cache holds, as it did with one object per record, and the GC's
-// pacing (which counts the ring as live heap) is not changed by a cache that
-// is mostly empty.
+// anew, at the head). The ring is eight segments (at most maxSegment each,
+// so more of a huge one), each made when the head first enters it: the
+// process's heap holds about what the cache holds, to an eighth, and nothing
+// is ever moved (a ring grown by copying would stall every claim behind its
+// lock while it copied).
 //
 // An entry is a header and its bytes, padded to 8:
 //
@@ -50,32 +50,46 @@ const (
 	expiresUTC
 )
 
-// minRing is the size a ring starts at (or its max, when smaller).
-const minRing = 64 << 10
+// maxSegment bounds a segment, and so an entry.
+const maxSegment = 8 << 20
 
-// ring is the cache's entries (guarded by Cache.mu). Entries are contiguous:
-// one that does not fit before the end of buf starts at 0, and the bytes it
-// skipped are ignored. Unwrapped, the entries are buf[tail:head]; wrapped, they
-// are buf[tail:end] and then buf[:head]. It wraps only once buf is max long.
+// ring is the cache's entries (guarded by Cache.mu), at offsets in [0, max)
+// cut into segments of seg bytes (the last may be shorter). An entry lies
+// within one segment: one that does not fit before the segment's end starts
+// the next (or, from the last, the first), and the bytes it skipped, from
+// fill[s] to the segment's end, hold no entry. Unwrapped, the entries lie from
+// tail to head; wrapped (the head came round to the first segment), from tail
+// to max and then from 0 to head.
 type ring struct {
-	buf     []byte // made at the first write, grown up to max
+	segs    [][]byte // made in order, as the head first enters each
+	fill    []int64  // per segment: where its entries end, set as the head leaves it
+	seg     int64
 	max     int64
 	seed    maphash.Seed
 	index   map[uint64]int64 // hash of a key → where its entry starts
 	head    int64
 	tail    int64
-	end     int64
 	wrapped bool
 	live    int64 // bytes of the entries index points at
 }
 
-func newRing(max int64) ring {
-	return ring{max: max, seed: maphash.MakeSeed(), index: map[uint64]int64{}}
+func newRing(bound int64) ring {
+	seg := min(max(((bound+7)/8+7)&^7, 8), maxSegment)
+	return ring{max: bound, seg: seg, seed: maphash.MakeSeed(), index: map[uint64]int64{}}
 }
 
 func (g *ring) hash(key string) uint64 { return maphash.String(g.seed, key) }
 
-func (g *ring) size(at int64) int64 { return int64(binary.LittleEndian.Uint32(g.buf[at+8:])) }
+// bytes returns the ring from at to the end of at's segment.
+func (g *ring) bytes(at int64) []byte {
+	s := at / g.seg
+	return g.segs[s][at-s*g.seg:]
+}
+
+// segEnd is where the segment holding at ends.
+func (g *ring) segEnd(at int64) int64 { return min((at/g.seg+1)*g.seg, g.max) }
+
+func (g *ring) size(at int64) int64 { return int64(binary.LittleEndian.Uint32(g.bytes(at)[8:])) }
 
 // find returns where key's entry starts, if the ring holds it.
 func (g *ring) find(key string) (int64, bool) {
@@ -83,7 +97,7 @@ func (g *ring) find(key string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	b := g.buf[at:]
+	b := g.bytes(at)
 	n := int64(binary.LittleEndian.Uint32(b[12:]))
 	if string(b[headerSize:headerSize+n]) != key { // another key of the same hash
 		return 0, false
@@ -91,11 +105,11 @@ func (g *ring) find(key string) (int64, bool) {
 	return at, true
 }
 
-func (g *ring) expires(at int64) int64 { return int64(binary.LittleEndian.Uint64(g.buf[at+24:])) }
+func (g *ring) expires(at int64) int64 { return int64(binary.LittleEndian.Uint64(g.bytes(at)[24:])) }
 
 // drop forgets the entry at at (its bytes stay until the tail passes them).
 func (g *ring) drop(at int64) {
-	delete(g.index, binary.LittleEndian.Uint64(g.buf[at:]))
+	delete(g.index, binary.LittleEndian.Uint64(g.bytes(at)))
 	g.live -= g.size(at)
 }
 
@@ -105,10 +119,11 @@ func entrySize(key, fingerprint, resp int) int64 {
 }
 
 // put writes an entry, replacing key's, evicting the oldest entries to make
-// room; it reports false, keeping nothing, for one over an eighth of the ring.
+// room; it reports false, keeping nothing, for one over an eighth of the ring
+// (or over maxSegment).
 func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp []byte, expires int64) bool {
 	n := entrySize(len(key), len(fingerprint), len(resp))
-	if n > g.max/8 || n > 1<<32-1 {
+	if n > g.max/8 || n > g.seg {
 		return false
 	}
 	h := g.hash(key)
@@ -116,7 +131,7 @@ func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp 
 		g.drop(at)
 	}
 	at := g.alloc(n)
-	b := g.buf[at : at+n]
+	b := g.bytes(at)[:n]
 	binary.LittleEndian.PutUint64(b, h)
 	binary.LittleEndian.PutUint32(b[8:], uint32(n))
 	binary.LittleEndian.PutUint32(b[12:], uint32(len(key)))
@@ -159,73 +174,72 @@ func getTime(sec, nsec []byte, flags, zero, utc byte) time.Time {
 	return t
 }
 
-// alloc returns where n bytes start, growing the ring or evicting the oldest
-// entries until they fit (n is at most an eighth of max).
+// alloc returns where n bytes start (n is at most a segment), making the
+// head's segment or evicting the oldest entries until they fit.
 func (g *ring) alloc(n int64) int64 {
 	for {
-		if !g.wrapped {
-			if g.head+n <= int64(len(g.buf)) {
-				at := g.head
-				g.head += n
-				return at
-			}
-			if int64(len(g.buf)) < g.max {
-				g.grow(n)
+		end := g.segEnd(g.head)
+		if g.head+n > end { // the head moves to the next segment
+			if g.wrapped && g.tail >= g.head && g.tail < end {
+				g.evict() // the oldest entries lie ahead in this segment
 				continue
 			}
-			if g.tail == g.head { // empty: start over at 0
+			if !g.wrapped && g.tail == g.head { // empty: start over at 0
 				g.tail, g.head = 0, 0
-				continue
+				if g.head+n <= g.segEnd(0) {
+					continue
+				}
 			}
-			g.wrapped, g.end, g.head = true, g.head, 0
+			g.leave(end)
+			continue
 		}
-		if g.head+n <= g.tail {
+		if s := g.head / g.seg; s == int64(len(g.segs)) {
+			g.segs = append(g.segs, make([]byte, end-s*g.seg))
+		}
+		if !g.wrapped || g.head+n <= g.tail {
 			at := g.head
-			g.head += n
+			if g.head += n; g.head == end {
+				g.leave(end)
+			}
 			return at
 		}
 		g.evict()
 	}
 }
 
-// grow moves the live entries, oldest first, to the start of a ring twice
-// as long (at least minRing, room for n more, at most max), leaving out the
-// dropped ones.
-func (g *ring) grow(n int64) {
-	size := min(max(2*int64(len(g.buf)), minRing, g.live+n), g.max)
-	nb := make([]byte, size)
-	var w int64
-	move := func(from, to int64) {
-		for at := from; at < to; {
-			sz := g.size(at)
-			h := binary.LittleEndian.Uint64(g.buf[at:])
-			if i, ok := g.index[h]; ok && i == at {
-				copy(nb[w:], g.buf[at:at+sz])
-				g.index[h] = w
-				w += sz
-			}
-			at += sz
-		}
+// leave moves the head from its segment, whose entries end where it is, to
+// the start of the next, end (or of the first, from the last).
+func (g *ring) leave(end int64) {
+	s := g.head / g.seg
+	if g.head == end {
+		s = (end - 1) / g.seg
 	}
-	if g.wrapped {
-		move(g.tail, g.end)
-		move(0, g.head)
-	} else {
-		move(g.tail, g.head)
+	for int64(len(g.fill)) <= s {
+		g.fill = append(g.fill, 0)
 	}
-	g.buf, g.tail, g.head, g.end, g.wrapped = nb, 0, w, 0, false
+	g.fill[s] = g.head
+	g.head = end
+	if g.head == g.max {
+		g.head, g.wrapped = 0, true
+	}
 }
 
 // evict passes the tail over the oldest entry (wrapped), forgetting it if it
-// is still indexed.
+// is still indexed, and on to the next segment where its segment's end.
 func (g *ring) evict() {
 	at := g.tail
-	size := g.size(at)
-	if i, ok := g.index[binary.LittleEndian.Uint64(g.buf[at:])]; ok && i == at {
-		g.drop(at)
+	if s := at / g.seg; s < int64(len(g.fill)) && at < g.fill[s] {
+		size := g.size(at)
+		if i, ok := g.index[binary.LittleEndian.Uint64(g.bytes(at))]; ok && i == at {
+			g.drop(at)
+		}
+		g.tail += size
+		if g.tail < g.fill[s] {
+			return
+		}
 	}
-	g.tail += size
-	if g.tail >= g.end {
+	g.tail = g.segEnd(at)
+	if g.tail == g.max {
 		g.tail, g.wrapped = 0, false
 	}
 }
@@ -233,14 +247,14 @@ func (g *ring) evict() {
 // clear forgets every entry, and gives back the ring's memory.
 func (g *ring) clear() {
 	clear(g.index)
-	g.buf, g.head, g.tail, g.end, g.wrapped, g.live = nil, 0, 0, 0, false, 0
+	g.segs, g.fill, g.head, g.tail, g.wrapped, g.live = nil, nil, 0, 0, false, 0
 }
 
 // copyOut returns the record of the entry at at, its strings one copy of
 // the entry's bytes (so it stays whole when the ring reuses them), still
 // encoded: decode it, outside the cache's lock, with kept.record.
 func (g *ring) copyOut(at int64) kept {
-	b := g.buf[at:]
+	b := g.bytes(at)
 	kn := int(binary.LittleEndian.Uint32(b[12:]))
 	fn := int(binary.LittleEndian.Uint32(b[16:]))
 	rn := int(binary.LittleEndian.Uint32(b[20:]))

@@ -14,7 +14,7 @@ import (
 // expiries, every key it finds is the last one put under it, its entry is
 // whole, the entries it indexes never overlap and lie where the ring holds
 // entries, live counts their bytes, and the key put last is always found;
-// in rings that wrap at once, and in one that grows (from minRing) first.
+// in small rings, and in one whose segments are made as they are first used.
 func TestRingAgainstAModel(t *testing.T) {
 	for _, c := range []struct {
 		max            int64
@@ -24,19 +24,21 @@ func TestRingAgainstAModel(t *testing.T) {
 		{1 << 10, 40, 1 << 7, 20000, 1},
 		{4 << 10, 40, 1 << 9, 20000, 1},
 		{64 << 10, 40, 8 << 10, 20000, 1},
-		{1 << 20, 400, 8 << 10, 8000, 0}, // grows 64 KiB → 1 MiB, then wraps
+		{1 << 20, 400, 8 << 10, 8000, 0}, // makes its 8 segments one by one, then wraps
+		{1<<20 + 13, 400, 8 << 10, 8000, 0}, // and a last segment shorter than the others
 	} {
 		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(uint64(c.max), 7))
 			g := newRing(c.max)
 			model := map[string]string{} // key → response last put (what may be found)
 			created := time.UnixMilli(1_700_000_000_000)
-			grew := 0
+			lazily, wrapped := false, false
 			for op := range c.ops {
 				key := fmt.Sprint("k", rnd.IntN(c.keys))
-				if len(g.buf) < int(c.max) && len(g.buf) > 0 {
-					grew = len(g.buf)
+				if n := len(g.segs); n > 1 && n < 8 {
+					lazily = true
 				}
+				wrapped = wrapped || g.wrapped
 				switch r := rnd.IntN(100); {
 				case r < 70:
 					resp := strings.Repeat(string(rune('a'+op%26)), rnd.IntN(c.respMax))
@@ -61,11 +63,20 @@ func TestRingAgainstAModel(t *testing.T) {
 				}
 				checkRing(t, op, g, model)
 			}
-			if c.max > minRing && (grew == 0 || len(g.buf) != int(c.max) || !g.wrapped && g.tail == 0) {
-				t.Fatalf("the ring did not grow and wrap: grew to %d, now %d bytes, wrapped %v", grew, len(g.buf), g.wrapped)
+			if c.clearOdds == 0 && (!lazily || g.made() != c.max || !wrapped) {
+				t.Fatalf("segments made one by one %v, %d of %d bytes made, wrapped %v", lazily, g.made(), c.max, wrapped)
 			}
 		})
 	}
+}
+
+// made is how many bytes of segments g has made.
+func (g *ring) made() int64 {
+	var n int64
+	for _, b := range g.segs {
+		n += int64(len(b))
+	}
+	return n
 }
 
 func checkRing(t *testing.T, op int, g ring, model map[string]string) {
@@ -74,7 +85,7 @@ func checkRing(t *testing.T, op int, g ring, model map[string]string) {
 	var spans []span
 	var live int64
 	for h, at := range g.index {
-		b := g.buf[at:]
+		b := g.bytes(at)
 		if binary.LittleEndian.Uint64(b) != h {
 			t.Fatalf("op %d: the entry at %d is not the hash indexed", op, at)
 		}
@@ -89,9 +100,9 @@ func checkRing(t *testing.T, op int, g ring, model map[string]string) {
 			t.Fatalf("op %d: found %q = %d bytes, want %v %d bytes", op, key, len(resp), ok, len(want))
 		}
 		in := !g.wrapped && at >= g.tail && at+size <= g.head ||
-			g.wrapped && (at >= g.tail && at+size <= g.end || at+size <= g.head)
-		if !in {
-			t.Fatalf("op %d: entry [%d,%d) outside the ring's entries (tail %d head %d end %d wrapped %v)", op, at, at+size, g.tail, g.head, g.end, g.wrapped)
+			g.wrapped && (at >= g.tail || at+size <= g.head)
+		if !in || at/g.seg != (at+size-1)/g.seg {
+			t.Fatalf("op %d: entry [%d,%d) outside the ring's entries or across segments of %d (tail %d head %d wrapped %v)", op, at, at+size, g.seg, g.tail, g.head, g.wrapped)
 		}
 		spans = append(spans, span{at, at + size})
 		live += size
