@@ -24,7 +24,7 @@ func TestRingAgainstAModel(t *testing.T) {
 		{1 << 10, 40, 1 << 7, 20000, 1},
 		{4 << 10, 40, 1 << 9, 20000, 1},
 		{64 << 10, 40, 8 << 10, 20000, 1},
-		{1 << 20, 400, 8 << 10, 8000, 0}, // makes its 8 segments one by one, then wraps
+		{1 << 20, 400, 8 << 10, 8000, 0},    // makes its 8 segments one by one, then wraps
 		{1<<20 + 13, 400, 8 << 10, 8000, 0}, // and a last segment shorter than the others
 	} {
 		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
