@@ -36,7 +36,7 @@ soak: build caddy ## Fault-injection soak (3 instances + Redis; Sentinel failove
 	$(BIN)/soak -bin $(BIN)/idemproxy -caddy $(BIN)/caddy
 
 .PHONY: bench
-bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~5 min). BENCH_ARGS='-peer NAME=BINARY' runs another proxy beside it (test/bench/peers).
+bench: build caddy ## Load benchmark: idemproxy vs a bare Go proxy vs Caddy, interleaved; prints ratios and CPU per request (~5 min). BENCH_ARGS='-peer NAME=BINARY' runs another proxy beside it, '-build NAME=BINARY' an older idemproxy build on every store (test/bench/peers).
 	$(NOWORK) build -C test -o $(CURDIR)/$(BIN)/bench ./bench
 	taskset -c 0 $(BIN)/bench -bin $(BIN) $(BENCH_ARGS)
 

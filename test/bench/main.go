@@ -13,7 +13,9 @@
 // (this process), the upstream and Redis share core 0 (taskset). Scenarios run
 // interleaved, round by round (A B C … A B C …), so drift on a noisy machine hits
 // them all alike; throughput is the median over rounds, latency percentiles pool
-// every request.
+// every request. -peer NAME=BINARY adds another idempotency proxy's memory
+// scenarios, -build NAME=BINARY another idemproxy build's on memory, Redis and
+// PostgreSQL (test/bench/peers builds both), in the same rounds.
 //
 // Subcommands used for the helper processes: `bench upstream`, `bench bareproxy`;
 // and `bench load -target URL [-replay]` to drive one server by hand (profiling).
@@ -49,14 +51,8 @@ func main() {
 	fs.StringVar(&cfg.bin, "bin", "bin", "directory with idemproxy and caddy")
 	fs.BoolVar(&cfg.skipCaddy, "skip-caddy", false, "leave out the Caddy scenarios")
 	fs.IntVar(&cfg.flood, "flood", 300000, "unique keys sent in the memory-bound flood (0: skip)")
-	fs.Func("peer", "NAME=BINARY: run another idempotency proxy (on its memory store; it takes --listen and --upstream) beside idemproxy's memory scenarios; repeatable (test/bench/peers builds one)", func(v string) error {
-		name, bin, ok := strings.Cut(v, "=")
-		if !ok || name == "" || bin == "" {
-			return fmt.Errorf("want NAME=BINARY, got %q", v)
-		}
-		cfg.peers = append(cfg.peers, peer{name: name, bin: bin})
-		return nil
-	})
+	fs.Func("peer", "NAME=BINARY: run another idempotency proxy (on its memory store; it takes --listen and --upstream) beside idemproxy's memory scenarios; repeatable (test/bench/peers builds one)", namedBinary(&cfg.peers))
+	fs.Func("build", "NAME=BINARY: run another idemproxy build (an older commit's) beside this one on memory, Redis and PostgreSQL, first executions and replays, in the same rounds; repeatable", namedBinary(&cfg.builds))
 	only := fs.String("only", "", "run only the scenarios whose names match this regular expression (the upstream and the bare proxy, the references, always run)")
 	_ = fs.Parse(os.Args[1:])
 	if *only != "" {
@@ -70,6 +66,18 @@ func main() {
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+}
+
+// namedBinary parses a NAME=BINARY flag, appending it to dst.
+func namedBinary(dst *[]peer) func(string) error {
+	return func(v string) error {
+		name, bin, ok := strings.Cut(v, "=")
+		if !ok || name == "" || bin == "" {
+			return fmt.Errorf("want NAME=BINARY, got %q", v)
+		}
+		*dst = append(*dst, peer{name: name, bin: bin})
+		return nil
 	}
 }
 

@@ -25,6 +25,9 @@ type benchConfig struct {
 	// memory store, NAME → a binary that takes --listen ADDR --upstream URL
 	// (test/bench/peers builds them).
 	peers []peer
+	// builds: other idemproxy builds (an older commit's), run beside this
+	// one on memory, Redis and PostgreSQL, first executions and replays.
+	builds []peer
 }
 
 type peer struct{ name, bin string }
@@ -242,6 +245,33 @@ func run(cfg benchConfig) error {
 		}
 		peers[c.store] = u
 	}
+	// The other builds, on the same stores, each on an instance of its own.
+	var buildScenarios []*scenario
+	for _, b := range cfg.builds {
+		for _, c := range []struct{ name, store, url string }{
+			{"memory", "memory", ""},
+			{"Redis", "redis", "redis://" + redisAddr + "/0?pool_size=64"},
+			{"PostgreSQL", "postgres", pg.URL() + "&pool_max_conns=32"},
+		} {
+			addr := procinfo.FreeAddr()
+			server := "build-" + b.name + "-" + c.store
+			argv := []string{b.bin, "--listen", addr, "--upstream", upURL, "--log-level", "warn"}
+			if c.url != "" {
+				argv = append(argv, "--store", c.url)
+			}
+			u, err := launch(coreTest, server, addr, argv...)
+			if err != nil {
+				return err
+			}
+			st := c.store
+			if st == "memory" {
+				st = ""
+			}
+			buildScenarios = append(buildScenarios,
+				&scenario{name: b.name + " " + c.name + ": first executions", target: u, redis: st == "redis", store: st, group: "proxy", server: server},
+				&scenario{name: b.name + " " + c.name + ": replays", target: u, replay: true, redis: st == "redis", store: st, group: "proxy", server: server})
+		}
+	}
 	scenarios := []*scenario{
 		{name: "upstream directly", target: directURL, group: "ref", server: "upstream-direct"},
 		{name: "bare httputil.ReverseProxy", target: bareURL, group: "proxy-base", server: "bareproxy"},
@@ -249,6 +279,7 @@ func run(cfg benchConfig) error {
 		{name: "idemproxy memory: replays", target: memURL, replay: true, group: "proxy", server: "idemproxy-memory"},
 	}
 	scenarios = append(scenarios, peerScenarios...)
+	scenarios = append(scenarios, buildScenarios...)
 	scenarios = append(scenarios, []*scenario{
 		{name: "idemproxy Redis: first executions", target: redURL, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
 		{name: "idemproxy Redis: replays", target: redURL, replay: true, redis: true, store: "redis", group: "proxy", server: "idemproxy-redis"},
