@@ -43,6 +43,7 @@
 package localcache
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,8 +289,18 @@ func (c *Cache) End(r *Read, rec *cache.Record, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.endLocked(r) && blob != nil {
-		c.ring.put(r.key, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt, blob, r.sent+int64(ttl))
+		c.ring.put(r.key, rec.Fingerprint, rec.CreatedAt, rec.ExpiresAt, blob, r.expires(ttl))
 	}
+}
+
+// expires is when an entry of remaining life ttl (positive), read or
+// written by r, expires: r.sent plus ttl, saturated (a ttl close to
+// time.Duration's largest would overflow into the past).
+func (r *Read) expires(ttl time.Duration) int64 {
+	if e := r.sent + int64(ttl); e >= r.sent {
+		return e
+	}
+	return math.MaxInt64
 }
 
 // endLocked ends r and reports whether nothing changed its key while it was
@@ -316,7 +327,7 @@ func (c *Cache) EndEncoded(r *Read, fingerprint string, created, expires time.Ti
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.endLocked(r) && ttl > 0 && !notKept {
-		c.ring.put(r.key, fingerprint, created, expires, blob, r.sent+int64(ttl))
+		c.ring.put(r.key, fingerprint, created, expires, blob, r.expires(ttl))
 	}
 }
 

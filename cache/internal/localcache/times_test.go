@@ -1,8 +1,11 @@
 package localcache
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"github.com/idemproxy/idemproxy/cache"
 )
 
 // A record's times come back the same instant however far they are from
@@ -27,5 +30,22 @@ func TestFarTimesComeBackTheSameInstant(t *testing.T) {
 		if !got.ExpiresAt.Equal(expires) || !got.CreatedAt.Equal(created) {
 			t.Fatalf("kept expiring %v, created %v; came back %v, %v", expires, created, got.ExpiresAt, got.CreatedAt)
 		}
+	}
+}
+
+// The longest ttl (time.Duration's largest, "106751d" meaning "forever")
+// keeps a record that is answered: its local expiry, the read's send time
+// plus the ttl, saturates rather than overflowing into the past.
+func TestLongestTTLIsAnswered(t *testing.T) {
+	c := trusted(t, 1<<20)
+	time.Sleep(time.Millisecond) // the cache's clock has moved on from its start
+	c.End(c.Begin("k"), rec("body"), time.Duration(math.MaxInt64))
+	blob, _ := cache.EncodeResponse(&cache.Response{Status: 200})
+	c.EndEncoded(c.Begin("w"), "f", time.Now(), time.Now(), blob, false, time.Duration(math.MaxInt64)-time.Millisecond)
+	if _, ok := c.Get("k"); !ok {
+		t.Fatal("a record read with the longest ttl is not answered")
+	}
+	if _, ok := c.Get("w"); !ok {
+		t.Fatal("a record written with the longest ttl is not answered")
 	}
 }
