@@ -1,6 +1,7 @@
 package localcache
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -96,5 +97,25 @@ func TestConcurrentUse(t *testing.T) {
 	s := c.Stats()
 	if s.Bytes < 0 || s.Bytes > s.MaxBytes || s.Records != int64(c.Len()) {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A nil *Cache (no cache) is a no-op in every method, Stats and Ping too.
+func TestNilCacheIsANoOp(t *testing.T) {
+	var c *Cache
+	if s := c.Stats(); s != (cache.LocalCacheStats{}) {
+		t.Fatalf("stats %+v", s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.Ping(ctx, func(context.Context, string) error { t.Error("a nil cache pinged"); return nil })
+	if r, ok, err := c.Claim("k", func() (*cache.Record, bool, time.Duration, error) { return rec("x"), true, time.Hour, nil }); !ok || r == nil || err != nil {
+		t.Fatal("a nil cache's Claim did not run the claim")
+	}
+	c.EndEncoded(c.Begin("k"), "f", time.Time{}, time.Time{}, nil, false, time.Hour)
+	c.Invalidate("k")
+	c.Flush()
+	if c.Len() != 0 || c.Carry() != "" || !c.IsPing(pingPrefix+"x 1") {
+		t.Fatal("a nil cache held something")
 	}
 }

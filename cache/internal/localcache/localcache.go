@@ -376,6 +376,9 @@ func (c *Cache) Len() int {
 
 // Stats reports the cache's use (cache.LocalCacheStats).
 func (c *Cache) Stats() cache.LocalCacheStats {
+	if c == nil {
+		return cache.LocalCacheStats{}
+	}
 	c.mu.Lock()
 	n, size := len(c.ring.index), c.ring.live
 	c.mu.Unlock()

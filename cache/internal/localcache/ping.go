@@ -47,6 +47,9 @@ func (c *Cache) IsPing(payload string) bool {
 // carried (Carry). It counts the time the cache was not trusted while claims
 // kept consulting it (Stats), at each ping.
 func (c *Cache) Ping(ctx context.Context, publish func(ctx context.Context, payload string) error) {
+	if c == nil {
+		return
+	}
 	pause := time.NewTimer(pingEvery)
 	pause.Stop()
 	defer pause.Stop()
