@@ -108,6 +108,11 @@ func TestBoundInBytes(t *testing.T) {
 	if _, ok := c.Get("huge"); ok {
 		t.Fatal("kept a record over an eighth of the bound")
 	}
+	// A record too large to keep leaves no older one of its key answered.
+	keep(c, "k199", rec(strings.Repeat("h", 16<<10)))
+	if got, ok := c.Get("k199"); ok {
+		t.Fatalf("a refused record left the older one answered: %d bytes", len(got.Response.Body))
+	}
 }
 
 // The default size: a sixteenth of GOMEMLIMIT, else of the cgroup's limit,

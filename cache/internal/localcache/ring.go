@@ -119,15 +119,18 @@ func entrySize(key, fingerprint, resp int) int64 {
 }
 
 // put writes an entry, replacing key's, evicting the oldest entries to make
-// room; it reports false, keeping nothing, for one over an eighth of the ring
-// (or over maxSegment).
+// room; it reports false, keeping nothing (and no older entry of key), for one
+// over an eighth of the ring (or over maxSegment).
 func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp []byte, expires int64) bool {
+	h := g.hash(key)
+	if at, ok := g.find(key); ok { // a record refused below leaves no older one kept
+		g.drop(at)
+	}
 	n := entrySize(len(key), len(fingerprint), len(resp))
 	if n > g.max/8 || n > g.seg {
 		return false
 	}
-	h := g.hash(key)
-	if at, ok := g.index[h]; ok {
+	if at, ok := g.index[h]; ok { // another key of the same hash
 		g.drop(at)
 	}
 	at := g.alloc(n)
