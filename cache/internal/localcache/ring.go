@@ -92,8 +92,11 @@ func (g *ring) segEnd(at int64) int64 { return min((at/g.seg+1)*g.seg, g.max) }
 func (g *ring) size(at int64) int64 { return int64(binary.LittleEndian.Uint32(g.bytes(at)[8:])) }
 
 // find returns where key's entry starts, if the ring holds it.
-func (g *ring) find(key string) (int64, bool) {
-	at, ok := g.index[g.hash(key)]
+func (g *ring) find(key string) (int64, bool) { return g.findHashed(key, g.hash(key)) }
+
+// findHashed is find of key, whose hash is h.
+func (g *ring) findHashed(key string, h uint64) (int64, bool) {
+	at, ok := g.index[h]
 	if !ok {
 		return 0, false
 	}
@@ -123,7 +126,7 @@ func entrySize(key, fingerprint, resp int) int64 {
 // over an eighth of the ring (or over maxSegment).
 func (g *ring) put(key, fingerprint string, created, recExpires time.Time, resp []byte, expires int64) bool {
 	h := g.hash(key)
-	if at, ok := g.find(key); ok { // a record refused below leaves no older one kept
+	if at, ok := g.findHashed(key, h); ok { // a record refused below leaves no older one kept
 		g.drop(at)
 	}
 	n := entrySize(len(key), len(fingerprint), len(resp))
